@@ -1,0 +1,47 @@
+"""Load fairseq checkpoints with ``torch.load``'s weights-only unpickler left on.
+
+torch >= 2.6 refuses to unpickle anything but tensors and plain containers unless a
+class is allowed. fairseq checkpoints also hold their training configuration, so we
+allow exactly the classes that configuration is made of, and nothing else. Any
+other class is refused by torch with a message naming it.
+"""
+
+import argparse
+from typing import Any, Dict
+
+import torch
+from fairseq.distributed.utils import _TensorPlaceholder
+
+# Everything a fairseq checkpoint pickles besides tensors and plain containers:
+# * argparse.Namespace: the training arguments ("args", and legacy models' cfg.model);
+# * _TensorPlaceholder: how workers above rank 0 receive a broadcast checkpoint.
+FAIRSEQ_CHECKPOINT_CLASSES = (argparse.Namespace, _TensorPlaceholder)
+
+torch.serialization.add_safe_globals(list(FAIRSEQ_CHECKPOINT_CLASSES))
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be used, with the reason in words."""
+
+
+def load_checkpoint_file(path: str) -> Dict[str, Any]:
+    """``torch.load`` a fairseq checkpoint on CPU, weights-only, with clear errors."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: checkpoint file not found") from None
+    except __import__("pickle").UnpicklingError as err:
+        raise CheckpointError(
+            f"{path}: refused to unpickle a class that fairseq checkpoints do not contain "
+            f"({_first_line(err)}). Only tensors, containers and "
+            f"{', '.join(c.__module__ + '.' + c.__qualname__ for c in FAIRSEQ_CHECKPOINT_CLASSES)} are allowed."
+        ) from None
+    except (RuntimeError, EOFError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupted?): {_first_line(err)}") from None
+    if not isinstance(state, dict) or "model" not in state:
+        raise CheckpointError(f"{path}: not a fairseq checkpoint (no 'model' entry)")
+    return state
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

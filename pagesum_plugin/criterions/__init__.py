@@ -1,0 +1,1 @@
+from .paged_cross_entropy import PagedLabelSmoothedCrossEntropy  # noqa: F401

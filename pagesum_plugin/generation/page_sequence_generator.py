@@ -1,0 +1,74 @@
+"""Page-combined beam search (Eq. 9 of the PageSum paper at every decoding step).
+
+fairseq's beam search is reused unchanged: the PageSum decoder already turns the
+(example x beam) rows it is given into (example x beam x page) rows, mixes the page
+states and returns one distribution per beam row, and it moves every page's cached
+state whenever beams are reordered or finished examples are pruned. This generator
+adds what summarization with PageSum needs on top:
+
+* the summary always starts with <s> (the training convention, see DESIGN notes);
+* --no-repeat-ngram-size blocks repeats on CPU as well as on CUDA;
+* every hypothesis carries its per-step page weights (steps x pages);
+* optionally, only the k most confident pages are decoded (``top_pages``).
+"""
+
+from typing import Dict, Optional
+
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+from torch import Tensor
+
+from .ngram_blocking import NoRepeatNGramBlocker
+
+
+class PageSumSequenceGenerator(SequenceGenerator):
+    def __init__(self, models, tgt_dict, top_pages: int = 0, **kwargs):
+        super().__init__(models, tgt_dict, **kwargs)
+        self.top_pages = top_pages
+        if self.repeat_ngram_blocker is not None:
+            self.repeat_ngram_blocker = NoRepeatNGramBlocker(self.repeat_ngram_blocker.no_repeat_ngram_size)
+        self.bos = tgt_dict.bos()
+        self.symbols_to_strip_from_output = self.symbols_to_strip_from_output | {self.bos}
+
+    @torch.no_grad()
+    def _generate(
+        self,
+        sample: Dict[str, Dict[str, Tensor]],
+        prefix_tokens: Optional[Tensor] = None,
+        constraints: Optional[Tensor] = None,
+        bos_token: Optional[int] = None,
+    ):
+        src_tokens = sample["net_input"]["src_tokens"]  # (batch, max_pages, page_len)
+        if prefix_tokens is None:
+            # Targets are "<s> summary </s>", so the first generated token is always <s>.
+            prefix_tokens = src_tokens.new_full((src_tokens.size(0), 1), self.bos)
+        page_counts = src_tokens[:, :, 0].ne(self.pad).sum(dim=1)  # (batch,)
+        kept_pages = None
+        if 0 < self.top_pages < src_tokens.size(1):
+            kept_pages = self._most_confident_pages(src_tokens, self.top_pages)  # (batch, k)
+            pruned = src_tokens.gather(1, kept_pages[:, :, None].expand(-1, -1, src_tokens.size(2)))
+            sample = {**sample, "net_input": {**sample["net_input"], "src_tokens": pruned}}
+        finalized = super()._generate(sample, prefix_tokens, constraints, bos_token)
+
+        for i, hypos in enumerate(finalized):
+            num_pages = int(page_counts[i])
+            for hypo in hypos:
+                # "attention" holds the page weights: (max_pages, steps) -> (steps, pages)
+                weights = hypo["attention"].t().float()
+                if kept_pages is not None:  # scatter back to the document's page numbering
+                    full = weights.new_zeros(weights.size(0), src_tokens.size(1))
+                    full[:, kept_pages[i]] = weights[:, : kept_pages.size(1)]
+                    weights = full
+                hypo["page_weights"] = weights[:, :num_pages]
+        return finalized
+
+    def _most_confident_pages(self, src_tokens: Tensor, k: int) -> Tensor:
+        """Score pages by their mean weight over the first two summary positions
+        (the forced <s> and the first word) and keep the k best, in document order."""
+        model = self.model.single_model
+        encoder_out = model.encoder(src_tokens)
+        prefix = src_tokens.new_tensor([[self.eos, self.bos]]).expand(src_tokens.size(0), 2)  # (batch, 2)
+        _, extra = model.decoder(prefix, encoder_out=encoder_out, features_only=True)
+        scores = extra["page_weights"].mean(dim=2)  # (batch, max_pages), 0 for missing pages
+        best = scores.topk(k, dim=1).indices  # (batch, k)
+        return best.sort(dim=1).values

@@ -1,0 +1,1 @@
+from .pagesum import PageSumModel  # noqa: F401

@@ -1,0 +1,1 @@
+from .paged_summarization import PagedSummarizationTask  # noqa: F401

@@ -1,0 +1,35 @@
+"""Installs the PageSum fairseq plugin, its preprocessing and its evaluation tools."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="pagesum",
+    version="0.1.0",
+    description="PageSum: long-document summarization by locality, as a fairseq plugin",
+    packages=find_packages(include=["pagesum_plugin*", "preprocess*", "evaluation*"]),
+    python_requires=">=3.10",
+    # torch and fairseq are installed by the README's setup command: fairseq's wheel
+    # must go in with --no-deps (its metadata pulls a CUDA torch through torchaudio).
+    install_requires=[
+        "hydra-core>=1.3",
+        "omegaconf>=2.3",
+        "sentencepiece>=0.2",
+        "tokenizers>=0.15",
+        "sacrebleu>=2.0",
+        "rouge-score>=0.1.2",
+        "nltk>=3.8",
+        "tqdm",
+        "matplotlib>=3.7",
+        "numpy",
+        "aclsum",
+    ],
+    entry_points={
+        "console_scripts": [
+            "pagesum-preprocess = preprocess.cli:main",
+            "pagesum-score = evaluation.score:main",
+            "pagesum-baseline = evaluation.baselines:main",
+            "pagesum-plot = evaluation.plots:main",
+            "pagesum-convert = pagesum_plugin.convert:main",
+        ]
+    },
+)
