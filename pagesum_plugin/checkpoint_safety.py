@@ -7,6 +7,8 @@ other class is refused by torch with a message naming it.
 """
 
 import argparse
+import pickle
+import re
 from typing import Any, Dict
 
 import torch
@@ -30,10 +32,10 @@ def load_checkpoint_file(path: str) -> Dict[str, Any]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: checkpoint file not found") from None
-    except __import__("pickle").UnpicklingError as err:
+    except pickle.UnpicklingError as err:
         raise CheckpointError(
-            f"{path}: refused to unpickle a class that fairseq checkpoints do not contain "
-            f"({_first_line(err)}). Only tensors, containers and "
+            f"{path}: refused to unpickle {_refused_global(err)}, which fairseq checkpoints do not contain. "
+            f"Only tensors, containers and "
             f"{', '.join(c.__module__ + '.' + c.__qualname__ for c in FAIRSEQ_CHECKPOINT_CLASSES)} are allowed."
         ) from None
     except (RuntimeError, EOFError, ValueError) as err:
@@ -41,6 +43,12 @@ def load_checkpoint_file(path: str) -> Dict[str, Any]:
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"{path}: not a fairseq checkpoint (no 'model' entry)")
     return state
+
+
+def _refused_global(err: Exception) -> str:
+    """The class torch's weights-only unpickler refused, as named in its message."""
+    found = re.search(r"GLOBAL ([\w.]+)", str(err))
+    return found.group(1) if found else f"an object ({_first_line(err)})"
 
 
 def _first_line(err: Exception) -> str:

@@ -40,6 +40,13 @@ class PagedSummarizationConfig(FairseqDataclass):
         default='{"beam": 4, "max_len_b": 256, "lenpen": 2.0, "no_repeat_ngram_size": 3}',
         metadata={"help": "generation options for --eval-rouge, as JSON"},
     )
+    hypotheses_output: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "fairseq-generate writes the detokenized best hypothesis of every example to this file, "
+            "one per line, in input order (ready for pagesum-score)"
+        },
+    )
     page_weights_output: Optional[str] = field(
         default=None,
         metadata={"help": "fairseq-generate writes every hypothesis's per-step page weights to this JSONL file"},
@@ -60,6 +67,7 @@ class PagedSummarizationTask(FairseqTask):
         self.dictionary = dictionary
         self._tokenizer = None
         self._page_weights_file = None
+        self._hypotheses = None
 
     @classmethod
     def setup_task(cls, cfg: PagedSummarizationConfig, **kwargs):
@@ -115,8 +123,11 @@ class PagedSummarizationTask(FairseqTask):
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         hypos = super().inference_step(generator, models, sample, prefix_tokens, constraints)
-        if self.cfg.page_weights_output:
-            self._write_page_weights(sample, hypos)
+        if generator is not getattr(self, "_rouge_generator", None):  # not while validating
+            if self.cfg.page_weights_output:
+                self._write_page_weights(sample, hypos)
+            if self.cfg.hypotheses_output:
+                self._write_hypotheses(sample, hypos)
         return hypos
 
     @property
@@ -145,6 +156,14 @@ class PagedSummarizationTask(FairseqTask):
             }
             self._page_weights_file.write(json.dumps(record) + "\n")
         self._page_weights_file.flush()
+
+    def _write_hypotheses(self, sample, hypos):
+        """Batches arrive sorted by length, not by id: buffer them and write every
+        hypothesis as soon as all those before it are known."""
+        if self._hypotheses is None:
+            self._hypotheses = OrderedHypothesisWriter(self.cfg.hypotheses_output)
+        for example_id, example_hypos in zip(sample["id"].tolist(), hypos):
+            self._hypotheses.add(example_id, self.detokenize(example_hypos[0]["tokens"]))
 
     # ---- validation by ROUGE -------------------------------------------------------------
 
@@ -183,6 +202,24 @@ class PagedSummarizationTask(FairseqTask):
             "rouge",
             lambda meters: sum(meters[n].avg for n in ("rouge1", "rouge2", "rougeLsum")) / 3,
         )
+
+
+class OrderedHypothesisWriter:
+    """Writes texts keyed by example index to a file in index order, streaming."""
+
+    def __init__(self, path: str):
+        self.file = open(path, "w", encoding="utf-8")
+        self.pending = {}
+        self.next_id = 0
+
+    def add(self, example_id: int, text: str) -> None:
+        if example_id < self.next_id or example_id in self.pending:
+            raise ValueError(f"example {example_id} was decoded twice")
+        self.pending[example_id] = " ".join(text.split())  # one line per example
+        while self.next_id in self.pending:
+            self.file.write(self.pending.pop(self.next_id) + "\n")
+            self.next_id += 1
+        self.file.flush()
 
 
 class _Args:

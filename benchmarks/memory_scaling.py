@@ -1,0 +1,208 @@
+"""Peak memory and time of one training step as the input grows: PageSum vs full attention.
+
+For every page count n (1, 2, 4, 8, 16 by default) the script runs one training step
+(forward, label-smoothed cross entropy, backward) of
+
+* **PageSum** on ``n`` pages of ``page_len`` tokens, input (1, n, page_len): every page
+  is encoded on its own, and the decoder runs once per page;
+* **full-attention BART** of the same size on the same tokens concatenated into one
+  sequence of ``n * page_len`` tokens, its learned positions extended to that length
+  (fresh position embeddings: cost does not depend on their values).
+
+Both decode the same summary of ``--tgt-len`` tokens. Weights are random: memory and
+time do not depend on them.
+
+What is measured
+* ``peak MB``: the most tensor memory the step holds at once *on top of* the model's
+  weights (activations kept for backward, gradients, temporaries). On CUDA this is
+  ``torch.cuda.max_memory_allocated`` minus the memory allocated before the step. On
+  CPU, where torch keeps no allocator statistics, torch's ``MemTracker`` follows every
+  tensor storage that an operator creates and sums the live ones (see
+  ``common.peak_step_bytes``); process RSS was not used because the C allocator keeps
+  freed memory and it counts the Python runtime and libraries.
+* ``step s``: the fastest of ``--repeats`` timed steps after one warm-up (CUDA:
+  between ``torch.cuda.synchronize`` calls), measured without the tracker.
+* growth ratios: each value divided by its value at the smallest page count. Linear
+  growth doubles when the pages double; quadratic growth quadruples.
+
+Sizes: on CPU a small BART (2+2 layers, d=256, fp32, pages of 256 tokens); on CUDA the
+``bart.large`` dimensions (12+12 layers, d=1024, 16 heads, ~50k vocabulary) in bf16
+with pages of 1024 tokens. A configuration that runs out of GPU memory is reported as
+OOM.
+
+Attention kernels (``--attention``). fairseq's attention calls
+``F.scaled_dot_product_attention`` whenever no attention weights are requested.
+``math`` (default) restricts it to the reference kernel, which materialises the
+(heads, length, length) score matrix and keeps it for backward, as BART's original
+attention does; ``fused`` lets torch pick a fused kernel (flash / memory-efficient)
+that never stores that matrix: its time is still quadratic in the length, its memory
+is not. Both models run under the same setting.
+
+    python -m benchmarks.memory_scaling --device cpu
+    python -m benchmarks.memory_scaling --device cpu --attention fused
+    python -m benchmarks.memory_scaling --device cuda
+"""
+
+import argparse
+import gc
+import logging
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from benchmarks.common import (
+    BART_LARGE,
+    CPU_SMALL,
+    add_device_args,
+    build_model,
+    describe_machine,
+    markdown_table,
+    setup_device,
+    best_seconds,
+    paged_source,
+    peak_step_bytes,
+    summary_io,
+)
+
+MODELS = ("PageSum", "BART")
+ATTENTION_KERNELS = {
+    "math": [SDPBackend.MATH],
+    "fused": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH],
+}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_device_args(parser)
+    parser.add_argument("--pages", type=int, nargs="+", help="page counts (default: 1 2 4 8 16; --quick: 1 2 4)")
+    parser.add_argument("--page-len", type=int, help="tokens per page (default: 256 on CPU, 1024 on CUDA)")
+    parser.add_argument("--tgt-len", type=int, help="summary tokens (default: 64 on CPU, 256 on CUDA)")
+    parser.add_argument("--repeats", type=int, help="timed steps per configuration (default: 3, --quick: 1)")
+    parser.add_argument(
+        "--attention",
+        choices=ATTENTION_KERNELS,
+        default="math",
+        help="math: the score matrix is materialised (BART's original attention); fused: flash/memory-efficient kernels",
+    )
+    args = parser.parse_args(argv)
+    on_cuda = args.device == "cuda"
+    args.pages = args.pages or ([1, 2, 4] if args.quick else [1, 2, 4, 8, 16])
+    args.page_len = args.page_len or (1024 if on_cuda else (128 if args.quick else 256))
+    args.tgt_len = args.tgt_len or (256 if on_cuda else 64)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    return args
+
+
+def build_pair(args, device: torch.device, dtype: torch.dtype):
+    """PageSum and full-attention BART of the same size; BART's positions cover all pages."""
+    size = BART_LARGE if device.type == "cuda" else CPU_SMALL
+    total = max(args.pages) * args.page_len
+    torch.manual_seed(args.seed)
+    task, pagesum = build_model("pagesum_bart_large", size, "--max-source-positions", str(args.page_len))
+    torch.manual_seed(args.seed)
+    _, bart = build_model("bart_large", size, "--max-source-positions", str(total))
+    models = {"PageSum": pagesum, "BART": bart}
+    for model in models.values():
+        model.to(device=device, dtype=dtype).train()
+    return task.dictionary, models, size
+
+
+def make_step(model, src_tokens, target, prev_output_tokens, pad: int):
+    """One training step without the optimizer update: forward, loss, backward."""
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        logits, _ = model(src_tokens, None, prev_output_tokens)  # (batch, tgt_len, vocab)
+        loss = F.cross_entropy(
+            logits.float().view(-1, logits.size(-1)), target.view(-1), ignore_index=pad, label_smoothing=0.1
+        )
+        loss.backward()
+
+    return step
+
+
+def measure(args, dictionary, models, device) -> List[Dict[str, Optional[float]]]:
+    generator = torch.Generator().manual_seed(args.seed)
+    target, prev_output_tokens = (t.to(device) for t in summary_io(dictionary, 1, args.tgt_len, generator))
+    rows = []
+    for n_pages in args.pages:
+        paged = paged_source(dictionary, 1, n_pages, args.page_len, generator)  # (1, n, page_len)
+        inputs = {"PageSum": paged.to(device), "BART": concatenated(paged, dictionary).to(device)}
+        row = {"pages": n_pages, "tokens": n_pages * args.page_len}
+        for name, model in models.items():
+            step = make_step(model, inputs[name], target, prev_output_tokens, dictionary.pad())
+            row[name] = run_or_oom(step, model, device, args.repeats)
+            model.zero_grad(set_to_none=True)
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        rows.append(row)
+        print(f"  {n_pages} pages done: {row}", flush=True)
+    return rows
+
+
+def concatenated(paged: torch.Tensor, dictionary) -> torch.Tensor:
+    """(1, n, page_len) pages -> (1, n * page_len): the same tokens as one document."""
+    return paged.reshape(paged.size(0), -1)
+
+
+def run_or_oom(step, model, device: torch.device, repeats: int):
+    try:
+        seconds = best_seconds(step, device, repeats)
+        peak = peak_step_bytes(step, device, [model])
+    except torch.cuda.OutOfMemoryError:
+        return None
+    return {"mb": peak / 2**20, "s": seconds}
+
+
+def render(rows, args, size, vocab: int, device, dtype) -> str:
+    first = rows[0]
+
+    def cell(row, name, key, ratio=False):
+        value, base = row[name], first[name]
+        if value is None:
+            return "OOM"
+        if ratio:
+            return "-" if base is None else f"{value[key] / base[key]:.2f}x"
+        return f"{value[key]:.0f}" if key == "mb" else f"{value[key]:.3f}"
+
+    header = ["pages", "tokens"] + [f"{m} {h}" for m in MODELS for h in ("peak MB", "step s")]
+    absolute = [[r["pages"], r["tokens"]] + [cell(r, m, k) for m in MODELS for k in ("mb", "s")] for r in rows]
+    ratio_header = ["pages", "linear", "quadratic"] + [f"{m} {h}" for m in MODELS for h in ("memory", "time")]
+    scale = [r["pages"] / first["pages"] for r in rows]
+    ratios = [
+        [r["pages"], f"{s:.0f}x", f"{s * s:.0f}x"] + [cell(r, m, k, ratio=True) for m in MODELS for k in ("mb", "s")]
+        for r, s in zip(rows, scale)
+    ]
+    setup = (
+        f"Machine: {describe_machine(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
+        f"ffn={size.ffn_dim}, {size.heads} heads, vocab {vocab}, {str(dtype).replace('torch.', '')}, "
+        f"attention kernel: {args.attention}. Page length {args.page_len}, summary length {args.tgt_len}, "
+        f"batch 1, step time: best of {args.repeats}."
+    )
+    return "\n\n".join(
+        [
+            setup,
+            "One training step (forward + backward):",
+            markdown_table(header, absolute),
+            f"Growth relative to {first['pages']} page(s):",
+            markdown_table(ratio_header, ratios),
+        ]
+    )
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    logging.getLogger("fairseq").setLevel(logging.WARNING)
+    device = setup_device(args)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dictionary, models, size = build_pair(args, device, dtype)
+    with sdpa_kernel(ATTENTION_KERNELS[args.attention]):
+        rows = measure(args, dictionary, models, device)
+    print(render(rows, args, size, len(dictionary), device, dtype))
+
+
+if __name__ == "__main__":
+    main()

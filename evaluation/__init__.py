@@ -1,0 +1,1 @@
+"""Evaluation and analysis for PageSum: ROUGE scoring, baselines and the paper's plots."""

@@ -1,0 +1,210 @@
+"""``pagesum-plot``: the paper's analysis figures as PNG files.
+
+    pagesum-plot page-importance --weights test.page_weights.jsonl --id 0 --out fig3.png
+    pagesum-plot locality     --input test.jsonl --out fig1.png
+    pagesum-plot dependencies --input DATA --split test --out fig4.png
+    pagesum-plot coherence    --model bert-large-uncased/ --hyp test.hypo --out coherence.png
+
+Every command also prints the numbers behind its figure (``--json`` for scripts).
+"""
+
+import argparse
+import json
+import sys
+from typing import Dict, List, Optional, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from evaluation import analysis  # noqa: E402
+from evaluation.data import iter_documents  # noqa: E402
+from preprocess.errors import InputError  # noqa: E402
+
+# --------------------------------------------------------------------------- figures
+
+
+def plot_page_importance(matrix, tokens: Optional[Sequence[str]], out: str, title: str = "") -> Dict:
+    """Heatmap of a (steps, pages) page-weight matrix: darker = more important page (Fig. 3)."""
+    matrix = analysis.check_page_weights(matrix)
+    steps, pages = matrix.shape
+    fig, ax = plt.subplots(figsize=(max(3.0, 0.5 * pages + 2), max(3.0, 0.22 * steps + 1.5)))
+    image = ax.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(pages), [str(p + 1) for p in range(pages)])
+    ax.set_xlabel("Page ID")
+    ax.set_ylabel("Decoding step")
+    if tokens is not None and steps <= 60:
+        ax.set_yticks(range(steps), list(tokens), fontsize=7)
+    fig.colorbar(image, ax=ax, label="Weight")
+    ax.set_title(title or "Page importance at each decoding step")
+    _save(fig, out)
+    return {
+        "steps": steps,
+        "pages": pages,
+        "mean_weight_per_page": matrix.mean(axis=0).tolist(),
+        "top_page_per_step": (matrix.argmax(axis=1) + 1).tolist(),
+    }
+
+
+def plot_locality(curve: analysis.LocalityCurve, out: str) -> Dict:
+    """Mean similarity against sentence distance, with the overall mean dashed (Fig. 1)."""
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot(curve.distances, curve.mean_similarity, marker="o", markersize=2.5, label="pairs at that distance")
+    ax.axhline(curve.overall_mean, linestyle="--", color="gray", label="all sentence pairs")
+    ax.set_xlabel("Sentence distance")
+    ax.set_ylabel("Mean cosine similarity")
+    ax.set_title(f"Spatial locality ({curve.documents} documents)")
+    ax.legend()
+    _save(fig, out)
+    return {
+        "documents": curve.documents,
+        "overall_mean": curve.overall_mean,
+        "distances": curve.distances.tolist(),
+        "mean_similarity": curve.mean_similarity.tolist(),
+        "pair_counts": curve.pair_counts.tolist(),
+    }
+
+
+def plot_distance_histogram(distances: Sequence[float], out: str, bins: int = 10, documents: int = 0) -> Dict:
+    """Histogram of normalized distances of interdependent sentence pairs (Fig. 4)."""
+    counts, edges = analysis.distance_histogram(distances, bins)
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", edgecolor="white")
+    ax.set_xlabel("Sentence distance / number of sentences in the document")
+    ax.set_ylabel("Interdependent pairs")
+    ax.set_title(f"Long-distance dependencies ({len(distances)} pairs)")
+    _save(fig, out)
+    return {"pairs": len(distances), "documents": documents, "bin_edges": edges.tolist(), "counts": counts.tolist()}
+
+
+def plot_coherence(result: analysis.CoherenceResult, out: str) -> Dict:
+    """Histogram of per-summary semantic coherence (Eq. 11), with the mean dashed."""
+    scored = [s for s in result.scores if s is not None]
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.hist(scored, bins=20, range=(0.0, 1.0), edgecolor="white")
+    ax.axvline(result.mean, linestyle="--", color="gray", label=f"mean {result.mean:.3f}")
+    ax.set_xlabel("Semantic coherence SC(S)")
+    ax.set_ylabel("Summaries")
+    ax.legend()
+    _save(fig, out)
+    return {"mean": result.mean, "scored": result.scored, "too_short": result.too_short, "scores": result.scores}
+
+
+def _save(fig, out: str) -> None:
+    fig.tight_layout()
+    fig.savefig(out, dpi=150)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _documents(args) -> List:
+    docs = list(iter_documents(args.input, args.split))
+    return docs[: args.max_docs] if args.max_docs else docs
+
+
+def cmd_page_importance(args) -> Dict:
+    tokens, matrix = analysis.read_page_weights(args.weights, args.id)
+    return plot_page_importance(matrix, tokens, args.out, title=f"Page importance, example {args.id}")
+
+
+def cmd_locality(args) -> Dict:
+    docs = _documents(args)
+    encode = analysis.minilm_encoder(args.device)
+    sentences = [d.sentences[: args.max_sentences] if args.max_sentences else d.sentences for d in docs]
+    curve = analysis.locality_curve(sentences, encode, args.max_distance)
+    numbers = plot_locality(curve, args.out)
+    numbers["skipped_short_documents"] = len(docs) - curve.documents
+    return numbers
+
+
+def cmd_dependencies(args) -> Dict:
+    from preprocess.sentences import split_sentences
+
+    docs = _documents(args)
+    distances = []
+    for doc in docs:
+        pairs = analysis.interdependent_pairs(doc.sentences, split_sentences(doc.summary), args.t1, args.t2)
+        distances.extend(p.normalized_distance for p in pairs)
+    return plot_distance_histogram(distances, args.out, args.bins, documents=len(docs))
+
+
+def cmd_coherence(args) -> Dict:
+    from preprocess.sentences import split_sentences
+
+    if args.hyp:
+        from evaluation.score import read_lines
+
+        texts = read_lines(args.hyp)
+    elif args.input:
+        texts = [d.summary for d in _documents(args)]
+    else:
+        raise ValueError("coherence needs --hyp FILE (summaries, one per line) or --input (reference summaries)")
+    scorer = analysis.NextSentenceScorer(args.model, args.device)
+    result = analysis.semantic_coherence([split_sentences(t) for t in texts], scorer)
+    return plot_coherence(result, args.out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pagesum-plot", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name, func, help_text):
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(func=func)
+        p.add_argument("--out", required=True, help="PNG file to write")
+        p.add_argument("--json", action="store_true", help="print the numbers behind the plot as JSON")
+        return p
+
+    def data_options(p):
+        p.add_argument("--input", help="jsonl file, or a paged data directory (with --split)")
+        p.add_argument("--split", help="split of a paged data directory")
+        p.add_argument("--max-docs", type=int, default=None, help="use only the first N documents")
+
+    p = command("page-importance", cmd_page_importance, "heatmap of page weights over decoding steps (Fig. 3)")
+    p.add_argument("--weights", required=True, help="page-weights JSON lines from the generator")
+    p.add_argument("--id", type=int, required=True, help="example index in the weights file")
+
+    p = command("locality", cmd_locality, "sentence similarity against distance (Fig. 1)")
+    data_options(p)
+    p.add_argument("--max-distance", type=int, default=50, help="largest sentence distance shown (default: 50)")
+    p.add_argument("--max-sentences", type=int, default=None, help="use only the first N sentences of a document")
+    p.add_argument("--device", default="cpu")
+
+    p = command("dependencies", cmd_dependencies, "distances of interdependent sentence pairs (Fig. 4)")
+    data_options(p)
+    p.add_argument("--t1", type=float, default=20.0, help="Eq. 15 threshold (default: 20)")
+    p.add_argument("--t2", type=float, default=10.0, help="Eq. 16 threshold (default: 10)")
+    p.add_argument("--bins", type=int, default=10)
+
+    p = command("coherence", cmd_coherence, "semantic coherence by BERT next-sentence prediction (Eq. 11)")
+    data_options(p)
+    p.add_argument("--hyp", help="summaries to score, one per line (else the references of --input)")
+    p.add_argument("--model", required=True, help="local BertForNextSentencePrediction directory")
+    p.add_argument("--device", default="cpu")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "input", "") is None and args.command in ("locality", "dependencies"):
+        print(f"pagesum-plot {args.command}: error: --input is required", file=sys.stderr)
+        return 2
+    try:
+        numbers = args.func(args)
+    except (InputError, ValueError, OSError, RuntimeError) as err:  # bad input: one clear line
+        print(f"pagesum-plot {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(numbers))
+    else:
+        summary = {k: v for k, v in numbers.items() if not isinstance(v, list)}
+        print(f"pagesum-plot {args.command}: wrote {args.out} {summary}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""``pagesum-score``: paper-compatible ROUGE with confidence intervals and significance tests.
+
+    pagesum-score --hyp test.hypo --ref test.reference.txt
+    pagesum-score --hyp a.hypo --ref ref.txt --compare b.hypo --json
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+from evaluation import rouge
+from evaluation.significance import approximate_randomization, bootstrap_ci
+
+LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeLsum": "ROUGE-L (summary-level)"}
+
+DESCRIPTION = """\
+Scores one-line-per-example hypothesis files against reference files.
+
+Default metric: ROUGE-1, ROUGE-2 and summary-level ROUGE-L (rougeLsum), F1 x 100,
+computed exactly as rouge-score's RougeScorer(use_stemmer=True): text is lowercased,
+every character outside [a-z0-9] separates tokens (so punctuation and non-ASCII
+letters are dropped, as in ROUGE-1.5.5), words longer than 3 characters are Porter
+stemmed. For rougeLsum each line is cut into sentences by the project's offline
+Punkt splitter (preprocess.sentences.split_sentences); --sentence-split none
+instead treats every line as one sentence. With several --ref files each
+hypothesis takes its best-matching reference per metric. The score of a corpus is
+the mean F1 over examples, with a bootstrap 95% confidence interval.
+"""
+
+
+class ScoreInputError(ValueError):
+    """Bad or mismatched input files; the message names the file and line."""
+
+
+def read_lines(path: str) -> List[str]:
+    """The lines of a UTF-8 file (one example per line; a final newline ends the last line)."""
+    file = Path(path)
+    if not file.is_file():
+        raise ScoreInputError(f"{path}: no such file")
+    data = file.read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            texts.append(line.decode("utf-8").rstrip("\r"))
+        except UnicodeDecodeError as err:
+            raise ScoreInputError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})") from err
+    return texts
+
+
+def check_same_length(named: Dict[str, List[str]]) -> int:
+    """All files must have one line per example; refuse to guess which lines pair up."""
+    counts = {path: len(lines) for path, lines in named.items()}
+    if len(set(counts.values())) > 1:
+        detail = ", ".join(f"{path}: {n} lines" for path, n in counts.items())
+        raise ScoreInputError(f"files have different numbers of examples ({detail})")
+    return next(iter(counts.values()))
+
+
+def count_empty(lines: Sequence[str]) -> int:
+    return sum(1 for line in lines if not line.strip())
+
+
+def summarize(per_example: Dict[str, "object"], samples: int, seed: int) -> Dict[str, Dict[str, float]]:
+    """Mean F1 x 100 and its bootstrap 95% interval for each metric."""
+    result = {}
+    for metric, scores in per_example.items():
+        low, high = bootstrap_ci(scores, samples=samples, seed=seed)
+        result[metric] = {"f": 100.0 * float(scores.mean()), "ci_low": 100.0 * low, "ci_high": 100.0 * high}
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pagesum-score", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--hyp", required=True, help="hypotheses, one example per line")
+    parser.add_argument("--ref", required=True, action="append", help="references, one per line (repeatable)")
+    parser.add_argument("--compare", metavar="HYP_B", help="second system: paired approximate randomization test")
+    parser.add_argument("--perl", action="store_true", help="score with ROUGE-1.5.5 (-c 95 -r 1000 -n 2 -m)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument(
+        "--sentence-split", choices=["punkt", "none"], default="punkt", help="sentences for rougeLsum (default: punkt)"
+    )
+    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default: 1000)")
+    parser.add_argument("--trials", type=int, default=10000, help="randomization trials (default: 10000)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of bootstrap and randomization")
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    return parser
+
+
+def load_inputs(args) -> Dict[str, List[str]]:
+    files = {args.hyp: read_lines(args.hyp)}
+    for ref in args.ref:
+        files[ref] = read_lines(ref)
+    if args.compare:
+        files[args.compare] = read_lines(args.compare)
+    if check_same_length(files) == 0:
+        raise ScoreInputError(f"{args.hyp}: no examples to score")
+    return files
+
+
+def run(args) -> Dict:
+    """Computes everything the report shows, as one JSON-ready dict."""
+    files = load_inputs(args)
+    split = args.sentence_split == "punkt"
+    refs_by_file = [[rouge.prepare(r, split) for r in files[path]] for path in args.ref]
+    references = [list(refs) for refs in zip(*refs_by_file)]  # (N, num_refs)
+    hyps = [rouge.prepare(h, split) for h in files[args.hyp]]
+    per_example = rouge.score_examples(hyps, references, workers=args.workers)
+
+    report = {
+        "hyp": args.hyp,
+        "refs": args.ref,
+        "examples": len(hyps),
+        "empty_hypotheses": count_empty(files[args.hyp]),
+        "empty_references": sum(count_empty(files[path]) for path in args.ref),
+        "sentence_split": args.sentence_split,
+        "scorer": "rouge-score (stemmed)",
+        "scores": summarize(per_example, args.bootstrap, args.seed),
+    }
+    if args.perl:
+        from evaluation.perl_rouge import perl_rouge
+
+        report["scorer"] = "ROUGE-1.5.5 -c 95 -r 1000 -n 2 -m"
+        report["scores"] = perl_rouge(hyps, references)
+    if args.compare:
+        report["compare"] = compare(args, files, references, split, per_example)
+    return report
+
+
+def compare(args, files, references, split, per_example_a) -> Dict:
+    """Scores system B and tests each metric's difference with approximate randomization."""
+    hyps_b = [rouge.prepare(h, split) for h in files[args.compare]]
+    per_example_b = rouge.score_examples(hyps_b, references, workers=args.workers)
+    p_values = {
+        metric: approximate_randomization(per_example_a[metric], per_example_b[metric], args.trials, args.seed)
+        for metric in rouge.METRICS
+    }
+    return {
+        "hyp": args.compare,
+        "empty_hypotheses": count_empty(files[args.compare]),
+        "scores": summarize(per_example_b, args.bootstrap, args.seed),
+        # A - B on the per-example rouge-score numbers that the test compares.
+        "difference": {m: 100.0 * float(per_example_a[m].mean() - per_example_b[m].mean()) for m in rouge.METRICS},
+        "p_values": p_values,
+        "trials": args.trials,
+    }
+
+
+def format_report(report: Dict) -> str:
+    lines = [
+        f"{report['examples']} examples; empty hypotheses: {report['empty_hypotheses']}; "
+        f"empty references: {report['empty_references']}; scorer: {report['scorer']}",
+        f"{'metric':<26}{'F1':>8}   95% CI",
+    ]
+    for metric, label in LABELS.items():
+        s = report["scores"][metric]
+        lines.append(f"{label:<26}{s['f']:8.2f}   [{s['ci_low']:.2f}, {s['ci_high']:.2f}]")
+    if "compare" in report:
+        cmp = report["compare"]
+        lines.append(
+            f"\nA = {report['hyp']}   B = {cmp['hyp']} (empty hypotheses: {cmp['empty_hypotheses']}); "
+            f"approximate randomization, {cmp['trials']} trials"
+        )
+        lines.append(f"{'metric':<26}{'B F1':>8}{'A - B':>9}{'p-value':>10}")
+        for metric, label in LABELS.items():
+            b = cmp["scores"][metric]["f"]
+            lines.append(f"{label:<26}{b:8.2f}{cmp['difference'][metric]:9.2f}{cmp['p_values'][metric]:10.4f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        report = run(args)
+    except ScoreInputError as err:
+        print(f"pagesum-score: error: {err}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:  # e.g. the Perl script's dependencies are missing
+        print(f"pagesum-score: error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""``pagesum-preprocess``: a corpus in its native format -> paged, binarized data.
+
+Example::
+
+    pagesum-preprocess --input-format arxiv --locality discourse --max-pages 8 \\
+        --trainpref arxiv/train.txt --validpref arxiv/val.txt --testpref arxiv/test.txt \\
+        --tokenizer gpt2 --gpt2-encoder-json bart/encoder.json --gpt2-vocab-bpe bart/vocab.bpe \\
+        --gpt2-dict bart/dict.txt --destdir data-bin/arxiv-discourse --workers 8
+"""
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+from preprocess.binarize import JobSettings, Skipped, binarize_split, iter_training_sentences
+from preprocess.errors import InputError
+from preprocess.paging import LOCALITIES, PagingConfig
+from preprocess.readers import INPUT_FORMATS
+from preprocess.tokenizers import SENTENCEPIECE_FILE, TOKENIZERS, build_dictionary, build_tokenizer, train_sentencepiece
+
+FORMAT_VERSION = 1
+SPLITS = ("train", "valid", "test")
+MAX_SKIP_MESSAGES = 20  # skipped examples named one by one; all are counted
+
+logger = logging.getLogger("pagesum-preprocess")
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pagesum-preprocess", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    data = parser.add_argument_group("data")
+    for split in SPLITS:
+        data.add_argument(f"--{split}pref", metavar="PATH",
+                          help=f"{split} split: a file, or a folder of S2ORC JSON files for aclsum")
+    data.add_argument("--input-format", required=True, choices=INPUT_FORMATS)
+    data.add_argument("--destdir", required=True, help="output data directory")
+    data.add_argument("--skip-invalid", action="store_true",
+                      help="skip bad examples (counted by reason) instead of stopping at the first one")
+    paging = parser.add_argument_group("paging")
+    paging.add_argument("--locality", default="spatial", choices=LOCALITIES)
+    paging.add_argument("--num-pages", type=int, default=PagingConfig.num_pages, help="spatial: pages per example")
+    paging.add_argument("--max-pages", type=int, default=PagingConfig.max_pages,
+                        help="discourse/document: most pages per example")
+    paging.add_argument("--max-page-tokens", type=int, default=PagingConfig.max_page_tokens,
+                        help="tokens per page, <s> and </s> included")
+    paging.add_argument("--max-summary-tokens", type=int, default=1024,
+                        help="tokens per summary, <s> and </s> included")
+    tokenizer = parser.add_argument_group("tokenizer")
+    tokenizer.add_argument("--tokenizer", default="gpt2", choices=TOKENIZERS)
+    tokenizer.add_argument("--gpt2-encoder-json", metavar="FILE", help="BART's encoder.json")
+    tokenizer.add_argument("--gpt2-vocab-bpe", metavar="FILE", help="BART's vocab.bpe")
+    tokenizer.add_argument("--gpt2-dict", metavar="FILE", help="BART's dict.txt")
+    tokenizer.add_argument("--vocab-size", type=int, default=32000, help="sentencepiece vocabulary size")
+    run = parser.add_argument_group("run")
+    run.add_argument("--workers", type=int, default=1)
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def prepare_tokenizer(args, destdir: Path):
+    """Build (or train) the tokenizer, save it and the dictionary into ``destdir``."""
+    if args.tokenizer == "gpt2":
+        missing = [flag for flag in ("gpt2_encoder_json", "gpt2_vocab_bpe", "gpt2_dict") if not getattr(args, flag)]
+        if missing:
+            raise SystemExit("--tokenizer gpt2 needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
+        tokenizer = build_tokenizer("gpt2", encoder_json=args.gpt2_encoder_json, vocab_bpe=args.gpt2_vocab_bpe)
+        tokenizer.save(destdir)
+        shutil.copyfile(args.gpt2_dict, destdir / "dict.txt")  # unchanged, as BART's model expects
+        files = {"encoder_json": str(destdir / "encoder.json"), "vocab_bpe": str(destdir / "vocab.bpe")}
+        return tokenizer, build_dictionary(tokenizer, destdir / "dict.txt"), files
+    if not args.trainpref:
+        raise SystemExit("--tokenizer sentencepiece is trained on the training split: give --trainpref")
+    logger.info("training sentencepiece (vocabulary %d) on %s", args.vocab_size, args.trainpref)
+    model = destdir / SENTENCEPIECE_FILE
+    sentences = iter_training_sentences(args.trainpref, args.input_format, args.skip_invalid)
+    tokenizer = train_sentencepiece(sentences, model, args.vocab_size)
+    dictionary = build_dictionary(tokenizer)
+    dictionary.save(str(destdir / "dict.txt"))
+    return tokenizer, dictionary, {"model": str(model)}
+
+
+def run(args) -> dict:
+    destdir = Path(args.destdir)
+    destdir.mkdir(parents=True, exist_ok=True)
+    splits = {split: getattr(args, f"{split}pref") for split in SPLITS if getattr(args, f"{split}pref")}
+    if not splits:
+        raise SystemExit("give at least one of --trainpref, --validpref, --testpref")
+    paging = PagingConfig(args.locality, args.num_pages, args.max_pages, args.max_page_tokens)
+    tokenizer, dictionary, files = prepare_tokenizer(args, destdir)
+    settings = JobSettings(args.input_format, paging, args.max_summary_tokens, tokenizer.name, files,
+                           str(destdir / "dict.txt"), args.skip_invalid)
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "tokenizer": tokenizer.name,
+        "locality": paging.locality,
+        "num_pages": paging.num_pages,
+        "max_pages": paging.max_pages,
+        "max_page_tokens": paging.max_page_tokens,
+        "max_summary_tokens": args.max_summary_tokens,
+        "input_format": args.input_format,
+        "dictionary_size": len(dictionary),
+        "splits": sorted(splits, key=SPLITS.index),
+        "stats": {},
+    }
+    if tokenizer.name == "sentencepiece":
+        meta["vocab_size"] = args.vocab_size
+    skip_log = _SkipLogger()
+    for split, path in splits.items():
+        stats = binarize_split(path, split, destdir, settings, len(dictionary), args.workers,
+                               progress=not args.no_progress, on_skip=skip_log)
+        meta["stats"][split] = stats.as_dict()
+        logger.info(stats.report(split))
+    (destdir / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return meta
+
+
+class _SkipLogger:
+    """Names the first skipped examples; the counts by reason go to meta.json."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def __call__(self, skipped: Skipped) -> None:
+        self.seen += 1
+        if self.seen <= MAX_SKIP_MESSAGES:
+            logger.warning("skipped: %s", skipped.message)
+        elif self.seen == MAX_SKIP_MESSAGES + 1:
+            logger.warning("more examples skipped; see the counts by reason")
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(format="%(name)s | %(levelname)s | %(message)s", level=logging.INFO, stream=sys.stderr)
+    args = get_parser().parse_args(argv)
+    try:
+        run(args)
+    except InputError as error:
+        logger.error("%s (use --skip-invalid to skip such examples)", error)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Input errors that name the file, the line and the field."""
+
+from dataclasses import dataclass
+
+# Reasons, as counted in meta.json when ``--skip-invalid`` is given.
+MALFORMED_JSON = "malformed_json"
+MISSING_FIELD = "missing_field"
+WRONG_TYPE = "wrong_type"
+EMPTY_DOCUMENT = "empty_document"
+EMPTY_SUMMARY = "empty_summary"
+INVALID_UTF8 = "invalid_utf8"
+EMPTY_BETWEEN_SEPARATORS = "empty_between_separators"
+MISMATCHED_FILES = "mismatched_files"
+
+
+@dataclass
+class InputError(Exception):
+    """A bad example in an input file. ``line`` is 1-based; ``field`` may be None."""
+
+    path: str
+    line: int
+    field: str | None
+    reason: str
+    detail: str
+
+    def __str__(self) -> str:
+        field = f", field '{self.field}'" if self.field else ""
+        return f"{self.path}, line {self.line}{field}: {self.detail} [{self.reason}]"
+
+    def __reduce__(self):
+        # Picklable, so that worker processes can send it back.
+        return (InputError, (self.path, self.line, self.field, self.reason, self.detail))

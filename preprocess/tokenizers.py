@@ -1,0 +1,163 @@
+"""Tokenizers that turn text into dictionary symbols, exactly as fairseq's BPE classes do.
+
+* ``gpt2``: BART's byte-level BPE from a user's ``encoder.json`` and ``vocab.bpe``, run by
+  HF ``tokenizers`` (Rust) with GPT-2's pre-tokenization. Symbols are GPT-2 ids written as
+  decimal strings, which is what BART's ``dict.txt`` and fairseq's ``GPT2BPE`` use.
+* ``sentencepiece``: a model trained on the training split; symbols are its pieces,
+  which is what fairseq's ``SentencepieceBPE`` produces.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Iterable, Protocol
+
+# Each worker process runs one tokenizer; Rust threads inside forked workers would
+# only compete with the workers for the same cores.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TOKENIZERS = ("gpt2", "sentencepiece")
+GPT2_FILES = ("encoder.json", "vocab.bpe")
+SENTENCEPIECE_FILE = "sentencepiece.model"
+
+
+class Tokenizer(Protocol):
+    name: str
+
+    def encode(self, text: str) -> list[str]: ...
+
+    def decode(self, symbols: list[str]) -> str: ...
+
+    def save(self, data_dir: str | Path) -> None: ...
+
+
+class Gpt2Tokenizer:
+    """GPT-2 byte-level BPE, identical in output to ``fairseq.data.encoders.gpt2_bpe``."""
+
+    name = "gpt2"
+
+    def __init__(self, encoder_json: str | Path, vocab_bpe: str | Path):
+        from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
+
+        self.files = {"encoder.json": Path(encoder_json), "vocab.bpe": Path(vocab_bpe)}
+        bpe = models.BPE.from_file(str(encoder_json), str(vocab_bpe))
+        self._hf = HFTokenizer(bpe)
+        # fairseq's encoder applies GPT-2's regex to the raw text, with no prefix space.
+        self._hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        self._hf.decoder = decoders.ByteLevel()
+
+    def encode(self, text: str) -> list[str]:
+        return [str(i) for i in self._hf.encode(text, add_special_tokens=False).ids]
+
+    def decode(self, symbols: list[str]) -> str:
+        # Dictionary specials such as "<unk>" have no GPT-2 id: they are kept as text.
+        pieces, ids = [], []
+        for symbol in symbols:
+            if symbol.isdigit():
+                ids.append(int(symbol))
+                continue
+            if ids:
+                pieces.append(self._hf.decode(ids))
+                ids = []
+            pieces.append(symbol)
+        if ids:
+            pieces.append(self._hf.decode(ids))
+        return "".join(pieces)
+
+    def save(self, data_dir: str | Path) -> None:
+        for name, source in self.files.items():
+            target = Path(data_dir) / name
+            if source.resolve() != target.resolve():
+                shutil.copyfile(source, target)
+
+
+class SentencePieceTokenizer:
+    """A sentencepiece model, used as fairseq's ``SentencepieceBPE`` uses it."""
+
+    name = "sentencepiece"
+
+    def __init__(self, model: str | Path):
+        import sentencepiece as spm
+
+        self.model_path = Path(model)
+        self.sp = spm.SentencePieceProcessor(model_file=str(model))
+
+    def encode(self, text: str) -> list[str]:
+        return self.sp.encode(text, out_type=str)
+
+    def decode(self, symbols: list[str]) -> str:
+        # The same rule as fairseq's SentencepieceBPE.decode.
+        return "".join(symbols).replace("\u2581", " ").strip()
+
+    def save(self, data_dir: str | Path) -> None:
+        target = Path(data_dir) / SENTENCEPIECE_FILE
+        if self.model_path.resolve() != target.resolve():
+            shutil.copyfile(self.model_path, target)
+
+    def dictionary_symbols(self) -> list[str]:
+        """Every piece the model can emit, i.e. all but spm's control and unknown pieces."""
+        return [
+            self.sp.id_to_piece(i)
+            for i in range(self.sp.get_piece_size())
+            if not (self.sp.is_control(i) or self.sp.is_unknown(i))
+        ]
+
+
+def build_tokenizer(name: str, **files) -> Tokenizer:
+    """``build_tokenizer("gpt2", encoder_json=..., vocab_bpe=...)`` or
+    ``build_tokenizer("sentencepiece", model=...)``."""
+    if name == "gpt2":
+        return Gpt2Tokenizer(files["encoder_json"], files["vocab_bpe"])
+    if name == "sentencepiece":
+        return SentencePieceTokenizer(files["model"])
+    raise ValueError(f"unknown tokenizer {name!r}; choose from {TOKENIZERS}")
+
+
+def load_tokenizer(data_dir: str | Path) -> Tokenizer:
+    """The tokenizer that a paged data directory was made with (from its meta.json)."""
+    data_dir = Path(data_dir)
+    name = json.loads((data_dir / "meta.json").read_text())["tokenizer"]
+    if name == "gpt2":
+        return build_tokenizer(name, encoder_json=data_dir / "encoder.json", vocab_bpe=data_dir / "vocab.bpe")
+    return build_tokenizer(name, model=data_dir / SENTENCEPIECE_FILE)
+
+
+def train_sentencepiece(sentences: Iterable[str], model_path: str | Path, vocab_size: int,
+                        max_sentences: int = 2_000_000) -> SentencePieceTokenizer:
+    """Train a unigram sentencepiece model on ``sentences`` and write it to ``model_path``.
+
+    Training is made reproducible by a fixed sampling seed and by a single thread for
+    the EM steps whose float sums would otherwise depend on thread scheduling.
+    """
+    import sentencepiece as spm
+
+    spm.set_random_generator_seed(1)
+    with open(model_path, "wb") as model:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type="unigram",
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            num_threads=1,
+            # The dictionary holds <s>, <pad>, </s>, <unk> itself; spm keeps its defaults.
+            minloglevel=2,
+        )
+    return SentencePieceTokenizer(model_path)
+
+
+def build_dictionary(tokenizer: Tokenizer, gpt2_dict: str | Path | None = None):
+    """The fairseq ``Dictionary`` for ``tokenizer``: BART's ``dict.txt`` for gpt2,
+    or one symbol per sentencepiece piece."""
+    from fairseq.data import Dictionary
+
+    if tokenizer.name == "gpt2":
+        if gpt2_dict is None:
+            raise ValueError("the gpt2 tokenizer needs BART's dict.txt (--gpt2-dict)")
+        return Dictionary.load(str(gpt2_dict))
+    dictionary = Dictionary()
+    for piece in tokenizer.dictionary_symbols():
+        dictionary.add_symbol(piece, n=0)
+    return dictionary

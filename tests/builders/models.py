@@ -1,0 +1,85 @@
+"""Tiny PageSum models, their plain-BART twins, and fairseq-format checkpoints."""
+
+import argparse
+import os
+from typing import List, Sequence, Tuple
+
+import torch
+from fairseq import options, tasks
+from fairseq.models.bart import BARTModel
+
+import pagesum_plugin  # noqa: F401  (registers the task, model and criterion)
+from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
+
+
+def build_tiny(data_dir: str, *extra_args: str):
+    """(args, task, PageSumModel) for a pagesum_tiny model over ``data_dir``, in eval mode."""
+    parser = options.get_training_parser()
+    argv = [
+        data_dir,
+        "--task", "paged_summarization",
+        "--arch", "pagesum_tiny",
+        "--criterion", "paged_label_smoothed_cross_entropy",
+        "--optimizer", "adam",
+        "--dropout", "0.0",
+        "--cpu",
+        *extra_args,
+    ]
+    args = options.parse_args_and_arch(parser, argv)
+    task = tasks.setup_task(args)
+    torch.manual_seed(0)
+    model = task.build_model(args)
+    with torch.no_grad():  # a confidence layer that really discriminates between pages
+        model.decoder.page_confidence.weight.normal_(0, 1.0)
+    return args, task, model.eval()
+
+
+def bart_twin(args, task, pagesum_model) -> BARTModel:
+    """A stock fairseq BARTModel holding exactly the PageSum model's BART weights."""
+    bart = BARTModel.build_model(args, task)
+    state = {k: v for k, v in pagesum_model.state_dict().items() if k not in CONFIDENCE_KEYS}
+    bart.load_state_dict(state, strict=True)
+    return bart.eval()
+
+
+def paged_batch(page_lists: Sequence[Sequence[Sequence[int]]], dictionary, max_pages: int = 0) -> torch.Tensor:
+    """Content ids per page per example -> (batch, max_pages, page_len) src_tokens with <s> ... </s>."""
+    bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
+    width = max(len(p) for pages in page_lists for p in pages) + 2
+    n_pages = max(max_pages, max(len(pages) for pages in page_lists))
+    out = torch.full((len(page_lists), n_pages, width), pad, dtype=torch.long)
+    for i, pages in enumerate(page_lists):
+        for j, page in enumerate(pages):
+            out[i, j, : len(page) + 2] = torch.tensor([bos, *page, eos])
+    return out
+
+
+def decoder_input(summaries: Sequence[Sequence[int]], dictionary) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(target, prev_output_tokens), each (batch, tgt_len): <s> s </s> and </s> <s> s."""
+    from fairseq.data import data_utils
+
+    bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
+    targets = [torch.tensor([bos, *s, eos]) for s in summaries]
+    return (
+        data_utils.collate_tokens(targets, pad, eos),
+        data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True),
+    )
+
+
+def save_bart_checkpoint(path: str, bart: BARTModel, arch: str = "bart_base", **arch_overrides) -> None:
+    """Write ``bart`` the way fairseq's released BART checkpoints are laid out
+    (``{"args": Namespace, "model": state_dict, ...}``)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    ns = argparse.Namespace(arch=arch, task="denoising", **arch_overrides)
+    torch.save(
+        {"args": ns, "model": bart.state_dict(), "optimizer_history": [], "extra_state": {}, "last_optimizer_state": None},
+        path,
+    )
+
+
+def random_pages(rng: torch.Generator, n_pages: int, low: int, high: int, min_len: int = 4, max_len: int = 12) -> List[List[int]]:
+    pages = []
+    for _ in range(n_pages):
+        length = int(torch.randint(min_len, max_len + 1, (1,), generator=rng))
+        pages.append(torch.randint(low, high, (length,), generator=rng).tolist())
+    return pages

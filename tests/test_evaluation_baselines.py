@@ -1,0 +1,100 @@
+"""``pagesum-baseline``: Lead-k and greedy Oracle on real papers, from jsonl and paged data."""
+
+import pytest
+from rouge_score import rouge_scorer
+
+from builders.corpora import acl_papers, write_jsonl
+from evaluation import rouge
+from evaluation.baselines import main, oracle
+from evaluation.data import iter_documents
+from preprocess.cli import main as preprocess_main
+from preprocess.sentences import split_sentences
+
+
+@pytest.fixture(scope="module")
+def papers():
+    return acl_papers(6, offset=40)
+
+
+@pytest.fixture(scope="module")
+def jsonl(tmp_path_factory, papers):
+    return str(write_jsonl(tmp_path_factory.mktemp("jsonl") / "test.jsonl", papers))
+
+
+@pytest.fixture(scope="module")
+def paged(tmp_path_factory, jsonl):
+    data = tmp_path_factory.mktemp("paged") / "data"
+    assert preprocess_main(["--input-format", "jsonl", "--trainpref", jsonl, "--testpref", jsonl,
+                            "--tokenizer", "sentencepiece", "--vocab-size", "500", "--locality", "discourse",
+                            "--destdir", str(data), "--no-progress"]) == 0
+    return str(data)
+
+
+def _read(path):
+    return open(path, encoding="utf-8").read().splitlines()
+
+
+def _r1_plus_r2(summary, reference, scorer=rouge_scorer.RougeScorer(["rouge1", "rouge2"], use_stemmer=True)):
+    scores = scorer.score(reference, summary)
+    return scores["rouge1"].fmeasure + scores["rouge2"].fmeasure
+
+
+def test_lead_k_writes_the_first_k_sentences_of_each_document(jsonl, papers, tmp_path, capsys):
+    out = tmp_path / "lead.txt"
+    assert main(["--input", jsonl, "--method", "lead", "--k", "2", "--out", str(out)]) == 0
+    assert "wrote 6 lead summaries" in capsys.readouterr().out
+    for line, paper in zip(_read(out), papers):
+        first = [s for sec in paper["sections"] for s in split_sentences(sec["text"])][:2]
+        assert line == " ".join(first)
+
+
+def test_oracle_beats_lead_and_starts_from_the_best_single_sentence(jsonl, papers, tmp_path):
+    out, refs = tmp_path / "oracle.txt", tmp_path / "ref.txt"
+    assert main(["--input", jsonl, "--method", "oracle", "--out", str(out), "--ref-out", str(refs)]) == 0
+    lead_out = tmp_path / "lead.txt"
+    assert main(["--input", jsonl, "--method", "lead", "--out", str(lead_out)]) == 0
+    oracle_r1 = rouge.corpus_rouge(_read(out), _read(refs))["rouge1"]
+    lead_r1 = rouge.corpus_rouge(_read(lead_out), _read(refs))["rouge1"]
+    assert oracle_r1 > lead_r1 + 10
+    # Greedy step 1 is the best single sentence: check it by brute force on one paper.
+    sentences = next(iter_documents(jsonl)).sentences
+    reference = papers[0]["summary"]
+    best_single = max(sentences, key=lambda s: _r1_plus_r2(s, reference))
+    assert best_single in oracle(sentences, reference)
+
+
+def test_oracle_stops_when_no_sentence_adds_rouge():
+    sentences = ["Completely unrelated words here.", "PageSum reads pages.", "PageSum reads pages."]
+    # A second copy of the matching sentence would only lower precision.
+    assert oracle(sentences, "PageSum reads pages.") == ["PageSum reads pages."]
+    assert oracle(["a b c", "d e f"], "x y z") == []
+
+
+def test_baselines_read_paged_data_and_keep_every_example(paged, papers, tmp_path, capsys):
+    out, refs = tmp_path / "lead.txt", tmp_path / "ref.txt"
+    assert main(["--input", paged, "--split", "test", "--method", "lead", "--k", "3", "--out", str(out),
+                 "--ref-out", str(refs)]) == 0
+    assert "wrote 6 lead summaries" in capsys.readouterr().out
+    assert _read(refs) == [" ".join(p["summary"].split()) for p in papers]
+    for line, doc in zip(_read(out), iter_documents(paged, "test")):
+        assert line == " ".join(doc.sentences[:3])
+        # Discourse pages start with the section's own text.
+        assert doc.parts[0] and doc.parts[0][0].split()[0] in line
+    oracle_out = tmp_path / "oracle.txt"
+    assert main(["--input", paged, "--split", "test", "--method", "oracle", "--out", str(oracle_out)]) == 0
+    scores = rouge.corpus_rouge(_read(oracle_out), _read(refs))
+    assert scores["rouge1"] > rouge.corpus_rouge(_read(out), _read(refs))["rouge1"]
+
+
+def test_a_paged_directory_without_split_is_a_clear_error(paged, tmp_path, capsys):
+    assert main(["--input", paged, "--method", "lead", "--out", str(tmp_path / "x.txt")]) == 2
+    assert "give the split to read" in capsys.readouterr().err
+
+
+def test_a_bad_jsonl_line_is_reported_with_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "summary": "s", "text": "Fine text."}\n{"id": "b", "summary": "s"}\n')
+    assert main(["--input", str(bad), "--method", "lead", "--out", str(tmp_path / "x.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl, line 2" in err
+
