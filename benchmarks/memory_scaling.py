@@ -46,6 +46,7 @@ is not. Both models run under the same setting.
 import argparse
 import gc
 import logging
+import sys
 from typing import Dict, List, Optional
 
 import torch
@@ -84,7 +85,8 @@ def parse_args(argv=None):
         "--attention",
         choices=ATTENTION_KERNELS,
         default="math",
-        help="math: the score matrix is materialised (BART's original attention); fused: flash/memory-efficient kernels",
+        help="math: the score matrix is materialised (as in BART's original attention); "
+        "fused: flash / memory-efficient kernels",
     )
     args = parser.parse_args(argv)
     on_cuda = args.device == "cuda"
@@ -129,7 +131,7 @@ def measure(args, dictionary, models, device) -> List[Dict[str, Optional[float]]
     rows = []
     for n_pages in args.pages:
         paged = paged_source(dictionary, 1, n_pages, args.page_len, generator)  # (1, n, page_len)
-        inputs = {"PageSum": paged.to(device), "BART": concatenated(paged, dictionary).to(device)}
+        inputs = {"PageSum": paged.to(device), "BART": concatenated(paged).to(device)}
         row = {"pages": n_pages, "tokens": n_pages * args.page_len}
         for name, model in models.items():
             step = make_step(model, inputs[name], target, prev_output_tokens, dictionary.pad())
@@ -139,11 +141,11 @@ def measure(args, dictionary, models, device) -> List[Dict[str, Optional[float]]
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         rows.append(row)
-        print(f"  {n_pages} pages done: {row}", flush=True)
+        print(f"{n_pages} pages done", file=sys.stderr, flush=True)
     return rows
 
 
-def concatenated(paged: torch.Tensor, dictionary) -> torch.Tensor:
+def concatenated(paged: torch.Tensor) -> torch.Tensor:
     """(1, n, page_len) pages -> (1, n * page_len): the same tokens as one document."""
     return paged.reshape(paged.size(0), -1)
 
@@ -151,6 +153,7 @@ def concatenated(paged: torch.Tensor, dictionary) -> torch.Tensor:
 def run_or_oom(step, model, device: torch.device, repeats: int):
     try:
         seconds = best_seconds(step, device, repeats)
+        model.zero_grad(set_to_none=True)  # the measured step allocates its gradients afresh
         peak = peak_step_bytes(step, device, [model])
     except torch.cuda.OutOfMemoryError:
         return None

@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence
 from evaluation.data import iter_documents
 from evaluation.rouge import tokenize
 from preprocess.errors import InputError
+from preprocess.readers import INPUT_FORMATS
 from rouge_score.scoring import fmeasure
 
 
@@ -66,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pagesum-baseline", description=__doc__.split("\n")[0])
     parser.add_argument("--input", required=True, help="jsonl file, or a paged data directory (with --split)")
     parser.add_argument("--split", help="split of a paged data directory (train / valid / test)")
+    parser.add_argument("--input-format", default="jsonl", choices=INPUT_FORMATS,
+                        help="format of a non-paged --input (default: jsonl)")
     parser.add_argument("--method", choices=["lead", "oracle"], required=True)
     parser.add_argument("--k", type=int, default=3, help="sentences of Lead-k (default: 3)")
     parser.add_argument("--max-sentences", type=int, default=None, help="cap on Oracle sentences (default: none)")
@@ -78,7 +81,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     written = empty = 0
     try:
-        documents = iter_documents(args.input, args.split)
+        documents = iter_documents(args.input, args.split, args.input_format)
         with open(args.out, "w", encoding="utf-8") as out:
             refs = open(args.ref_out, "w", encoding="utf-8") if args.ref_out else None
             for doc in documents:

@@ -26,8 +26,12 @@ class Document:
 
 
 def iter_documents(path: str, split: Optional[str] = None, input_format: str = "jsonl") -> Iterator[Document]:
-    """Documents of a ``jsonl`` file (``split`` unset) or of ``split`` in a paged data directory."""
-    if Path(path).is_dir():
+    """Documents of ``split`` in a paged data directory, or of a dataset file (``split`` unset).
+
+    ``input_format`` names the format of a dataset file or folder (any of
+    ``preprocess.readers.INPUT_FORMATS``; ``aclsum`` reads a folder of S2ORC papers).
+    """
+    if Path(path).is_dir() and (Path(path) / "meta.json").exists():
         if not split:
             raise ValueError(f"{path} is a paged data directory: give the split to read (--split)")
         from preprocess.paged_reader import read_paged_split

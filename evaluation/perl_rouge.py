@@ -53,9 +53,10 @@ def perl_rouge(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -
         raw = scorer.evaluate(list(hypotheses), [list(r) for r in references])
     return {
         ours: {
-            "f": 100.0 * raw[perl]["f"],
-            "ci_low": 100.0 * raw[perl]["f_conf_int"][0],
-            "ci_high": 100.0 * raw[perl]["f_conf_int"][1],
+            # The script prints 5 decimals of a 0..1 score: keep exactly those digits.
+            "f": round(100.0 * raw[perl]["f"], 3),
+            "ci_low": round(100.0 * raw[perl]["f_conf_int"][0], 3),
+            "ci_high": round(100.0 * raw[perl]["f_conf_int"][1], 3),
         }
         for perl, ours in _PERL_NAMES.items()
     }

@@ -9,6 +9,7 @@ Every command also prints the numbers behind its figure (``--json`` for scripts)
 """
 
 import argparse
+import itertools
 import json
 import sys
 from typing import Dict, List, Optional, Sequence
@@ -22,6 +23,7 @@ import numpy as np  # noqa: E402
 from evaluation import analysis  # noqa: E402
 from evaluation.data import iter_documents  # noqa: E402
 from preprocess.errors import InputError  # noqa: E402
+from preprocess.readers import INPUT_FORMATS  # noqa: E402
 
 # --------------------------------------------------------------------------- figures
 
@@ -102,8 +104,8 @@ def _save(fig, out: str) -> None:
 
 
 def _documents(args) -> List:
-    docs = list(iter_documents(args.input, args.split))
-    return docs[: args.max_docs] if args.max_docs else docs
+    docs = iter_documents(args.input, args.split, args.input_format)
+    return list(itertools.islice(docs, args.max_docs))  # islice(..., None) reads them all
 
 
 def cmd_page_importance(args) -> Dict:
@@ -162,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     def data_options(p):
         p.add_argument("--input", help="jsonl file, or a paged data directory (with --split)")
         p.add_argument("--split", help="split of a paged data directory")
+        p.add_argument("--input-format", default="jsonl", choices=INPUT_FORMATS,
+                       help="format of a non-paged --input (default: jsonl)")
         p.add_argument("--max-docs", type=int, default=None, help="use only the first N documents")
 
     p = command("page-importance", cmd_page_importance, "heatmap of page weights over decoding steps (Fig. 3)")

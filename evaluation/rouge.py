@@ -18,7 +18,9 @@ they are computed:
 
 import collections
 import functools
+import multiprocessing
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Dict, List, Optional, Sequence
 
@@ -190,6 +192,15 @@ def score_multi(references: Sequence[str], hypothesis: str) -> Dict[str, float]:
     return {k: max(s[k] for s in scores) for k in METRICS}
 
 
+def _pool_context():
+    """fork is fastest, but forking a process that holds a CUDA context (validation
+    inside fairseq-train) is unsafe: spawn fresh interpreters there instead."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return multiprocessing.get_context("spawn")
+    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+
+
 def _score_chunk(chunk):
     return [score_multi(refs, hyp) for hyp, refs in chunk]
 
@@ -216,7 +227,7 @@ def score_examples(
         # Contiguous chunks keep each worker's stem cache warm on related text.
         size = -(-len(pairs) // (workers * 4))
         chunks = [pairs[i : i + size] for i in range(0, len(pairs), size)]
-        with ProcessPoolExecutor(workers) as pool:
+        with ProcessPoolExecutor(workers, mp_context=_pool_context()) as pool:
             rows = [row for part in pool.map(_score_chunk, chunks) for row in part]
     return {k: np.array([row[k] for row in rows], dtype=np.float64) for k in METRICS}
 

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Sequence
 
+import numpy as np
+
 from evaluation import rouge
 from evaluation.significance import approximate_randomization, bootstrap_ci
 
@@ -65,7 +67,7 @@ def count_empty(lines: Sequence[str]) -> int:
     return sum(1 for line in lines if not line.strip())
 
 
-def summarize(per_example: Dict[str, "object"], samples: int, seed: int) -> Dict[str, Dict[str, float]]:
+def summarize(per_example: Dict[str, np.ndarray], samples: int, seed: int) -> Dict[str, Dict[str, float]]:
     """Mean F1 x 100 and its bootstrap 95% interval for each metric."""
     result = {}
     for metric, scores in per_example.items():

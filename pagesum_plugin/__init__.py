@@ -10,3 +10,4 @@ weights-only unpickler.
 
 from . import checkpoint_safety  # noqa: F401  (first: fairseq-generate loads checkpoints)
 from . import criterions, models, tasks  # noqa: F401
+from .hub_interface import PageSumHubInterface, from_pretrained  # noqa: F401

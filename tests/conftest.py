@@ -43,7 +43,7 @@ TRAIN_FLAGS = [
     "--arch", "pagesum_tiny",
     "--criterion", "paged_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
     "--optimizer", "adam", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "30",
-    "--dropout", "0.0", "--max-tokens", "4000", "--cpu", "--seed", "1",
+    "--dropout", "0.0", "--max-tokens", "1500", "--cpu", "--seed", "1",
     "--log-format", "simple", "--log-interval", "20", "--no-epoch-checkpoints", "--num-workers", "0",
 ]
 
@@ -52,5 +52,5 @@ TRAIN_FLAGS = [
 def trained_run(copy_task_dir, tmp_path_factory):
     """fairseq-train on the copy task: (save_dir, training log). Shared by train, generation and hub tests."""
     save_dir = str(tmp_path_factory.mktemp("run"))
-    log = run_cli(["fairseq-train", copy_task_dir, *TRAIN_FLAGS, "--max-update", "240", "--save-dir", save_dir])
+    log = run_cli(["fairseq-train", copy_task_dir, *TRAIN_FLAGS, "--max-update", "200", "--save-dir", save_dir])
     return save_dir, log

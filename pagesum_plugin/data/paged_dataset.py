@@ -90,6 +90,9 @@ class PagedSummarizationDataset(FairseqDataset):
         self.src_sizes = np.bincount(
             example_of_page[kept], weights=page_sizes[kept], minlength=len(page_counts)
         ).astype(np.int64)
+        # each page is encoded on its own, so positions are bounded by the longest page
+        self.longest_page = np.zeros(len(page_counts), dtype=np.int64)
+        np.maximum.at(self.longest_page, example_of_page[kept], page_sizes[kept])
         self.tgt_sizes = np.minimum(summaries.sizes, max_target_tokens).astype(np.int64)
 
     def __len__(self) -> int:
@@ -134,11 +137,12 @@ class PagedSummarizationDataset(FairseqDataset):
         return self.src_sizes[indices] + self.page_counts[indices] * self.tgt_sizes[indices]
 
     def size(self, index: int):
-        return (int(self.src_sizes[index]), int(self.tgt_sizes[index]))
+        """What fairseq compares with the model's max positions: the longest page and the summary."""
+        return (int(self.longest_page[index]), int(self.tgt_sizes[index]))
 
     @property
     def sizes(self):
-        return np.vstack((self.src_sizes, self.tgt_sizes)).T
+        return np.vstack((self.longest_page, self.tgt_sizes)).T
 
     def ordered_indices(self):
         if self.shuffle:

@@ -41,18 +41,23 @@ def write_split(data_dir: str, split: str, examples: List[dict], dictionary: Dic
 
 
 def copy_task_examples(num_examples: int, dictionary: Dictionary, seed: int = 0, max_pages: int = 4):
-    """A learnable synthetic task: the summary is the first 3 tokens of every page.
+    """A learnable synthetic task: one page per example starts with a marker token, and
+    the summary is that page's text.
 
-    Solving it needs every page and knowledge of which page a summary position comes
-    from, which is what page mixing provides."""
+    PageSum sees pages as a set (it has no page order), so the task is defined by
+    content: solving it needs the confidence layer to find the marked page and the
+    decoder to copy from it. Summaries vary in length, so beam search finishes
+    different examples at different steps."""
     rng = np.random.RandomState(seed)
-    first_word = dictionary.nspecial
-    vocab = np.arange(first_word, first_word + 40)
+    marker = dictionary.nspecial
+    vocab = np.arange(marker + 1, marker + 31)
     examples = []
     for _ in range(num_examples):
         n_pages = rng.randint(1, max_pages + 1)
-        pages = [rng.choice(vocab, size=rng.randint(6, 14)).tolist() for _ in range(n_pages)]
-        summary = [tok for page in pages for tok in page[:3]]
+        pages = [rng.choice(vocab, size=rng.randint(3, 10)).tolist() for _ in range(n_pages)]
+        marked = rng.randint(n_pages)
+        summary = list(pages[marked])
+        pages[marked] = [marker] + pages[marked]
         examples.append({"pages": pages, "summary": summary})
     return examples
 

@@ -1,0 +1,63 @@
+"""Regenerates the README's figures from the ACL papers that the ``aclsum`` package ships.
+
+    python -m evaluation.make_figures --out-dir docs/figures \\
+        [--page-weights test.page_weights.jsonl --id 0] [--nsp-model bert-large-uncased/]
+
+* ``locality.png`` (Fig. 1) and ``dependencies.png`` (Fig. 4) need nothing else;
+* ``page_importance.png`` (Fig. 3) needs a page-weights file written by
+  ``fairseq-generate ... --page-weights-output FILE`` for a model run on aclsum papers;
+* ``coherence.png`` (Eq. 11) needs a local BERT next-sentence-prediction model.
+
+A figure whose input is not given is skipped and reported, never faked. Each
+figure's numbers are written beside it as JSON.
+"""
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import aclsum
+
+from evaluation import plots
+
+PAPER_DIR = Path(aclsum.__file__).parent / "dataset" / "paper_jsons"
+
+
+def _run(name: str, argv, out_dir: Path) -> None:
+    png = out_dir / f"{name}.png"
+    args = plots.build_parser().parse_args([*argv, "--out", str(png)])
+    numbers = args.func(args)
+    (out_dir / f"{name}.json").write_text(json.dumps(numbers, indent=1) + "\n")
+    print(f"wrote {png}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out-dir", default="docs/figures")
+    parser.add_argument("--papers", type=int, default=20, help="papers for the locality curve (default: 20)")
+    parser.add_argument("--page-weights", help="page-weights file of a model run on aclsum papers")
+    parser.add_argument("--id", type=int, default=0, help="example shown in the page-importance heatmap")
+    parser.add_argument("--nsp-model", help="local BertForNextSentencePrediction directory")
+    args = parser.parse_args(argv)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    papers = ["--input", str(PAPER_DIR), "--input-format", "aclsum"]
+
+    _run("locality", ["locality", *papers, "--max-docs", str(args.papers), "--max-sentences", "150",
+                      "--max-distance", "40"], out_dir)
+    _run("dependencies", ["dependencies", *papers], out_dir)
+    if args.page_weights:
+        _run("page_importance", ["page-importance", "--weights", args.page_weights, "--id", str(args.id)], out_dir)
+    else:
+        print("skipped page_importance.png: give --page-weights (from fairseq-generate --page-weights-output)")
+    if args.nsp_model:
+        _run("coherence", ["coherence", *papers, "--model", args.nsp_model], out_dir)
+    else:
+        print("skipped coherence.png: give --nsp-model (a local BERT next-sentence-prediction model)")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    raise SystemExit(main())

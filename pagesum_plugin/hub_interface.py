@@ -1,0 +1,152 @@
+"""Summarize raw documents from Python with a trained PageSum model.
+
+    from pagesum_plugin import from_pretrained
+    pagesum = from_pretrained("checkpoints/", "checkpoint_best.pt", data_name_or_path="data-bin/arxiv")
+    summaries = pagesum.summarize(["A long document ...", [("Intro", "..."), ("Method", "...")]], beam=4)
+
+Pages are made by the same code as ``pagesum-preprocess`` (``preprocess.paging``), with
+the settings recorded in the data directory's ``meta.json`` unless overridden.
+"""
+
+import json
+import os
+from dataclasses import replace
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import torch
+from fairseq import checkpoint_utils
+from torch import nn
+
+from .data.paged_dataset import collate_pages
+from .generation import PageSumSequenceGenerator
+
+Document = Union[str, Sequence[Any]]  # a text, a list of sections, or a list of documents
+
+
+def from_pretrained(
+    model_dir: str,
+    checkpoint_file: str = "checkpoint_best.pt",
+    data_name_or_path: Optional[str] = None,
+    **arg_overrides,
+) -> "PageSumHubInterface":
+    """Load ``model_dir/checkpoint_file``; the data directory (dict.txt, meta.json and the
+    tokenizer files written by pagesum-preprocess) defaults to ``model_dir``."""
+    data_dir = data_name_or_path or model_dir
+    path = os.path.join(model_dir, checkpoint_file)
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data_dir, **arg_overrides})
+    return PageSumHubInterface(task, models[0], data_dir)
+
+
+class PageSumHubInterface(nn.Module):
+    def __init__(self, task, model, data_dir: str):
+        super().__init__()
+        from preprocess.paging import PagingConfig
+        from preprocess.tokenizers import load_tokenizer
+
+        self.task = task
+        self.model = model.eval()
+        self.dictionary = task.target_dictionary
+        self.tokenizer = load_tokenizer(data_dir)
+        with open(os.path.join(data_dir, "meta.json")) as f:
+            meta = json.load(f)
+        defaults = PagingConfig()
+        self.paging = PagingConfig(
+            locality=meta.get("locality", defaults.locality),
+            num_pages=meta.get("num_pages", defaults.num_pages),
+            max_pages=meta.get("max_pages", defaults.max_pages),
+            max_page_tokens=meta.get("max_page_tokens", defaults.max_page_tokens),
+        )
+        self.register_buffer("_device_tracker", torch.zeros(0), persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device_tracker.device
+
+    # ---- paging and tokenization, shared with pagesum-preprocess -------------------------
+
+    def pages(self, document: Document, **paging) -> List[torch.LongTensor]:
+        """The page tensors of one document, each ``<s> ... </s>``."""
+        from preprocess.paging import encode_pages
+        from preprocess.readers import example_from_raw
+
+        config = replace(self.paging, **{k: v for k, v in paging.items() if v is not None})
+        pages = encode_pages(example_from_raw(document), config, self.tokenizer, self.dictionary)
+        if not pages:
+            raise ValueError("the document has no tokens to summarize")
+        return pages
+
+    def encode_summary(self, summary: str) -> torch.LongTensor:
+        symbols = self.tokenizer.encode(summary)
+        return torch.LongTensor([self.dictionary.bos()] + [self.dictionary.index(s) for s in symbols] + [self.dictionary.eos()])
+
+    def decode(self, tokens: torch.LongTensor) -> str:
+        special = {self.dictionary.bos(), self.dictionary.eos(), self.dictionary.pad()}
+        return self.tokenizer.decode([self.dictionary[t] for t in tokens.tolist() if t not in special])
+
+    # ---- summarization ----------------------------------------------------------------------
+
+    @torch.no_grad()
+    def summarize(
+        self,
+        documents: Union[Document, List[Document]],
+        locality: Optional[str] = None,
+        num_pages: Optional[int] = None,
+        max_pages: Optional[int] = None,
+        beam: int = 4,
+        lenpen: float = 1.0,
+        min_len: int = 1,
+        max_len_b: int = 256,
+        no_repeat_ngram_size: int = 3,
+        top_pages: int = 0,
+        batch_size: int = 8,
+        return_page_weights: bool = False,
+    ) -> Union[List[str], List[Dict[str, Any]]]:
+        """Summaries of ``documents``, in order. A single ``str`` document may be passed alone.
+
+        With ``return_page_weights``, each result is ``{"summary", "tokens", "page_weights"}``
+        where ``page_weights`` is a (steps, pages) tensor."""
+        if isinstance(documents, str):
+            documents = [documents]
+        generator = PageSumSequenceGenerator(
+            [self.model],
+            self.dictionary,
+            beam_size=beam,
+            len_penalty=lenpen,
+            min_len=min_len,
+            max_len_b=max_len_b,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            top_pages=top_pages,
+        )
+        paged = [self.pages(d, locality=locality, num_pages=num_pages, max_pages=max_pages) for d in documents]
+        results = []
+        for start in range(0, len(paged), batch_size):
+            src_tokens = collate_pages(paged[start : start + batch_size], self.dictionary.pad()).to(self.device)
+            sample = {"net_input": {"src_tokens": src_tokens}}
+            for hypos in generator.generate([self.model], sample):
+                best = hypos[0]
+                results.append(self._result(best, return_page_weights))
+        return results
+
+    def _result(self, hypo, with_weights: bool):
+        summary = self.decode(hypo["tokens"])
+        if not with_weights:
+            return summary
+        return {
+            "summary": summary,
+            "tokens": [self.dictionary[t] for t in hypo["tokens"].tolist()],
+            "page_weights": hypo["page_weights"].cpu(),
+        }
+
+    @torch.no_grad()
+    def teacher_forced_page_weights(self, document: Document, summary: str, **paging) -> Dict[str, Any]:
+        """Page weights at every position of a given (reference) summary: what Fig. 3 of the
+        paper plots. Returns ``{"tokens": [...], "page_weights": (steps, pages) tensor}``."""
+        pages = self.pages(document, **paging)
+        target = self.encode_summary(summary)  # <s> summary </s>
+        prev = torch.cat([target[-1:], target[:-1]]).unsqueeze(0).to(self.device)  # </s> <s> summary
+        src_tokens = collate_pages([pages], self.dictionary.pad()).to(self.device)
+        _, extra = self.model(src_tokens, None, prev)
+        return {
+            "tokens": [self.dictionary[t] for t in target.tolist()],
+            "page_weights": extra["page_weights"][0].t().float().cpu(),  # (steps, pages)
+        }

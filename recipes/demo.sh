@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# PageSum end to end on a laptop CPU, on the 250 real ACL papers that the aclsum
+# package ships (abstract = summary, body sections = pages):
+#
+#   setup -> pagesum-preprocess -> fairseq-train (a small PageSum from scratch, with a
+#   sentencepiece vocabulary) -> fairseq-generate (page-combined beam search) ->
+#   pagesum-score (model and Lead-3) -> pagesum-plot page-importance -> a short report.
+#
+# Everything goes to outputs/demo/. The same commands as recipes/<dataset>.sh, at a size
+# that runs in minutes on two cores. Options (environment):
+#   LOCALITY        discourse (default: one page per section) or spatial
+#   TRAIN_MINUTES   wall-clock budget of training (default: 6)
+#   VOCAB_SIZE      sentencepiece vocabulary (default: 4000)
+#   DEMO_DIR        output folder (default: outputs/demo)
+#   SKIP_SETUP=1    use the active Python environment instead of running setup.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+START=$SECONDS
+
+LOCALITY=${LOCALITY:-discourse}
+TRAIN_MINUTES=${TRAIN_MINUTES:-6}
+VOCAB_SIZE=${VOCAB_SIZE:-4000}
+DEMO_DIR=${DEMO_DIR:-outputs/demo}
+case "$LOCALITY" in
+    discourse) PAGING=(--locality discourse --max-pages 8) ;;
+    spatial) PAGING=(--locality spatial --num-pages 8) ;;
+    *) echo "demo: LOCALITY must be discourse or spatial, got '$LOCALITY'" >&2; exit 2 ;;
+esac
+[[ "$TRAIN_MINUTES" =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "demo: TRAIN_MINUTES must be a number" >&2; exit 2; }
+
+step() { printf '\n==> [%3ds] %s\n' $((SECONDS - START)) "$*"; }
+
+step "setup"
+if [ "${SKIP_SETUP:-0}" != 1 ]; then
+    bash setup.sh
+    . .venv/bin/activate
+fi
+
+# Small enough for two CPU cores: 8 pages of 128 tokens, summaries of 160 tokens.
+PAGE_TOKENS=128 SUMMARY_TOKENS=160 MIN_LEN=60 MAX_LEN=160
+PAPERS=$DEMO_DIR/papers DATA=$DEMO_DIR/data-$LOCALITY RUN=$DEMO_DIR/run-$LOCALITY
+mkdir -p "$DEMO_DIR" "$RUN"
+
+step "splitting the 250 aclsum papers by file name: 200 train / 25 valid / 25 test"
+python - "$PAPERS" <<'EOF'
+import os, shutil, sys
+from pathlib import Path
+
+import aclsum
+
+papers = sorted((Path(aclsum.__file__).parent / "dataset" / "paper_jsons").glob("*.json"))
+splits = {"train": papers[:200], "valid": papers[200:225], "test": papers[225:250]}
+for split, paths in splits.items():
+    folder = Path(sys.argv[1]) / split
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for path in paths:
+        shutil.copyfile(path, folder / path.name)
+    print(f"{split}: {len(paths)} papers")
+EOF
+
+step "pagesum-preprocess: $LOCALITY pages, sentencepiece vocabulary of $VOCAB_SIZE"
+rm -rf "$DATA"
+pagesum-preprocess --input-format aclsum --trainpref "$PAPERS/train" --validpref "$PAPERS/valid" \
+    --testpref "$PAPERS/test" --destdir "$DATA" "${PAGING[@]}" --max-page-tokens $PAGE_TOKENS \
+    --max-summary-tokens $SUMMARY_TOKENS --tokenizer sentencepiece --vocab-size "$VOCAB_SIZE" --workers 2
+
+step "fairseq-train: a small PageSum from scratch, for $TRAIN_MINUTES minutes"
+rm -rf "$RUN/checkpoints"
+STOP_HOURS=$(python -c "print($TRAIN_MINUTES / 60)")
+fairseq-train "$DATA" --user-dir pagesum_plugin --task paged_summarization \
+    --max-page-tokens $PAGE_TOKENS --max-summary-tokens $SUMMARY_TOKENS \
+    --arch pagesum_tiny --encoder-embed-dim 128 --encoder-ffn-embed-dim 256 --decoder-embed-dim 128 \
+    --decoder-ffn-embed-dim 256 --share-all-embeddings \
+    --criterion paged_label_smoothed_cross_entropy --label-smoothing 0.1 \
+    --optimizer adam --adam-betas "(0.9, 0.98)" --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 60 \
+    --dropout 0.1 --clip-norm 1.0 --batch-size 8 --max-epoch 30 --stop-time-hours "$STOP_HOURS" \
+    --cpu --num-workers 0 --seed 1 --best-checkpoint-metric loss --no-epoch-checkpoints \
+    --save-dir "$RUN/checkpoints" --log-format simple --log-interval 5 2>&1 | tee "$RUN/train.log"
+
+step "fairseq-generate: page-combined beam search on the 25 held-out papers"
+fairseq-generate "$DATA" --user-dir pagesum_plugin --task paged_summarization \
+    --max-page-tokens $PAGE_TOKENS --max-summary-tokens $SUMMARY_TOKENS \
+    --path "$RUN/checkpoints/checkpoint_best.pt" --gen-subset test --cpu \
+    --beam 4 --lenpen 2.0 --no-repeat-ngram-size 3 --min-len $MIN_LEN --max-len-a 0 --max-len-b $MAX_LEN \
+    --batch-size 5 --hypotheses-output "$RUN/test.hyp.txt" \
+    --page-weights-output "$RUN/test.page_weights.jsonl" --results-path "$RUN/generate"
+
+step "pagesum-baseline: Lead-3"
+pagesum-baseline --input "$DATA" --split test --method lead --k 3 --out "$RUN/test.lead3.txt"
+
+step "pagesum-score: the model, then Lead-3, against the abstracts"
+pagesum-score --hyp "$RUN/test.hyp.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.model.json"
+pagesum-score --hyp "$RUN/test.lead3.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.lead3.json"
+
+step "pagesum-plot page-importance: test paper 0"
+pagesum-plot page-importance --weights "$RUN/test.page_weights.jsonl" --id 0 --out "$RUN/page_importance.png"
+
+step "report"
+python - "$DATA" "$RUN" "$((SECONDS - START))" <<'EOF' | tee "$RUN/report.txt"
+import json, re, sys
+from pathlib import Path
+
+data, run, seconds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+meta = json.loads((data / "meta.json").read_text())
+print(f"PageSum demo: {meta['locality']} locality, {meta['tokenizer']} vocabulary of {meta['vocab_size']}, "
+      f"{seconds // 60} min {seconds % 60} s end to end")
+print("\nData (pagesum-preprocess, meta.json)")
+print(f"  {'split':6} {'papers':>6} {'pages':>6} {'pages/paper':>11} {'source tokens kept':>18} {'skipped':>7}")
+for split in meta["splits"]:
+    s = meta["stats"][split]
+    print(f"  {split:6} {s['examples']:6d} {s['pages']:6d} {s['pages_per_example_mean']:11.2f} "
+          f"{1 - s['share_source_tokens_lost']:18.1%} {s['skipped_total']:7d}")
+print(f"  pages of at most {meta['max_page_tokens']} tokens, summaries of at most {meta['max_summary_tokens']}")
+
+log = (run / "train.log").read_text()
+valid = re.findall(r"epoch (\d+) \| valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+).*?num_updates (\d+)", log)
+print("\nTraining curve (fairseq-train, validation loss per epoch, base 2)")
+for epoch, loss, nll, updates in valid:
+    print(f"  epoch {int(epoch):2d}  updates {int(updates):4d}  loss {float(loss):6.3f}  nll {float(nll):6.3f}")
+
+print("\nROUGE F1 on the 25 test abstracts (pagesum-score, 95% bootstrap interval)")
+print(f"  {'system':8} {'R-1':>18} {'R-2':>18} {'R-Lsum':>18}")
+for name in ("model", "lead3"):
+    scores = json.loads((run / f"scores.{name}.json").read_text())["scores"]
+    cells = [f"{scores[m]['f']:5.2f} [{scores[m]['ci_low']:5.2f},{scores[m]['ci_high']:5.2f}]"
+             for m in ("rouge1", "rouge2", "rougeLsum")]
+    print(f"  {'PageSum' if name == 'model' else 'Lead-3':8} " + " ".join(f"{c:>18}" for c in cells))
+
+print("\nOutputs")
+for what, path in (("summaries", "test.hyp.txt"), ("Lead-3", "test.lead3.txt"), ("page weights", "test.page_weights.jsonl"),
+                   ("page-importance plot", "page_importance.png"), ("training log", "train.log"),
+                   ("checkpoint", "checkpoints/checkpoint_best.pt")):
+    print(f"  {what:21} {run / path}")
+EOF

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Page-wise against global decoding (Table 6). Global decoding encodes the same pages
+# but decodes once over their concatenated encodings (--page-decoding global):
+#   arXiv: spatial locality, 4 pages x 1024 tokens, summaries of 100-350 BPE tokens;
+#   Multi-News: document locality, at most 7 pages x 1024 tokens, 150-400 BPE tokens.
+# Both decodings are trained on the same preprocessed data.
+#   ARXIV_DIR, MULTINEWS_DIR  as in recipes/arxiv.sh and recipes/multinews.sh
+#   DATASETS   a subset of "arxiv multinews" (default: both; only their folders are needed)
+#   DECODINGS  a subset of "global page" (default: both)
+# Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+DATASETS=${DATASETS:-arxiv multinews}
+for dataset in $DATASETS; do
+    case "$dataset" in
+        arxiv) require_var ARXIV_DIR "the arXiv folder (train.txt, val.txt, test.txt)" ;;
+        multinews) require_var MULTINEWS_DIR "the Multi-News folder (train.src, train.tgt, ...)" ;;
+        *) die "DATASETS may hold arxiv and multinews, got '$dataset'" ;;
+    esac
+done
+check_shared_settings
+
+for dataset in $DATASETS; do
+    if [ "$dataset" = arxiv ]; then
+        EXP_FORMAT=arxiv
+        EXP_TRAIN=$(raw_split "$ARXIV_DIR" train.txt ARXIV_TRAIN)
+        EXP_VALID=$(raw_split "$ARXIV_DIR" val.txt ARXIV_VALID)
+        EXP_TEST=$(raw_split "$ARXIV_DIR" test.txt ARXIV_TEST)
+        EXP_PAGING=(--locality spatial --num-pages 4)
+        EXP_MAX_PAGES=4 EXP_PAGE_TOKENS=1024 EXP_SUMMARY_TOKENS=512 EXP_MIN_LEN=100 EXP_MAX_LEN=350
+    else
+        EXP_FORMAT=multinews
+        EXP_TRAIN=$(raw_split "$MULTINEWS_DIR" train.src MULTINEWS_TRAIN)
+        EXP_VALID=$(raw_split "$MULTINEWS_DIR" val.src MULTINEWS_VALID)
+        EXP_TEST=$(raw_split "$MULTINEWS_DIR" test.src MULTINEWS_TEST)
+        EXP_PAGING=(--locality document --max-pages 7)
+        EXP_MAX_PAGES=7 EXP_PAGE_TOKENS=1024 EXP_SUMMARY_TOKENS=512 EXP_MIN_LEN=150 EXP_MAX_LEN=400
+    fi
+    EXP_DATA_NAME=global_decoding_$dataset
+    for decoding in ${DECODINGS:-global page}; do
+        case "$decoding" in
+            global | page) ;;
+            *) die "DECODINGS may hold global and page, got '$decoding'" ;;
+        esac
+        EXP_MODEL_ARGS=(--page-decoding "$decoding")
+        run_experiment "global_decoding_${dataset}_$decoding"
+    done
+done

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# GovReport, spatial locality, summaries of 500-900 BPE tokens (Table 1):
+# 20 pages x 1024 tokens (PageSum (20480)), and with GOVREPORT_PAGES=7 the
+# 7 x 1024 row (PageSum (7168)).
+#   GOVREPORT_DIR  GovReport as JSON lines: train.jsonl, valid.jsonl, test.jsonl
+#                  (or name each split with GOVREPORT_TRAIN, GOVREPORT_VALID, GOVREPORT_TEST)
+#   GOVREPORT_PAGES  20 (default) or 7
+# Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+require_var GOVREPORT_DIR "the GovReport folder (train.jsonl, valid.jsonl, test.jsonl)"
+check_shared_settings
+GOVREPORT_PAGES=${GOVREPORT_PAGES:-20}
+case "$GOVREPORT_PAGES" in
+    20 | 7) ;;
+    *) die "GOVREPORT_PAGES must be 20 or 7 (the paper's two settings), got '$GOVREPORT_PAGES'" ;;
+esac
+
+EXP_FORMAT=govreport
+EXP_TRAIN=$(raw_split "$GOVREPORT_DIR" train.jsonl GOVREPORT_TRAIN)
+EXP_VALID=$(raw_split "$GOVREPORT_DIR" valid.jsonl GOVREPORT_VALID)
+EXP_TEST=$(raw_split "$GOVREPORT_DIR" test.jsonl GOVREPORT_TEST)
+EXP_PAGING=(--locality spatial --num-pages "$GOVREPORT_PAGES")
+EXP_MAX_PAGES=$GOVREPORT_PAGES EXP_PAGE_TOKENS=1024 EXP_SUMMARY_TOKENS=1024
+EXP_MIN_LEN=500 EXP_MAX_LEN=900
+EXP_MODEL_ARGS=()
+run_experiment "govreport_${GOVREPORT_PAGES}x1024"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Page-size study on arXiv (Table 5): 4096 tokens of input as 128 x 32, 256 x 16,
+# 512 x 8 and 1024 x 4 (tokens per page x pages), spatial locality, summaries of
+# 100-350 BPE tokens. Each size is its own experiment: page_size_<tokens>x<pages>.
+#   ARXIV_DIR   Cohan et al.'s arXiv release: train.txt, val.txt, test.txt
+#   PAGE_SIZES  a subset of "128x32 256x16 512x8 1024x4" (default: all four)
+# Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+require_var ARXIV_DIR "the arXiv folder (train.txt, val.txt, test.txt)"
+check_shared_settings
+
+EXP_FORMAT=arxiv
+EXP_TRAIN=$(raw_split "$ARXIV_DIR" train.txt ARXIV_TRAIN)
+EXP_VALID=$(raw_split "$ARXIV_DIR" val.txt ARXIV_VALID)
+EXP_TEST=$(raw_split "$ARXIV_DIR" test.txt ARXIV_TEST)
+EXP_SUMMARY_TOKENS=512 EXP_MIN_LEN=100 EXP_MAX_LEN=350
+EXP_MODEL_ARGS=()
+for size in ${PAGE_SIZES:-128x32 256x16 512x8 1024x4}; do
+    [[ "$size" =~ ^([0-9]+)x([0-9]+)$ ]] || die "PAGE_SIZES entries look like 512x8, got '$size'"
+    EXP_PAGE_TOKENS=${BASH_REMATCH[1]} EXP_MAX_PAGES=${BASH_REMATCH[2]}
+    (( EXP_PAGE_TOKENS * EXP_MAX_PAGES == 4096 )) || die "$size is not 4096 tokens in all"
+    EXP_PAGING=(--locality spatial --num-pages "$EXP_MAX_PAGES")
+    run_experiment "page_size_$size"
+done

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# PubMed, spatial locality: 7 pages x 1024 tokens, summaries of 150-400 BPE tokens
+# (Table 1; INIT=bart.large gives PageSum*).
+#   PUBMED_DIR  Cohan et al.'s PubMed release: train.txt, val.txt, test.txt
+#               (or name each split with PUBMED_TRAIN, PUBMED_VALID, PUBMED_TEST)
+# Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+require_var PUBMED_DIR "the PubMed folder (train.txt, val.txt, test.txt)"
+check_shared_settings
+
+EXP_FORMAT=pubmed
+EXP_TRAIN=$(raw_split "$PUBMED_DIR" train.txt PUBMED_TRAIN)
+EXP_VALID=$(raw_split "$PUBMED_DIR" val.txt PUBMED_VALID)
+EXP_TEST=$(raw_split "$PUBMED_DIR" test.txt PUBMED_TEST)
+EXP_PAGING=(--locality spatial --num-pages 7)
+EXP_MAX_PAGES=7 EXP_PAGE_TOKENS=1024 EXP_SUMMARY_TOKENS=512 EXP_MIN_LEN=150 EXP_MAX_LEN=400
+EXP_MODEL_ARGS=()
+run_experiment pubmed

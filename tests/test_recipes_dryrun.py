@@ -1,0 +1,236 @@
+"""Every recipe, run end to end with DRY_RUN=1: the same command lines as a real run,
+on a tiny corpus in the dataset's native format, a tiny BART and two updates.
+
+A tiny BART stands in for bart.large.cnn and bart.large: it is written in fairseq's
+checkpoint format with a byte-level BPE vocabulary trained on the corpus, laid out as
+the recipes expect ``$BART_DIR`` (``bart.large.cnn/{model.pt,dict.txt}``,
+``encoder.json``, ``vocab.bpe``).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from builders.bpe import build_gpt2_bpe
+from builders.corpora import acl_papers, write_cohan, write_govreport, write_multinews
+from conftest import BIN_DIR, REPO_ROOT
+
+N_TRAIN, N_VALID, N_TEST = 4, 2, 2
+SPLIT_NAMES = {  # each dataset's own file names for train / valid / test
+    "arxiv": ("train.txt", "val.txt", "test.txt"),
+    "govreport": ("train.jsonl", "valid.jsonl", "test.jsonl"),
+    "multinews": ("train", "val", "test"),
+}
+
+
+@pytest.fixture(scope="module")
+def papers():
+    papers = acl_papers(N_TRAIN + N_VALID + N_TEST)
+    return {
+        "train": papers[:N_TRAIN],
+        "valid": papers[N_TRAIN:N_TRAIN + N_VALID],
+        "test": papers[N_TRAIN + N_VALID:],
+    }
+
+
+@pytest.fixture(scope="module")
+def raw_dirs(papers, tmp_path_factory):
+    """The tiny corpus in arXiv/PubMed, GovReport and Multi-News layouts."""
+    root = tmp_path_factory.mktemp("raw")
+    splits = ("train", "valid", "test")
+    for split, name in zip(splits, SPLIT_NAMES["arxiv"]):
+        write_cohan(root / "arxiv" / name, papers[split])
+    for split, name in zip(splits, SPLIT_NAMES["govreport"]):
+        write_govreport(root / "govreport" / name, papers[split])
+    for split, name in zip(splits, SPLIT_NAMES["multinews"]):
+        write_multinews(root / "multinews", papers[split], split=name)
+    return {name: str(root / name) for name in ("arxiv", "govreport", "multinews")}
+
+
+@pytest.fixture(scope="module")
+def bart_dir(papers, tmp_path_factory):
+    """``$BART_DIR`` with a tiny BART as both bart.large.cnn and bart.large."""
+    from builders.models import bart_twin, build_tiny, save_bart_checkpoint
+
+    root = tmp_path_factory.mktemp("bart")
+    texts = [p["summary"] for split in papers.values() for p in split]
+    texts += [s["text"] for split in papers.values() for p in split for s in p["sections"]]
+    bpe = build_gpt2_bpe(root, texts, vocab_size=600)
+    dict_only = root / "dict_only"
+    dict_only.mkdir()
+    shutil.copyfile(bpe.dict_txt, dict_only / "dict.txt")
+    args, task, model = build_tiny(str(dict_only))
+    bart = bart_twin(args, task, model)
+    for init in ("bart.large.cnn", "bart.large"):
+        (root / init).mkdir()
+        shutil.copyfile(bpe.dict_txt, root / init / "dict.txt")
+        save_bart_checkpoint(str(root / init / "model.pt"), bart)
+        add_optimizer_history(root / init / "model.pt")
+    return str(root)
+
+
+def add_optimizer_history(path):
+    """Released BART checkpoints record their last optimizer step; fairseq's checkpoint
+    upgrade reads that record when fine-tuning starts from one."""
+    import torch
+
+    state = torch.load(path, weights_only=False)
+    state["optimizer_history"] = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "FairseqAdam",
+                                   "lr_scheduler_state": {"best": None}, "num_updates": 0}]
+    torch.save(state, path)
+
+
+def recipe_env(out_dir, bart_dir, **env_vars):
+    return dict(
+        os.environ,
+        PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""),
+        DRY_RUN="1", OUT_DIR=str(out_dir), BART_DIR=bart_dir, NUM_GPUS="0",
+        ARCH="pagesum_tiny", WORKERS="1", GEN_BATCH_SIZE="2",
+        OMP_NUM_THREADS="1",  # runs go two at a time on two cores
+        **env_vars,
+    )
+
+
+def run_recipe(recipe, env):
+    result = subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", f"{recipe}.sh")], env=env,
+                            capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        return f"recipes/{recipe}.sh failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def dry_runs(raw_dirs, bart_dir, tmp_path_factory):
+    """Every recipe, dry-run two at a time: {run name: (out_dir, failure or None)}."""
+    arxiv, multinews, govreport = raw_dirs["arxiv"], raw_dirs["multinews"], raw_dirs["govreport"]
+    runs = {
+        "arxiv": ("arxiv", dict(ARXIV_DIR=arxiv)),
+        "arxiv_discourse": ("arxiv_discourse", dict(ARXIV_DIR=arxiv)),
+        "pubmed": ("pubmed", dict(PUBMED_DIR=arxiv)),  # PubMed shares arXiv's layout (Cohan et al., 2018)
+        "multinews": ("multinews", dict(MULTINEWS_DIR=multinews)),
+        "multinews_spatial": ("multinews_spatial", dict(MULTINEWS_DIR=multinews)),
+        "govreport": ("govreport", dict(GOVREPORT_DIR=govreport)),
+        "govreport_7": ("govreport", dict(GOVREPORT_DIR=govreport, GOVREPORT_PAGES="7", STAGES="preprocess")),
+        # the other page sizes and page-wise decoding run the same command lines (see
+        # tests/test_recipes_config.py for the plan of all of them)
+        "page_size": ("page_size", dict(ARXIV_DIR=arxiv, PAGE_SIZES="128x32")),
+        "global_decoding": ("global_decoding", dict(ARXIV_DIR=arxiv, MULTINEWS_DIR=multinews, DECODINGS="global")),
+        "arxiv_bart_large": ("arxiv", dict(ARXIV_DIR=arxiv, INIT="bart.large", STAGES="preprocess train")),
+    }
+    out_dirs = {name: tmp_path_factory.mktemp(name) for name in runs}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        failures = pool.map(lambda name: run_recipe(runs[name][0], recipe_env(out_dirs[name], bart_dir, **runs[name][1])),
+                            runs)
+        failures = dict(zip(runs, failures))
+    return {name: (out_dirs[name], failures[name]) for name in runs}
+
+
+def finished(dry_runs, name):
+    out_dir, failure = dry_runs[name]
+    if failure:
+        raise AssertionError(failure)
+    return out_dir
+
+
+def assert_experiment_ran(out_dir, name, init="bart.large.cnn", data_name=None):
+    """Every stage left its output, and each stage read what the one before wrote."""
+    data = out_dir / (data_name or name) / "data"
+    run_dir = out_dir / name / init
+    meta = json.loads((data / "meta.json").read_text())
+    assert meta["stats"]["train"]["examples"] == N_TRAIN
+    assert meta["stats"]["test"]["examples"] == N_TEST
+    assert (run_dir / "checkpoints" / "checkpoint_best.pt").exists()
+    assert "done training" in (run_dir / "train.log").read_text()
+    hypotheses = (run_dir / "test.hyp.txt").read_text(encoding="utf-8").splitlines()
+    references = (data / "test.reference.txt").read_text(encoding="utf-8").splitlines()
+    assert len(hypotheses) == len(references) == N_TEST
+    weights = (run_dir / "test.page_weights.jsonl").read_text().splitlines()
+    assert len(weights) == N_TEST
+    scores = json.loads((run_dir / "scores.json").read_text())
+    assert scores["examples"] == N_TEST
+    assert set(scores["scores"]) == {"rouge1", "rouge2", "rougeLsum"}
+    commands = (out_dir / "commands.sh").read_text()
+    for command in ("pagesum-preprocess", "fairseq-train", "fairseq-generate", "pagesum-score"):
+        assert command in commands
+    return meta
+
+
+@pytest.mark.parametrize("recipe, input_format, locality, pages", [
+    ("arxiv", "arxiv", "spatial", 7),
+    ("arxiv_discourse", "arxiv", "discourse", 8),
+    ("pubmed", "pubmed", "spatial", 7),
+    ("multinews", "multinews", "document", 7),
+    ("multinews_spatial", "multinews", "spatial", 7),
+])
+def test_recipe_runs_every_stage_on_its_native_format(recipe, input_format, locality, pages, dry_runs):
+    meta = assert_experiment_ran(finished(dry_runs, recipe), recipe)
+    assert meta["locality"] == locality
+    assert meta["input_format"] == input_format
+    assert meta["stats"]["train"]["pages_per_example_max"] <= pages
+
+
+def test_govreport_recipe_runs_with_20_pages_and_prepares_7(dry_runs):
+    meta = assert_experiment_ran(finished(dry_runs, "govreport"), "govreport_20x1024")
+    assert (meta["locality"], meta["num_pages"]) == ("spatial", 20)
+    seven = finished(dry_runs, "govreport_7") / "govreport_7x1024" / "data" / "meta.json"
+    assert json.loads(seven.read_text())["num_pages"] == 7
+
+
+def test_page_size_recipe_pages_arxiv_at_the_given_size(dry_runs):
+    meta = assert_experiment_ran(finished(dry_runs, "page_size"), "page_size_128x32")
+    assert (meta["input_format"], meta["locality"], meta["num_pages"]) == ("arxiv", "spatial", 32)
+
+
+def test_global_decoding_recipe_trains_a_global_decoder_for_both_datasets(dry_runs):
+    out_dir = finished(dry_runs, "global_decoding")
+    for dataset, locality in (("arxiv", "spatial"), ("multinews", "document")):
+        name = f"global_decoding_{dataset}_global"
+        meta = assert_experiment_ran(out_dir, name, data_name=f"global_decoding_{dataset}")
+        assert meta["locality"] == locality
+        model_cfg = checkpoint_cfg(out_dir / name / "bart.large.cnn")["model"]  # a Namespace: BART is legacy
+        assert getattr(model_cfg, "page_decoding") == "global"
+
+
+def test_bart_large_init_fine_tunes_from_bart_large(dry_runs):
+    log = (finished(dry_runs, "arxiv_bart_large") / "arxiv" / "bart.large" / "train.log").read_text()
+    assert "bart.large/model.pt" in log
+    assert "initializing the page confidence layer fresh" in log
+    assert "done training" in log
+
+
+def checkpoint_cfg(run_dir):
+    from pagesum_plugin.checkpoint_safety import load_checkpoint_file
+
+    return load_checkpoint_file(str(run_dir / "checkpoints" / "checkpoint_best.pt"))["cfg"]
+
+
+@pytest.mark.parametrize("unset, message", [
+    ("ARXIV_DIR", "set ARXIV_DIR"),
+    ("OUT_DIR", "set OUT_DIR"),
+    ("BART_DIR", "set BART_DIR"),
+    ("NUM_GPUS", "set NUM_GPUS"),
+])
+def test_recipe_names_each_missing_setting(unset, message, tmp_path):
+    env = {"ARXIV_DIR": str(tmp_path), "OUT_DIR": str(tmp_path / "out"), "BART_DIR": str(tmp_path), "NUM_GPUS": "1"}
+    del env[unset]
+    result = subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", "arxiv.sh")], capture_output=True,
+                            text=True, env={"PATH": os.environ["PATH"], **env})
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_recipe_names_a_missing_checkpoint_or_split_file(raw_dirs, bart_dir, tmp_path):
+    env = dict(os.environ, OUT_DIR=str(tmp_path), NUM_GPUS="0", ARXIV_DIR=raw_dirs["arxiv"])
+    missing_bart = subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", "arxiv.sh")], capture_output=True,
+                                  text=True, env=dict(env, BART_DIR=str(tmp_path)))
+    assert missing_bart.returncode == 2
+    assert f"bart.large.cnn checkpoint not found: {tmp_path}/bart.large.cnn/model.pt" in missing_bart.stderr
+    missing_split = subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", "arxiv.sh")], capture_output=True,
+                                   text=True, env=dict(env, BART_DIR=bart_dir, ARXIV_TEST=str(tmp_path / "nope.txt")))
+    assert missing_split.returncode == 2
+    assert f"arxiv test split not found: {tmp_path}/nope.txt" in missing_split.stderr
