@@ -1,13 +1,11 @@
 """Page-combined beam search: equal to fairseq's own search where they must agree."""
 
-import os
 
 import pytest
 import torch
-from fairseq import checkpoint_utils
 from fairseq.sequence_generator import SequenceGenerator
 
-from builders.models import bart_twin, build_tiny, paged_batch, random_pages
+from builders.models import bart_twin, build_tiny, make_source_sensitive, paged_batch, random_pages
 from pagesum_plugin.generation import PageSumSequenceGenerator, ban_repeated_ngrams
 
 
@@ -34,12 +32,10 @@ def tiny(copy_task_dir):
 
 
 @pytest.fixture(scope="module")
-def trained(trained_run, copy_task_dir):
-    save_dir, _ = trained_run
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [os.path.join(save_dir, "checkpoint_best.pt")], arg_overrides={"data": copy_task_dir}
-    )
-    return task, models[0].eval()
+def sensitive(copy_task_dir):
+    """A model whose summaries depend on the pages and end at different lengths."""
+    _, task, model = build_tiny(copy_task_dir)
+    return task, make_source_sensitive(model, task.dictionary)
 
 
 def vocab(task):
@@ -123,8 +119,8 @@ def teacher_forced_scores(model, dictionary, sample, tokens):
     return lprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
 
-def test_teacher_forced_log_probs_equal_reported_positional_scores(trained):
-    task, model = trained
+def test_teacher_forced_log_probs_equal_reported_positional_scores(sensitive):
+    task, model = sensitive
     dataset = _load(task, "test")
     sample = dataset.collater([dataset[i] for i in range(6)])
     hypos = PageSumSequenceGenerator([model], task.dictionary, beam_size=4, max_len_b=30).generate([model], sample)
@@ -136,8 +132,8 @@ def test_teacher_forced_log_probs_equal_reported_positional_scores(trained):
         assert example_hypos[0]["tokens"][0] == task.dictionary.bos(), "summaries start with <s>, as in training"
 
 
-def test_incremental_decoding_equals_full_recomputation_at_every_step(trained):
-    task, model = trained
+def test_incremental_decoding_equals_full_recomputation_at_every_step(sensitive):
+    task, model = sensitive
     dataset = _load(task, "test")
     sample = dataset.collater([dataset[i] for i in range(4)])
     src = sample["net_input"]["src_tokens"]
@@ -157,8 +153,8 @@ def test_incremental_decoding_equals_full_recomputation_at_every_step(trained):
         )
 
 
-def test_batched_decoding_with_different_page_counts_equals_one_at_a_time(trained):
-    task, model = trained
+def test_batched_decoding_with_different_page_counts_equals_one_at_a_time(sensitive):
+    task, model = sensitive
     dataset = _load(task, "test")
     indices = list(range(8))
     assert len({len(dataset[i]["pages"]) for i in indices}) > 1
@@ -176,8 +172,8 @@ def test_batched_decoding_with_different_page_counts_equals_one_at_a_time(traine
     assert len(lengths) > 1
 
 
-def test_page_weights_of_each_hypothesis_cover_its_real_pages_and_steps(trained):
-    task, model = trained
+def test_page_weights_of_each_hypothesis_cover_its_real_pages_and_steps(sensitive):
+    task, model = sensitive
     dataset = _load(task, "test")
     sample = dataset.collater([dataset[i] for i in range(5)])
     hypos = PageSumSequenceGenerator([model], task.dictionary, beam_size=2, max_len_b=20).generate([model], sample)
@@ -188,8 +184,8 @@ def test_page_weights_of_each_hypothesis_cover_its_real_pages_and_steps(trained)
         torch.testing.assert_close(weights.sum(1), torch.ones(weights.size(0)), atol=1e-5, rtol=0)
 
 
-def test_greedy_search_equals_argmax_of_the_full_forward_mixture(trained):
-    task, model = trained
+def test_greedy_search_equals_argmax_of_the_full_forward_mixture(sensitive):
+    task, model = sensitive
     dataset = _load(task, "test")
     for i in range(4):
         sample = dataset.collater([dataset[i]])
@@ -212,8 +208,8 @@ def test_global_decoding_models_decode_with_the_same_generator(copy_task_dir):
     assert all(h[0]["page_weights"].shape[1] == 1 for h in hypos)
 
 
-def test_top_pages_pruning_with_k_at_least_the_page_count_changes_nothing(trained):
-    task, model = trained
+def test_top_pages_pruning_with_k_at_least_the_page_count_changes_nothing(sensitive):
+    task, model = sensitive
     dataset = _load(task, "test")
     sample = dataset.collater([dataset[i] for i in range(6)])
     max_pages = sample["net_input"]["src_tokens"].size(1)

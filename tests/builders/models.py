@@ -34,6 +34,18 @@ def build_tiny(data_dir: str, *extra_args: str):
     return args, task, model.eval()
 
 
+def make_source_sensitive(model, dictionary, seed: int = 0):
+    """Make a random model's outputs depend strongly on its pages, so that beam search
+    ends different examples at different steps (as a trained model does): cross-attention
+    is amplified and </s> gets an output direction of its own."""
+    with torch.no_grad():
+        for layer in model.decoder.layers:
+            layer.encoder_attn.out_proj.weight.mul_(50.0)
+        weight = model.decoder.output_projection.weight  # tied with the embeddings
+        weight[dictionary.eos()] = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(seed)) * 0.1
+    return model
+
+
 def bart_twin(args, task, pagesum_model) -> BARTModel:
     """A stock fairseq BARTModel holding exactly the PageSum model's BART weights."""
     bart = BARTModel.build_model(args, task)
@@ -72,7 +84,17 @@ def save_bart_checkpoint(path: str, bart: BARTModel, arch: str = "bart_base", **
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     ns = argparse.Namespace(arch=arch, task="denoising", **arch_overrides)
     torch.save(
-        {"args": ns, "model": bart.state_dict(), "optimizer_history": [], "extra_state": {}, "last_optimizer_state": None},
+        {
+            "args": ns,
+            "model": bart.state_dict(),
+            # fairseq reads the last entry when --finetune-from-model loads a checkpoint
+            "optimizer_history": [
+                {"criterion_name": "CrossEntropyCriterion", "optimizer_name": "FairseqAdam",
+                 "lr_scheduler_state": {"best": None}, "num_updates": 0}
+            ],
+            "extra_state": {},
+            "last_optimizer_state": None,
+        },
         path,
     )
 
