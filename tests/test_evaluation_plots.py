@@ -7,11 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from builders.corpora import acl_papers, write_jsonl
+from builders.corpora import acl_papers, paged_sentencepiece_data, write_jsonl
 from evaluation import analysis, plots
 from evaluation.data import iter_documents
 from evaluation.rouge import tokenize
-from preprocess.cli import main as preprocess_main
 from preprocess.sentences import split_sentences
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -29,11 +28,7 @@ def jsonl(tmp_path_factory, papers):
 
 @pytest.fixture(scope="module")
 def paged(tmp_path_factory, jsonl):
-    data = tmp_path_factory.mktemp("paged") / "data"
-    assert preprocess_main(["--input-format", "jsonl", "--trainpref", jsonl, "--testpref", jsonl,
-                            "--tokenizer", "sentencepiece", "--vocab-size", "500", "--locality", "discourse",
-                            "--destdir", str(data), "--no-progress"]) == 0
-    return str(data)
+    return paged_sentencepiece_data(jsonl, tmp_path_factory.mktemp("paged") / "data")
 
 
 def _plot(capsys, *argv):

@@ -90,3 +90,16 @@ def test_generate_writes_page_weights_for_every_example(acl_run, tmp_path):
     for record in records:
         assert len(record["page_weights"]) == len(record["tokens"])
         assert all(abs(sum(row) - 1) < 1e-4 for row in record["page_weights"])
+
+
+def test_checkpoints_can_be_selected_by_validation_rouge(acl_run, tmp_path):
+    data, _, _ = acl_run
+    save_dir = tmp_path / "rouge_run"
+    log = run_cli(["fairseq-train", data, *TRAIN_FLAGS, "--max-update", "4", "--save-dir", str(save_dir),
+                   "--eval-rouge", "--eval-rouge-args", '{"beam": 2, "max_len_b": 10}',
+                   "--best-checkpoint-metric", "rouge", "--maximize-best-checkpoint-metric"])
+    scores = [float(x) for x in __import__("re").findall(r"valid on 'valid' subset .*?\| rouge ([\d.]+)", log)]
+    assert scores, "validation must log the rouge metric"
+    assert "rouge1" in log and "rougeLsum" in log
+    best = torch.load(str(save_dir / "checkpoint_best.pt"), weights_only=True)
+    assert best["extra_state"]["best"] == pytest.approx(max(scores), abs=0.01)

@@ -188,3 +188,33 @@ def test_confidence_layer_is_the_only_new_weight(tiny):
     new_keys = set(model.state_dict()) - bart_keys
     assert new_keys == set(CONFIDENCE_KEYS)
     assert bart_keys <= set(model.state_dict())
+
+
+def test_activation_checkpointing_gives_the_same_loss_and_gradients(copy_task_dir, tiny):
+    _, task, model = tiny
+    _, _, checkpointed = build_tiny(copy_task_dir, "--checkpoint-activations")
+    checkpointed.load_state_dict(model.state_dict())
+    rng = torch.Generator().manual_seed(11)
+    low, high = vocab_range(task)
+    src = paged_batch([random_pages(rng, 3, low, high), random_pages(rng, 2, low, high)], task.dictionary)
+    target, prev = decoder_input([[5, 6, 7, 8], [9, 10]], task.dictionary)
+
+    def loss_and_grads(m):
+        m.train()
+        m.zero_grad()
+        logits, _ = m(src, None, prev)
+        loss = torch.nn.functional.cross_entropy(
+            logits.view(-1, logits.size(-1)), target.view(-1), ignore_index=task.dictionary.pad()
+        )
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in m.named_parameters()}
+        m.zero_grad()
+        m.eval()
+        return loss.detach(), grads
+
+    loss, grads = loss_and_grads(model)
+    loss_ckpt, grads_ckpt = loss_and_grads(checkpointed)
+    torch.testing.assert_close(loss_ckpt, loss, atol=1e-6, rtol=0)
+    assert grads_ckpt.keys() == grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads_ckpt[name], grads[name], atol=1e-6, rtol=1e-5)

@@ -177,13 +177,14 @@ class PagedSummarizationTask(FairseqTask):
     def valid_step(self, sample, model, criterion):
         loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
         if self.cfg.eval_rouge:
-            from evaluation.rouge import rouge_sums
+            from evaluation.rouge import corpus_rouge
 
             hypos = self.inference_step(self._rouge_generator, [model], sample)
             hyp_texts = [self.detokenize(h[0]["tokens"]) for h in hypos]
             ref_texts = [self.detokenize(t[t.ne(self.dictionary.pad())]) for t in sample["target"]]
-            for name, total in rouge_sums(hyp_texts, ref_texts).items():
-                logging_output[f"_rouge_{name}_sum"] = total
+            # sums, so that batches (and workers) combine into the corpus mean
+            for name, mean in corpus_rouge(hyp_texts, ref_texts, workers=1).items():
+                logging_output[f"_rouge_{name}_sum"] = mean * len(hyp_texts)
             logging_output["_rouge_count"] = len(hyp_texts)
         return loss, sample_size, logging_output
 

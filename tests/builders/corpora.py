@@ -140,3 +140,15 @@ def copy_acl_papers(directory: str | Path, n: int, offset: int = 0) -> Path:
     for path in acl_paper_paths(n, offset):
         shutil.copyfile(path, directory / path.name)
     return directory
+
+
+def paged_sentencepiece_data(jsonl_path: str | Path, data_dir: str | Path, vocab_size: int = 500) -> str:
+    """``pagesum-preprocess`` of a jsonl file into discourse pages with a small sentencepiece
+    vocabulary (the file serves as both train and test split)."""
+    from preprocess.cli import main as preprocess_main
+
+    status = preprocess_main(["--input-format", "jsonl", "--trainpref", str(jsonl_path), "--testpref", str(jsonl_path),
+                              "--tokenizer", "sentencepiece", "--vocab-size", str(vocab_size), "--locality", "discourse",
+                              "--destdir", str(data_dir), "--no-progress"])
+    assert status == 0
+    return str(data_dir)
