@@ -127,6 +127,13 @@ for name in ("model", "lead3"):
              for m in ("rouge1", "rouge2", "rougeLsum")]
     print(f"  {'PageSum' if name == 'model' else 'Lead-3':8} " + " ".join(f"{c:>18}" for c in cells))
 
+# ROUGE alone can flatter a model that ignores its input: say how source-specific it is.
+hyps = (run / "test.hyp.txt").read_text().splitlines()
+weights = [json.loads(line)["page_weights"] for line in (run / "test.page_weights.jsonl").read_text().splitlines()]
+top = [max(row) for rows in weights for row in rows]
+print(f"\n  distinct model summaries: {len(set(hyps))} of {len(hyps)}; "
+      f"mean top page weight while decoding: {sum(top) / len(top):.3f} (uniform over 8 pages: 0.125)")
+
 print("\nOutputs")
 for what, path in (("summaries", "test.hyp.txt"), ("Lead-3", "test.lead3.txt"), ("page weights", "test.page_weights.jsonl"),
                    ("page-importance plot", "page_importance.png"), ("training log", "train.log"),

@@ -44,7 +44,8 @@ class PageSumSequenceGenerator(SequenceGenerator):
             prefix_tokens = src_tokens.new_full((src_tokens.size(0), 1), self.bos)
         page_counts = src_tokens[:, :, 0].ne(self.pad).sum(dim=1)  # (batch,)
         kept_pages = None
-        if 0 < self.top_pages < src_tokens.size(1):
+        page_decoding = getattr(self.model.single_model, "page_decoding", "page")
+        if 0 < self.top_pages < src_tokens.size(1) and page_decoding == "page":
             kept_pages = self._most_confident_pages(src_tokens, self.top_pages)  # (batch, k)
             pruned = src_tokens.gather(1, kept_pages[:, :, None].expand(-1, -1, src_tokens.size(2)))
             sample = {**sample, "net_input": {**sample["net_input"], "src_tokens": pruned}}
