@@ -121,8 +121,7 @@ def teacher_forced_scores(model, dictionary, sample, tokens):
 
 def test_teacher_forced_log_probs_equal_reported_positional_scores(sensitive):
     task, model = sensitive
-    dataset = _load(task, "test")
-    sample = dataset.collater([dataset[i] for i in range(6)])
+    dataset, sample = first_test_examples(task, 6)
     hypos = PageSumSequenceGenerator([model], task.dictionary, beam_size=4, max_len_b=30).generate([model], sample)
     for i, example_hypos in enumerate(hypos):
         single = {"net_input": {"src_tokens": sample["net_input"]["src_tokens"][i : i + 1]}}
@@ -134,8 +133,7 @@ def test_teacher_forced_log_probs_equal_reported_positional_scores(sensitive):
 
 def test_incremental_decoding_equals_full_recomputation_at_every_step(sensitive):
     task, model = sensitive
-    dataset = _load(task, "test")
-    sample = dataset.collater([dataset[i] for i in range(4)])
+    dataset, sample = first_test_examples(task, 4)
     src = sample["net_input"]["src_tokens"]
     prev = sample["net_input"]["prev_output_tokens"]  # (batch, tgt_len)
     full_logits, full_extra = model(src, None, prev)
@@ -174,8 +172,7 @@ def test_batched_decoding_with_different_page_counts_equals_one_at_a_time(sensit
 
 def test_page_weights_of_each_hypothesis_cover_its_real_pages_and_steps(sensitive):
     task, model = sensitive
-    dataset = _load(task, "test")
-    sample = dataset.collater([dataset[i] for i in range(5)])
+    dataset, sample = first_test_examples(task, 5)
     hypos = PageSumSequenceGenerator([model], task.dictionary, beam_size=2, max_len_b=20).generate([model], sample)
     for i, example_hypos in enumerate(hypos):
         n_pages = len(dataset[int(sample["id"][i])]["pages"])
@@ -210,8 +207,7 @@ def test_global_decoding_models_decode_with_the_same_generator(copy_task_dir):
 
 def test_top_pages_pruning_with_k_at_least_the_page_count_changes_nothing(sensitive):
     task, model = sensitive
-    dataset = _load(task, "test")
-    sample = dataset.collater([dataset[i] for i in range(6)])
+    dataset, sample = first_test_examples(task, 6)
     max_pages = sample["net_input"]["src_tokens"].size(1)
     full = PageSumSequenceGenerator([model], task.dictionary, beam_size=2, max_len_b=20).generate([model], sample)
     pruned_all = PageSumSequenceGenerator([model], task.dictionary, beam_size=2, max_len_b=20, top_pages=max_pages)
@@ -229,3 +225,9 @@ def _load(task, split):
     if split not in task.datasets:
         task.load_dataset(split)
     return task.datasets[split]
+
+
+def first_test_examples(task, n):
+    """(dataset, batch of its first n examples)."""
+    dataset = _load(task, "test")
+    return dataset, dataset.collater([dataset[i] for i in range(n)])

@@ -69,19 +69,7 @@ def bart_dir(papers, tmp_path_factory):
         (root / init).mkdir()
         shutil.copyfile(bpe.dict_txt, root / init / "dict.txt")
         save_bart_checkpoint(str(root / init / "model.pt"), bart)
-        add_optimizer_history(root / init / "model.pt")
     return str(root)
-
-
-def add_optimizer_history(path):
-    """Released BART checkpoints record their last optimizer step; fairseq's checkpoint
-    upgrade reads that record when fine-tuning starts from one."""
-    import torch
-
-    state = torch.load(path, weights_only=False)
-    state["optimizer_history"] = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "FairseqAdam",
-                                   "lr_scheduler_state": {"best": None}, "num_updates": 0}]
-    torch.save(state, path)
 
 
 def recipe_env(out_dir, bart_dir, **env_vars):

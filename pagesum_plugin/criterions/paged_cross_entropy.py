@@ -29,7 +29,7 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
         net_output = model(**sample["net_input"])
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        entropy_sum, top_weight_sum, positions = page_weight_sums(
+        entropy_sum, top_weight_sum = page_weight_sums(
             net_output[1]["page_weights"], sample["target"].ne(self.padding_idx)
         )
         logging_output = {
@@ -40,7 +40,6 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
             "sample_size": sample_size,
             "page_entropy_sum": entropy_sum,
             "top_page_weight_sum": top_weight_sum,
-            "page_positions": positions,
         }
         if self.report_accuracy:
             n_correct, total = self.compute_accuracy(model, net_output, sample)
@@ -51,7 +50,7 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
         super().reduce_metrics(logging_outputs)
-        positions = sum(log.get("page_positions", 0) for log in logging_outputs)
+        positions = sum(log.get("ntokens", 0) for log in logging_outputs)  # non-padding summary tokens
         if positions > 0:
             entropy = sum(log.get("page_entropy_sum", 0.0) for log in logging_outputs)
             top = sum(log.get("top_page_weight_sum", 0.0) for log in logging_outputs)
@@ -68,9 +67,9 @@ def page_weight_sums(weights: torch.Tensor, target_mask: torch.Tensor):
     """weights: (batch, max_pages, tgt_len), 0 on missing pages; target_mask: (batch, tgt_len).
 
     Returns the summed entropy (bits) and top weight over non-padding target positions,
-    and the number of those positions."""
+    as tensors, so that logging does not wait for the device at every step."""
     weights = weights.float()
     entropy = -(weights * torch.log2(weights.clamp_min(1e-12))).sum(dim=1)  # (batch, tgt_len)
     top = weights.max(dim=1).values  # (batch, tgt_len)
     mask = target_mask.float()
-    return float((entropy * mask).sum()), float((top * mask).sum()), int(mask.sum())
+    return (entropy * mask).sum(), (top * mask).sum()

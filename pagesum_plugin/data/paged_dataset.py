@@ -94,6 +94,9 @@ class PagedSummarizationDataset(FairseqDataset):
         self.longest_page = np.zeros(len(page_counts), dtype=np.int64)
         np.maximum.at(self.longest_page, example_of_page[kept], page_sizes[kept])
         self.tgt_sizes = np.minimum(summaries.sizes, max_target_tokens).astype(np.int64)
+        # what one example costs: its pages for the encoder, plus the summary once per
+        # page for the decoder (it runs on every page)
+        self.example_tokens = self.src_sizes + self.page_counts * self.tgt_sizes
 
     def __len__(self) -> int:
         return len(self.page_counts)
@@ -129,12 +132,10 @@ class PagedSummarizationDataset(FairseqDataset):
         }
 
     def num_tokens(self, index: int) -> int:
-        """Tokens that one example costs: its pages for the encoder, plus the summary
-        once per page for the decoder (it runs on every page)."""
-        return int(self.src_sizes[index] + self.page_counts[index] * self.tgt_sizes[index])
+        return int(self.example_tokens[index])
 
     def num_tokens_vec(self, indices):
-        return self.src_sizes[indices] + self.page_counts[indices] * self.tgt_sizes[indices]
+        return self.example_tokens[indices]
 
     def size(self, index: int):
         """What fairseq compares with the model's max positions: the longest page and the summary."""
@@ -151,7 +152,7 @@ class PagedSummarizationDataset(FairseqDataset):
         else:
             order = [np.arange(len(self))]
         order.append(self.tgt_sizes)
-        order.append(self.num_tokens_vec(np.arange(len(self))))
+        order.append(self.example_tokens)
         return np.lexsort(order)
 
     def set_epoch(self, epoch):

@@ -123,11 +123,13 @@ class PagedSummarizationTask(FairseqTask):
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         hypos = super().inference_step(generator, models, sample, prefix_tokens, constraints)
-        if generator is not getattr(self, "_rouge_generator", None):  # not while validating
+        writing = self.cfg.page_weights_output or self.cfg.hypotheses_output
+        if writing and generator is not getattr(self, "_rouge_generator", None):  # not while validating
+            texts = [self.detokenize(h[0]["tokens"]) for h in hypos]  # best hypothesis per example
             if self.cfg.page_weights_output:
-                self._write_page_weights(sample, hypos)
+                self._write_page_weights(sample, hypos, texts)
             if self.cfg.hypotheses_output:
-                self._write_hypotheses(sample, hypos)
+                self._write_hypotheses(sample, texts)
         return hypos
 
     @property
@@ -143,27 +145,27 @@ class PagedSummarizationTask(FairseqTask):
         symbols = self.dictionary.string(token_ids, extra_symbols_to_ignore={self.dictionary.bos()}).split()
         return self.tokenizer.decode(symbols)
 
-    def _write_page_weights(self, sample, hypos):
+    def _write_page_weights(self, sample, hypos, texts):
         if self._page_weights_file is None:
             self._page_weights_file = open(self.cfg.page_weights_output, "w", encoding="utf-8")
-        for example_id, example_hypos in zip(sample["id"].tolist(), hypos):
+        for example_id, example_hypos, text in zip(sample["id"].tolist(), hypos, texts):
             best = example_hypos[0]
             record = {
                 "id": example_id,
-                "hypothesis": self.detokenize(best["tokens"]),
+                "hypothesis": text,
                 "tokens": [self.dictionary[t] for t in best["tokens"].tolist()],
                 "page_weights": [[round(w, 6) for w in row] for row in best["page_weights"].tolist()],
             }
             self._page_weights_file.write(json.dumps(record) + "\n")
         self._page_weights_file.flush()
 
-    def _write_hypotheses(self, sample, hypos):
+    def _write_hypotheses(self, sample, texts):
         """Batches arrive sorted by length, not by id: buffer them and write every
         hypothesis as soon as all those before it are known."""
         if self._hypotheses is None:
             self._hypotheses = OrderedHypothesisWriter(self.cfg.hypotheses_output)
-        for example_id, example_hypos in zip(sample["id"].tolist(), hypos):
-            self._hypotheses.add(example_id, self.detokenize(example_hypos[0]["tokens"]))
+        for example_id, text in zip(sample["id"].tolist(), texts):
+            self._hypotheses.add(example_id, text)
 
     # ---- validation by ROUGE -------------------------------------------------------------
 
