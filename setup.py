@@ -6,7 +6,11 @@ setup(
     name="pagesum",
     version="0.1.0",
     description="PageSum: long-document summarization by locality, as a fairseq plugin",
-    packages=find_packages(include=["pagesum_plugin*", "preprocess*", "evaluation*"]),
+    # One importable namespace: the plugin package holds the library (fairseq's --user-dir
+    # imports it on its own, so it must be self-contained), and the preprocessing command
+    # in preprocess/ is installed as pagesum_preprocess, never as a generic "preprocess".
+    packages=find_packages(include=["pagesum_plugin*"]) + ["pagesum_preprocess"],
+    package_dir={"pagesum_preprocess": "preprocess"},
     python_requires=">=3.10",
     # torch and fairseq are installed by the README's setup command: fairseq's wheel
     # must go in with --no-deps (its metadata pulls a CUDA torch through torchaudio).
@@ -38,11 +42,11 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "pagesum-preprocess = preprocess.cli:main",
-            "pagesum-score = evaluation.score:main",
-            "pagesum-baseline = evaluation.baselines:main",
-            "pagesum-plot = evaluation.plots:main",
-            "pagesum-convert = pagesum_plugin.convert:main",
+            "pagesum-preprocess = pagesum_preprocess.cli:main",
+            "pagesum-score = pagesum_plugin.evaluation.score:main",
+            "pagesum-baseline = pagesum_plugin.evaluation.baselines:main",
+            "pagesum-plot = pagesum_plugin.evaluation.plots:main",
+            "pagesum-convert = pagesum_plugin.checkpoints.convert:main",
         ]
     },
 )

@@ -13,15 +13,18 @@ otherwise a byte-level BPE of ``--bpe-vocab-size`` tokens is trained on the same
 
 import argparse
 import json
+import logging
 import random
 import tempfile
 import time
 from pathlib import Path
 
 import aclsum
+from tokenizers import ByteLevelBPETokenizer
 
-from preprocess.cli import main as preprocess_main
-from preprocess.sentences import split_sentences
+from pagesum_plugin.corpus.format import CorpusMeta
+from pagesum_plugin.corpus.sentences import split_sentences
+from pagesum_preprocess.cli import main as preprocess_main
 
 PAPER_DIR = Path(aclsum.__file__).parent / "dataset" / "paper_jsons"
 WORDS_PER_DOCUMENT = 6000  # about 8,000 GPT-2 tokens of scientific English
@@ -72,8 +75,6 @@ def write_corpus(directory: Path, documents: list[dict]) -> dict[str, Path]:
 
 def train_bpe(directory: Path, texts: list[str], vocab_size: int) -> Path:
     """encoder.json, vocab.bpe and a dict.txt listing every id, as BART ships them."""
-    from tokenizers import ByteLevelBPETokenizer
-
     bpe = ByteLevelBPETokenizer(add_prefix_space=False)
     bpe.train_from_iterator(texts, vocab_size=vocab_size, show_progress=False)
     vocab, merges = bpe.save_model(str(directory))
@@ -103,7 +104,6 @@ def main():
     parser.add_argument("--bpe-vocab-size", type=int, default=16000)
     args = parser.parse_args()
 
-    import logging
     logging.disable(logging.INFO)  # keep the table readable
     body, abstracts = real_sentences()
     rng = random.Random(0)
@@ -113,8 +113,8 @@ def main():
         corpora = write_corpus(tmp, documents)
         gpt2_dir = args.gpt2_dir or train_bpe(tmp, body + abstracts, args.bpe_vocab_size)
         measure(corpora["arxiv"], "arxiv", gpt2_dir, 1, tmp / "probe")  # warm-up: imports, page cache
-        meta = json.loads((tmp / "probe" / "meta.json").read_text())["stats"]["train"]
-        tokens = meta["source_tokens"] / meta["examples"]
+        stats = CorpusMeta.load(tmp / "probe").stats["train"]
+        tokens = stats["source_tokens"] / stats["examples"]
         print(f"{args.documents} synthetic documents, {tokens:.0f} source tokens each on average, "
               f"BPE: {'BART' if args.gpt2_dir else f'{args.bpe_vocab_size}-token byte-level, trained here'}")
         print(f"| input format | workers | seconds | documents/s | MB/s |")

@@ -21,7 +21,7 @@ import numpy as np
 from rouge_score import rouge_scorer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from evaluation import rouge  # noqa: E402
+from pagesum_plugin.evaluation import rouge  # noqa: E402
 
 PAPER_DIR = Path(aclsum.__file__).parent / "dataset" / "paper_jsons"
 

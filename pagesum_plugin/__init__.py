@@ -8,6 +8,6 @@ and allows exactly the classes that fairseq checkpoints need through ``torch.loa
 weights-only unpickler.
 """
 
-from . import checkpoint_safety  # noqa: F401  (first: fairseq-generate loads checkpoints)
+from .checkpoints import safety  # noqa: F401  (first: fairseq-generate loads checkpoints)
 from . import criterions, models, tasks  # noqa: F401
 from .hub_interface import PageSumHubInterface, from_pretrained  # noqa: F401

@@ -4,11 +4,11 @@
     pagesum = from_pretrained("checkpoints/", "checkpoint_best.pt", data_name_or_path="data-bin/arxiv")
     summaries = pagesum.summarize(["A long document ...", [("Intro", "..."), ("Method", "...")]], beam=4)
 
-Pages are made by the same code as ``pagesum-preprocess`` (``preprocess.paging``), with
-the settings recorded in the data directory's ``meta.json`` unless overridden.
+Text is encoded by the corpus's own codec and paged by the same view code as the dataset,
+with the task's view (the data directory's default unless overridden) unless a call
+overrides it.
 """
 
-import json
 import os
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -17,7 +17,9 @@ import torch
 from fairseq import checkpoint_utils
 from torch import nn
 
-from .data.paged_dataset import collate_pages
+from .corpus.readers import example_from_raw
+from .corpus.views import assemble_pages
+from .data.paged_dataset import collate_pages, summary_target
 from .generation import PageSumSequenceGenerator
 
 Document = Union[str, Sequence[Any]]  # a text, a list of sections, or a list of documents
@@ -40,48 +42,35 @@ def from_pretrained(
 class PageSumHubInterface(nn.Module):
     def __init__(self, task, model, data_dir: str):
         super().__init__()
-        from preprocess.paging import PagingConfig
-        from preprocess.tokenizers import load_tokenizer
-
         self.task = task
         self.model = model.eval()
         self.dictionary = task.target_dictionary
-        self.tokenizer = load_tokenizer(data_dir)
-        with open(os.path.join(data_dir, "meta.json")) as f:
-            meta = json.load(f)
-        defaults = PagingConfig()
-        self.paging = PagingConfig(
-            locality=meta.get("locality", defaults.locality),
-            num_pages=meta.get("num_pages", defaults.num_pages),
-            max_pages=meta.get("max_pages", defaults.max_pages),
-            max_page_tokens=meta.get("max_page_tokens", defaults.max_page_tokens),
-        )
+        self.codec = task.codec
+        self.view = task.view
         self.register_buffer("_device_tracker", torch.zeros(0), persistent=False)
 
     @property
     def device(self) -> torch.device:
         return self._device_tracker.device
 
-    # ---- paging and tokenization, shared with pagesum-preprocess -------------------------
+    # ---- paging and tokenization, shared with the dataset --------------------------------
 
-    def pages(self, document: Document, **paging) -> List[torch.LongTensor]:
-        """The page tensors of one document, each ``<s> ... </s>``."""
-        from preprocess.paging import encode_pages
-        from preprocess.readers import example_from_raw
+    def pages(self, document: Document, locality: Optional[str] = None, **view) -> List[torch.LongTensor]:
+        """The page tensors of one document, each ``<s> ... </s>``; ``locality`` (or ``view``),
+        ``num_pages``, ``max_pages``... override the task's view."""
+        overrides = {k: v for k, v in {"view": locality, **view}.items() if v is not None}
+        config = replace(self.view, **overrides)
+        document_ids = self.codec.encode_document(example_from_raw(document))
+        pages = assemble_pages(document_ids, config, self.dictionary.bos(), self.dictionary.eos())
+        return [torch.from_numpy(page) for page in pages]
 
-        config = replace(self.paging, **{k: v for k, v in paging.items() if v is not None})
-        pages = encode_pages(example_from_raw(document), config, self.tokenizer, self.dictionary)
-        if not pages:
-            raise ValueError("the document has no tokens to summarize")
-        return pages
-
-    def encode_summary(self, summary: str) -> torch.LongTensor:
-        symbols = self.tokenizer.encode(summary)
-        return torch.LongTensor([self.dictionary.bos()] + [self.dictionary.index(s) for s in symbols] + [self.dictionary.eos()])
+    def target(self, summary: str) -> torch.LongTensor:
+        """``<s> summary </s>``, cut as the dataset cuts it."""
+        return summary_target(self.codec.encode_summary(summary), self.dictionary.bos(), self.dictionary.eos(),
+                              self.task.max_summary_tokens)
 
     def decode(self, tokens: torch.LongTensor) -> str:
-        special = {self.dictionary.bos(), self.dictionary.eos(), self.dictionary.pad()}
-        return self.tokenizer.decode([self.dictionary[t] for t in tokens.tolist() if t not in special])
+        return self.codec.decode(tokens)
 
     # ---- summarization ----------------------------------------------------------------------
 
@@ -133,7 +122,7 @@ class PageSumHubInterface(nn.Module):
             return summary
         return {
             "summary": summary,
-            "tokens": [self.dictionary[t] for t in hypo["tokens"].tolist()],
+            "tokens": self.codec.symbols(hypo["tokens"]),
             "page_weights": hypo["page_weights"].cpu(),
         }
 
@@ -142,11 +131,11 @@ class PageSumHubInterface(nn.Module):
         """Page weights at every position of a given (reference) summary: what Fig. 3 of the
         paper plots. Returns ``{"tokens": [...], "page_weights": (steps, pages) tensor}``."""
         pages = self.pages(document, **paging)
-        target = self.encode_summary(summary)  # <s> summary </s>
+        target = self.target(summary)  # <s> summary </s>
         prev = torch.cat([target[-1:], target[:-1]]).unsqueeze(0).to(self.device)  # </s> <s> summary
         src_tokens = collate_pages([pages], self.dictionary.pad()).to(self.device)
         _, extra = self.model(src_tokens, None, prev)
         return {
-            "tokens": [self.dictionary[t] for t in target.tolist()],
+            "tokens": self.codec.symbols(target),
             "page_weights": extra["page_weights"][0].t().float().cpu(),  # (steps, pages)
         }

@@ -1,9 +1,10 @@
-"""Paged preprocessing: native corpora to binarized pages for the ``paged_summarization`` task.
+"""``pagesum-preprocess``: native corpora to the tokenized corpus that every view reads.
 
 Data flow::
 
-    raw corpus --readers--> Example(id, summary, units)
-               --paging---> page texts (spatial | discourse | document locality)
-               --tokenizers-> dictionary symbols (GPT-2 BPE | sentencepiece)
-               --binarize--> DATA/{split}.pages.*, page_counts.npy, summary.*, meta.json
+    raw corpus --readers--> Example(id, summary, units)        pagesum_plugin.corpus.readers
+               --codec----> sentence units with their groups   pagesum_plugin.corpus.codec
+               --binarize-> DATA/{split}.units.*, ..., meta.json   pagesum_plugin.corpus.format
+
+Installed as the package ``pagesum_preprocess``.
 """

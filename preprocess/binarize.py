@@ -17,10 +17,16 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
+from fairseq.data import Dictionary
+from tqdm import tqdm
 
-from preprocess.errors import InputError
-from preprocess.paging import PagingConfig, encode_page_tokens, encode_summary
-from preprocess.readers import Record, iter_records, parse_record
+from pagesum_plugin.corpus.codec import TextCodec
+from pagesum_plugin.corpus.errors import InputError
+from pagesum_plugin.corpus.format import EncodedDocument, SplitStructure, SplitWriter
+from pagesum_plugin.corpus.readers import Record, iter_records, parse_record
+from pagesum_plugin.corpus.sentences import split_sentences
+from pagesum_plugin.corpus.tokenizers import build_tokenizer
+from pagesum_plugin.corpus.views import ViewConfig, plan_pages
 
 CHUNK_SIZE = 16  # records per task: large enough to amortize inter-process traffic
 _WHITESPACE = re.compile(r"\s+")
@@ -31,8 +37,6 @@ class JobSettings:
     """Everything a worker needs to rebuild its tokenizer and dictionary."""
 
     input_format: str
-    paging: PagingConfig
-    max_summary_tokens: int
     tokenizer_name: str
     tokenizer_files: dict
     dict_path: str
@@ -43,13 +47,8 @@ class JobSettings:
 class EncodedExample:
     id: str
     reference: str
-    pages: list[np.ndarray]  # each (page_len,)
-    summary: np.ndarray  # (summary_len,)
-    source_tokens: int
-    lost_tokens: int
-    truncated_pages: int
-    dropped_pages: int
-    summary_lost_tokens: int
+    document: EncodedDocument
+    summary: np.ndarray  # (summary_len,) ids, no specials
 
 
 @dataclass
@@ -60,7 +59,8 @@ class Skipped:
 
 @dataclass
 class SplitStats:
-    """Corpus statistics of one split, as reported in meta.json and on the console."""
+    """Corpus statistics of one split under its default view, as reported in meta.json and
+    on the console. They come from the same view code that the dataset pages with."""
 
     examples: int = 0
     pages: int = 0
@@ -73,16 +73,23 @@ class SplitStats:
     summary_tokens_lost: int = 0
     skipped: Counter = field(default_factory=Counter)
 
-    def add(self, example: EncodedExample) -> None:
-        self.examples += 1
-        self.pages += len(example.pages)
-        self.max_pages_per_example = max(self.max_pages_per_example, len(example.pages))
-        self.truncated_pages += example.truncated_pages
-        self.dropped_pages += example.dropped_pages
-        self.source_tokens += example.source_tokens
-        self.lost_tokens += example.lost_tokens
-        self.summaries_truncated += example.summary_lost_tokens > 0
-        self.summary_tokens_lost += example.summary_lost_tokens
+    @classmethod
+    def of_split(cls, structure: SplitStructure, summary_lengths: np.ndarray, view: ViewConfig,
+                 max_summary_tokens: int, skipped: Counter) -> "SplitStats":
+        plan = plan_pages(structure, view)
+        summary_lost = np.maximum(summary_lengths - (max_summary_tokens - 2), 0)
+        return cls(
+            examples=structure.num_examples,
+            pages=int(plan.page_counts.sum()),
+            max_pages_per_example=int(plan.page_counts.max(initial=0)),
+            truncated_pages=int(plan.page_truncated.sum()),
+            dropped_pages=int(plan.dropped_pages.sum()),
+            source_tokens=int(plan.source_tokens.sum()),
+            lost_tokens=int((plan.source_tokens - plan.kept_tokens).sum()),
+            summaries_truncated=int((summary_lost > 0).sum()),
+            summary_tokens_lost=int(summary_lost.sum()),
+            skipped=skipped,
+        )
 
     def as_dict(self) -> dict:
         return {
@@ -118,41 +125,31 @@ _WORKER: dict = {}
 
 
 def init_worker(settings: JobSettings) -> None:
-    """Build this process's tokenizer and dictionary once."""
-    from fairseq.data import Dictionary
-
-    from preprocess.tokenizers import build_tokenizer
-
+    """Build this process's codec once."""
     torch.set_num_threads(1)
     _WORKER["settings"] = settings
-    _WORKER["tokenizer"] = build_tokenizer(settings.tokenizer_name, **settings.tokenizer_files)
-    _WORKER["dictionary"] = Dictionary.load(settings.dict_path)
+    tokenizer = build_tokenizer(settings.tokenizer_name, **settings.tokenizer_files)
+    _WORKER["codec"] = TextCodec(tokenizer, Dictionary.load(settings.dict_path))
 
 
 def encode_record(record: Record) -> EncodedExample | Skipped:
     settings: JobSettings = _WORKER["settings"]
-    tokenizer, dictionary = _WORKER["tokenizer"], _WORKER["dictionary"]
+    codec: TextCodec = _WORKER["codec"]
     try:
         example = parse_record(record, settings.input_format)
-        paged = encode_page_tokens(example, settings.paging, tokenizer, dictionary)
-        if not paged.pages:
-            raise InputError(record.path, record.line, None, "empty_document", "the document has no tokens")
+        try:
+            document = codec.encode_document(example)
+        except ValueError:
+            raise InputError(record.path, record.line, None, "empty_document", "the document has no tokens") from None
     except InputError as error:
         if settings.skip_invalid:
             return Skipped(error.reason, str(error))
         raise
-    summary, summary_lost = encode_summary(example.summary, settings.max_summary_tokens, tokenizer, dictionary)
-    dtype = np.uint16 if len(dictionary) < 65500 else np.int32  # compact transfer between processes
     return EncodedExample(
         id=example.id,
         reference=_WHITESPACE.sub(" ", example.summary).strip(),
-        pages=[page.numpy().astype(dtype) for page in paged.pages],
-        summary=summary.numpy().astype(dtype),
-        source_tokens=paged.source_tokens,
-        lost_tokens=paged.lost_tokens,
-        truncated_pages=paged.truncated_pages,
-        dropped_pages=paged.dropped_pages,
-        summary_lost_tokens=summary_lost,
+        document=document,
+        summary=codec.encode_summary(example.summary),
     )
 
 
@@ -193,48 +190,31 @@ def ordered_map(function: Callable, chunks: Iterable[list], workers: int, initia
 
 
 def binarize_split(split_path: str | Path, split: str, destdir: str | Path, settings: JobSettings,
-                   vocab_size: int, workers: int = 1, progress: bool = True,
-                   on_skip: Callable[[Skipped], None] | None = None) -> SplitStats:
-    """Write ``destdir/{split}.pages.*``, ``.page_counts.npy``, ``.summary.*``, ``.ids.txt``
-    and ``.reference.txt``; return the split's statistics."""
-    from fairseq.data import indexed_dataset
-    from tqdm import tqdm
-
-    destdir = Path(destdir)
-    prefix = destdir / split
-    pages_builder = indexed_dataset.make_builder(f"{prefix}.pages.bin", impl="mmap", vocab_size=vocab_size)
-    summary_builder = indexed_dataset.make_builder(f"{prefix}.summary.bin", impl="mmap", vocab_size=vocab_size)
-    stats, page_counts = SplitStats(), []
+                   vocab_size: int, view: ViewConfig, max_summary_tokens: int, workers: int = 1,
+                   progress: bool = True, on_skip: Callable[[Skipped], None] | None = None) -> SplitStats:
+    """Write one split of the corpus into ``destdir`` (layout: ``pagesum_plugin.corpus.format``)
+    and return its statistics under the default ``view``."""
+    writer = SplitWriter(destdir, split, vocab_size)
+    skipped: Counter = Counter()
     records = iter_records(split_path, settings.input_format)
     results = ordered_map(encode_chunk, _chunks(records, CHUNK_SIZE), workers, init_worker, (settings,))
-    with open(f"{prefix}.ids.txt", "w", encoding="utf-8") as ids_file, \
-            open(f"{prefix}.reference.txt", "w", encoding="utf-8") as reference_file, \
-            tqdm(desc=split, unit=" examples", disable=not progress, dynamic_ncols=True) as bar:
+    with tqdm(desc=split, unit=" examples", disable=not progress, dynamic_ncols=True) as bar:
         for chunk in results:
             for result in chunk:
                 bar.update(1)
                 if isinstance(result, Skipped):
-                    stats.skipped[result.reason] += 1
+                    skipped[result.reason] += 1
                     if on_skip:
                         on_skip(result)
                     continue
-                for page in result.pages:
-                    pages_builder.add_item(torch.from_numpy(page.astype(np.int64)))
-                summary_builder.add_item(torch.from_numpy(result.summary.astype(np.int64)))
-                page_counts.append(len(result.pages))
-                ids_file.write(result.id + "\n")
-                reference_file.write(result.reference + "\n")
-                stats.add(result)
-    pages_builder.finalize(f"{prefix}.pages.idx")
-    summary_builder.finalize(f"{prefix}.summary.idx")
-    np.save(f"{prefix}.page_counts.npy", np.asarray(page_counts, dtype=np.int64))
-    return stats
+                writer.add(result.id, result.reference, result.document, result.summary)
+    writer.close()
+    structure, summary_lengths = writer.structure(), writer.summary_lengths()
+    return SplitStats.of_split(structure, summary_lengths, view, max_summary_tokens, skipped)
 
 
 def iter_training_sentences(split_path: str | Path, input_format: str, skip_invalid: bool) -> Iterator[str]:
     """Sentences of the documents and summaries of a split, to train sentencepiece on."""
-    from preprocess.sentences import split_sentences
-
     for record in iter_records(split_path, input_format):
         try:
             example = parse_record(record, input_format)

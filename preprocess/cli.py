@@ -1,4 +1,9 @@
-"""``pagesum-preprocess``: a corpus in its native format -> paged, binarized data.
+"""``pagesum-preprocess``: a corpus in its native format -> a tokenized corpus of sentence units.
+
+The corpus is written once per dataset and tokenizer; pages are made when the data loads
+(see ``pagesum_plugin.corpus.views``). ``--view`` (alias ``--locality``) and the page
+sizes set the corpus's *default* view, recorded in ``meta.json``; the task's options
+override it at training and decoding time.
 
 Example::
 
@@ -9,19 +14,20 @@ Example::
 """
 
 import argparse
-import json
 import logging
 import shutil
 import sys
 from pathlib import Path
 
-from preprocess.binarize import JobSettings, Skipped, binarize_split, iter_training_sentences
-from preprocess.errors import InputError
-from preprocess.paging import LOCALITIES, PagingConfig
-from preprocess.readers import INPUT_FORMATS
-from preprocess.tokenizers import SENTENCEPIECE_FILE, TOKENIZERS, build_dictionary, build_tokenizer, train_sentencepiece
+from pagesum_plugin.corpus.errors import InputError
+from pagesum_plugin.corpus.format import CorpusMeta, staged_directory
+from pagesum_plugin.corpus.readers import INPUT_FORMATS
+from pagesum_plugin.corpus.tokenizers import (
+    SENTENCEPIECE_FILE, TOKENIZERS, build_dictionary, build_tokenizer, train_sentencepiece,
+)
+from pagesum_plugin.corpus.views import VIEWS, ViewConfig
+from pagesum_preprocess.binarize import JobSettings, Skipped, binarize_split, iter_training_sentences
 
-FORMAT_VERSION = 1
 SPLITS = ("train", "valid", "test")
 MAX_SKIP_MESSAGES = 20  # skipped examples named one by one; all are counted
 
@@ -39,15 +45,18 @@ def get_parser() -> argparse.ArgumentParser:
     data.add_argument("--destdir", required=True, help="output data directory")
     data.add_argument("--skip-invalid", action="store_true",
                       help="skip bad examples (counted by reason) instead of stopping at the first one")
-    paging = parser.add_argument_group("paging")
-    paging.add_argument("--locality", default="spatial", choices=LOCALITIES)
-    paging.add_argument("--num-pages", type=int, default=PagingConfig.num_pages, help="spatial: pages per example")
-    paging.add_argument("--max-pages", type=int, default=PagingConfig.max_pages,
-                        help="discourse/document: most pages per example")
-    paging.add_argument("--max-page-tokens", type=int, default=PagingConfig.max_page_tokens,
-                        help="tokens per page, <s> and </s> included")
-    paging.add_argument("--max-summary-tokens", type=int, default=1024,
-                        help="tokens per summary, <s> and </s> included")
+    view = parser.add_argument_group("default view (recorded in meta.json; the task's options override it)")
+    view.add_argument("--view", "--locality", dest="view", default="spatial", choices=VIEWS,
+                      help="how pages are made from the stored sentences")
+    view.add_argument("--num-pages", type=int, default=ViewConfig.num_pages, help="spatial, token: pages per example")
+    view.add_argument("--max-pages", type=int, default=ViewConfig.max_pages,
+                      help="discourse, document: most pages per example")
+    view.add_argument("--max-page-tokens", type=int, default=ViewConfig.max_page_tokens,
+                      help="tokens per page, <s> and </s> included")
+    view.add_argument("--max-source-tokens", type=int, default=ViewConfig.max_source_tokens,
+                      help="flat, documents: tokens of the whole input, specials included")
+    view.add_argument("--max-summary-tokens", type=int, default=1024,
+                      help="tokens per summary, <s> and </s> included")
     tokenizer = parser.add_argument_group("tokenizer")
     tokenizer.add_argument("--tokenizer", default="gpt2", choices=TOKENIZERS)
     tokenizer.add_argument("--gpt2-encoder-json", metavar="FILE", help="BART's encoder.json")
@@ -82,38 +91,28 @@ def prepare_tokenizer(args, destdir: Path):
     return tokenizer, dictionary, {"model": str(model)}
 
 
-def run(args) -> dict:
-    destdir = Path(args.destdir)
-    destdir.mkdir(parents=True, exist_ok=True)
+def run(args) -> CorpusMeta:
     splits = {split: getattr(args, f"{split}pref") for split in SPLITS if getattr(args, f"{split}pref")}
     if not splits:
         raise SystemExit("give at least one of --trainpref, --validpref, --testpref")
-    paging = PagingConfig(args.locality, args.num_pages, args.max_pages, args.max_page_tokens)
-    tokenizer, dictionary, files = prepare_tokenizer(args, destdir)
-    settings = JobSettings(args.input_format, paging, args.max_summary_tokens, tokenizer.name, files,
-                           str(destdir / "dict.txt"), args.skip_invalid)
-    meta = {
-        "format_version": FORMAT_VERSION,
-        "tokenizer": tokenizer.name,
-        "locality": paging.locality,
-        "num_pages": paging.num_pages,
-        "max_pages": paging.max_pages,
-        "max_page_tokens": paging.max_page_tokens,
-        "max_summary_tokens": args.max_summary_tokens,
-        "input_format": args.input_format,
-        "dictionary_size": len(dictionary),
-        "splits": sorted(splits, key=SPLITS.index),
-        "stats": {},
-    }
-    if tokenizer.name == "sentencepiece":
-        meta["vocab_size"] = args.vocab_size
-    skip_log = _SkipLogger()
-    for split, path in splits.items():
-        stats = binarize_split(path, split, destdir, settings, len(dictionary), args.workers,
-                               progress=not args.no_progress, on_skip=skip_log)
-        meta["stats"][split] = stats.as_dict()
-        logger.info(stats.report(split))
-    (destdir / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    view = ViewConfig(args.view, args.num_pages, args.max_pages, args.max_page_tokens, args.max_source_tokens)
+    with staged_directory(args.destdir) as destdir:
+        tokenizer, dictionary, files = prepare_tokenizer(args, destdir)
+        settings = JobSettings(args.input_format, tokenizer.name, files, str(destdir / "dict.txt"), args.skip_invalid)
+        meta = CorpusMeta(
+            tokenizer=tokenizer.name, dataset=args.input_format, view=view.view, num_pages=view.num_pages,
+            max_pages=view.max_pages, max_page_tokens=view.max_page_tokens, max_source_tokens=view.max_source_tokens,
+            max_summary_tokens=args.max_summary_tokens, dictionary_size=len(dictionary),
+            vocab_size=args.vocab_size if tokenizer.name == "sentencepiece" else None,
+            splits=sorted(splits, key=SPLITS.index),
+        )
+        skip_log = _SkipLogger()
+        for split, path in splits.items():
+            stats = binarize_split(path, split, destdir, settings, len(dictionary), view, args.max_summary_tokens,
+                                   args.workers, progress=not args.no_progress, on_skip=skip_log)
+            meta.stats[split] = stats.as_dict()
+            logger.info(stats.report(split))
+        meta.save(destdir)
     return meta
 
 

@@ -15,9 +15,9 @@ from builders.corpora import acl_papers
 from builders.models import build_tiny, random_pages
 from builders.paged_data import write_split
 from conftest import REPO_ROOT, run_cli
-from pagesum_plugin.checkpoint_safety import load_checkpoint_file
-from pagesum_plugin.convert import AUTHORS_STATE_DICT_NAME, CONFIDENCE_KEYS, checkpoint_state, main
-from preprocess.tokenizers import build_tokenizer
+from pagesum_plugin.checkpoints.safety import load_checkpoint_file
+from pagesum_plugin.checkpoints.convert import AUTHORS_STATE_DICT_NAME, CONFIDENCE_KEYS, checkpoint_state, main
+from pagesum_plugin.corpus.tokenizers import build_tokenizer
 
 
 D_MODEL = 24

@@ -4,10 +4,10 @@ import pytest
 from rouge_score import rouge_scorer
 
 from builders.corpora import acl_papers, paged_sentencepiece_data, write_jsonl
-from evaluation import rouge
-from evaluation.baselines import main, oracle
-from evaluation.data import iter_documents
-from preprocess.sentences import split_sentences
+from pagesum_plugin.evaluation import rouge
+from pagesum_plugin.evaluation.baselines import main, oracle
+from pagesum_plugin.evaluation.data import iter_documents
+from pagesum_plugin.corpus.sentences import split_sentences
 
 
 @pytest.fixture(scope="module")

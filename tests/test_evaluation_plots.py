@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from builders.corpora import acl_papers, paged_sentencepiece_data, write_jsonl
-from evaluation import analysis, plots
-from evaluation.data import iter_documents
-from evaluation.rouge import tokenize
-from preprocess.sentences import split_sentences
+from pagesum_plugin.evaluation import analysis, plots
+from pagesum_plugin.evaluation.data import iter_documents
+from pagesum_plugin.evaluation.rouge import tokenize
+from pagesum_plugin.corpus.sentences import split_sentences
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -7,8 +7,8 @@ import pytest
 from rouge_score import rouge_scorer
 
 from builders.corpora import acl_papers
-from evaluation import rouge
-from preprocess.sentences import split_sentences
+from pagesum_plugin.evaluation import rouge
+from pagesum_plugin.corpus.sentences import split_sentences
 
 TOLERANCE = 1e-6
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from builders.corpora import acl_papers
-from evaluation import perl_rouge, rouge
-from evaluation.baselines import lead, oracle
-from evaluation.score import main
-from evaluation.significance import approximate_randomization, bootstrap_ci
-from preprocess.sentences import split_sentences
+from pagesum_plugin.evaluation import perl_rouge, rouge
+from pagesum_plugin.evaluation.baselines import lead, oracle
+from pagesum_plugin.evaluation.score import main
+from pagesum_plugin.evaluation.significance import approximate_randomization, bootstrap_ci
+from pagesum_plugin.corpus.sentences import split_sentences
 
 
 def _write(path, lines):

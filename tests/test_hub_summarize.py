@@ -2,13 +2,16 @@
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
 
 from builders.corpora import acl_papers, write_jsonl
-from conftest import REPO_ROOT, TRAIN_FLAGS, run_cli
+from builders.cli import TRAIN_FLAGS, USER_DIR, run_cli
 from pagesum_plugin import from_pretrained
+
+pytestmark = pytest.mark.slow  # end-to-end runs of fairseq-train and fairseq-generate
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,7 @@ GEN = dict(beam=3, lenpen=1.0, min_len=4, max_len_b=12, no_repeat_ngram_size=3)
 def test_summarize_equals_fairseq_generate_on_the_same_documents(acl_run, tmp_path):
     data, save_dir, papers = acl_run
     hyps = tmp_path / "hyps.txt"
-    run_cli(["fairseq-generate", data, "--user-dir", os.path.join(REPO_ROOT, "pagesum_plugin"),
+    run_cli(["fairseq-generate", data, "--user-dir", USER_DIR,
              "--task", "paged_summarization", "--path", os.path.join(save_dir, "checkpoint_last.pt"),
              "--gen-subset", "test", "--cpu", "--beam", "3", "--min-len", "4", "--max-len-b", "12",
              "--no-repeat-ngram-size", "3", "--batch-size", "3", "--hypotheses-output", str(hyps)])
@@ -78,15 +81,16 @@ def test_page_weights_are_returned_per_step_and_sum_to_one(acl_run):
     torch.testing.assert_close(forced["page_weights"].sum(1), torch.ones(len(forced["tokens"])), atol=1e-5, rtol=0)
 
 
-def test_generate_writes_page_weights_for_every_example(acl_run, tmp_path):
+def test_generate_writes_page_weights_in_input_order_keyed_by_input_id(acl_run, tmp_path):
     data, save_dir, papers = acl_run
-    out = tmp_path / "weights.jsonl"
-    run_cli(["fairseq-generate", data, "--user-dir", os.path.join(REPO_ROOT, "pagesum_plugin"),
+    out, hyp = tmp_path / "weights.jsonl", tmp_path / "test.hyp"
+    run_cli(["fairseq-generate", data, "--user-dir", USER_DIR,
              "--task", "paged_summarization", "--path", os.path.join(save_dir, "checkpoint_last.pt"),
              "--gen-subset", "test", "--cpu", "--beam", "2", "--max-len-b", "8", "--batch-size", "3",
-             "--page-weights-output", str(out)])
-    records = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["id"])
-    assert [r["id"] for r in records] == list(range(len(papers)))
+             "--page-weights-output", str(out), "--hypotheses-output", str(hyp)])
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in records] == (Path(data) / "test.ids.txt").read_text().splitlines()
+    assert [r["hypothesis"] for r in records] == hyp.read_text().splitlines()
     for record in records:
         assert len(record["page_weights"]) == len(record["tokens"])
         assert all(abs(sum(row) - 1) < 1e-4 for row in record["page_weights"])

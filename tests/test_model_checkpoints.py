@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from builders.models import bart_twin, build_tiny, save_bart_checkpoint
-from pagesum_plugin.checkpoint_safety import CheckpointError, load_checkpoint_file
+from pagesum_plugin.checkpoints.safety import CheckpointError, load_checkpoint_file
 from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
 
 

@@ -1,20 +1,22 @@
-"""``pagesum-preprocess`` end to end: the paged data directory contract."""
+"""``pagesum-preprocess`` end to end: the data directory contract."""
 
 import json
 import logging
 
 import numpy as np
 import pytest
-from fairseq.data import Dictionary, indexed_dataset
 
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import (acl_papers, copy_acl_papers, write_cohan, write_govreport, write_jsonl,
                               write_multinews)
-from preprocess.cli import main
-from preprocess.paged_reader import read_paged_split
-from preprocess.tokenizers import load_tokenizer
+from pagesum_plugin.corpus.codec import TextCodec
+from pagesum_plugin.corpus.format import FORMAT_VERSION, CorpusMeta, CorpusSplit, load_dictionary
+from pagesum_plugin.corpus.views import ViewConfig, assemble_pages, plan_pages
+from pagesum_plugin.evaluation.data import iter_documents
+from pagesum_preprocess.cli import main
 
-SPLIT_FILES = ("pages.bin", "pages.idx", "page_counts.npy", "summary.bin", "summary.idx", "ids.txt", "reference.txt")
+SPLIT_FILES = ("units.bin", "units.idx", "heads.bin", "heads.idx", "names.bin", "names.idx", "summary.bin",
+               "summary.idx", "structure.npz", "ids.txt", "reference.txt")
 
 
 @pytest.fixture(scope="module")
@@ -37,59 +39,98 @@ def _run(*args) -> int:
     return main([str(a) for a in args])
 
 
-def _split(data, split):
-    pages = indexed_dataset.MMapIndexedDataset(str(data / f"{split}.pages"))
-    summaries = indexed_dataset.MMapIndexedDataset(str(data / f"{split}.summary"))
-    return pages, np.load(data / f"{split}.page_counts.npy"), summaries
+def _pages(data, split, view: ViewConfig | None = None):
+    """Every example's pages under ``view`` (default: the corpus's own), and its summaries."""
+    meta = CorpusMeta.load(data)
+    view = view or ViewConfig(meta.view, meta.num_pages, meta.max_pages, meta.max_page_tokens)
+    dictionary, corpus = load_dictionary(data), CorpusSplit(data, split)
+    pages = [assemble_pages(corpus.document(i), view, dictionary.bos(), dictionary.eos()) for i in range(len(corpus))]
+    return pages, [corpus.summary(i) for i in range(len(corpus))]
 
 
-def test_gpt2_discourse_directory_follows_the_contract(tmp_path, bpe):
-    papers_dir = copy_acl_papers(tmp_path / "papers", 4)
-    data = tmp_path / "data"
+@pytest.fixture(scope="module")
+def discourse_data(tmp_path_factory, bpe):
+    tmp = tmp_path_factory.mktemp("discourse")
+    papers_dir = copy_acl_papers(tmp / "papers", 4)
+    data = tmp / "data"
     assert _run("--input-format", "aclsum", "--trainpref", papers_dir, "--validpref", papers_dir,
                 "--locality", "discourse", "--max-pages", 5, "--max-page-tokens", 128,
                 "--max-summary-tokens", 64, "--destdir", data, *_gpt2_args(bpe)) == 0
+    return papers_dir, data
+
+
+def test_the_directory_holds_the_tokenizer_files_unchanged(discourse_data, bpe):
+    _, data = discourse_data
     assert (data / "dict.txt").read_bytes() == bpe.dict_txt.read_bytes()
     assert (data / "encoder.json").read_bytes() == bpe.encoder_json.read_bytes()
     assert (data / "vocab.bpe").read_bytes() == bpe.vocab_bpe.read_bytes()
-    dictionary = Dictionary.load(str(data / "dict.txt"))
+
+
+def test_every_split_has_every_file_of_the_format(discourse_data):
+    papers_dir, data = discourse_data
     for split in ("train", "valid"):
         assert all((data / f"{split}.{name}").exists() for name in SPLIT_FILES)
-        pages, counts, summaries = _split(data, split)
-        assert counts.dtype == np.int64 and counts.shape == (4,) and counts.min() >= 1
-        assert counts.sum() == len(pages) and counts.max() <= 5 and len(summaries) == 4
-        for page in list(pages) + list(summaries):
-            assert page[0] == dictionary.bos() and page[-1] == dictionary.eos() and len(page) >= 3
-        assert max(len(p) for p in pages) == 128 and max(len(s) for s in summaries) <= 64
-        ids = (data / f"{split}.ids.txt").read_text().splitlines()
-        assert ids == sorted(p.stem for p in papers_dir.glob("*.json"))
+        assert (data / f"{split}.ids.txt").read_text().splitlines() == sorted(p.stem for p in papers_dir.glob("*.json"))
         references = (data / f"{split}.reference.txt").read_text().splitlines()
         assert len(references) == 4 and all(r and "  " not in r for r in references)
-    meta = json.loads((data / "meta.json").read_text())
-    assert {k: meta[k] for k in ("format_version", "tokenizer", "locality", "max_pages", "max_page_tokens",
-                                 "max_summary_tokens", "input_format")} == {
-        "format_version": 1, "tokenizer": "gpt2", "locality": "discourse", "max_pages": 5,
-        "max_page_tokens": 128, "max_summary_tokens": 64, "input_format": "aclsum"}
-    stats = meta["stats"]["train"]
+
+
+def test_meta_records_the_default_view_and_is_versioned(discourse_data):
+    _, data = discourse_data
+    meta = CorpusMeta.load(data)
+    assert (meta.format_version, meta.tokenizer, meta.dataset) == (FORMAT_VERSION, "gpt2", "aclsum")
+    assert (meta.view, meta.max_pages, meta.max_page_tokens, meta.max_summary_tokens) == ("discourse", 5, 128, 64)
+
+
+def test_the_default_view_gives_pages_within_its_limits(discourse_data):
+    _, data = discourse_data
+    dictionary = load_dictionary(data)
+    pages, _ = _pages(data, "train")
+    assert all(1 <= len(example) <= 5 for example in pages)
+    for page in (p for example in pages for p in example):
+        assert page[0] == dictionary.bos() and page[-1] == dictionary.eos() and 3 <= len(page) <= 128
+    assert max(len(p) for example in pages for p in example) == 128
+
+
+def test_summaries_are_stored_whole_and_cut_only_when_loaded(discourse_data):
+    _, data = discourse_data
+    _, summaries = _pages(data, "train")
+    assert max(len(s) for s in summaries) > 62  # longer than the 64-token default, not cut on disk
+
+
+def test_statistics_describe_the_default_view(discourse_data):
+    _, data = discourse_data
+    meta = CorpusMeta.load(data)
+    corpus = CorpusSplit(data, "train")
+    counts = plan_pages(corpus.structure, ViewConfig("discourse", max_pages=5, max_page_tokens=128)).page_counts
+    stats = meta.stats["train"]
     assert stats["examples"] == 4 and stats["pages_per_example_max"] == counts.max()
     assert stats["pages_per_example_mean"] == pytest.approx(counts.mean(), abs=1e-4)
     assert 0 < stats["share_pages_truncated"] <= 1 and 0 < stats["share_source_tokens_lost"] < 1
     assert stats["share_summaries_truncated"] > 0 and stats["skipped"] == {}
 
 
-def test_document_pages_read_back_as_the_source_documents(tmp_path, bpe, papers):
+def test_one_corpus_is_read_through_any_view_without_preprocessing_again(discourse_data):
+    _, data = discourse_data
+    spatial, _ = _pages(data, "train", ViewConfig("spatial", num_pages=3, max_page_tokens=64))
+    token, _ = _pages(data, "train", ViewConfig("token", num_pages=4, max_page_tokens=32))
+    assert [len(p) for p in spatial] == [3, 3, 3, 3]
+    assert all(len(p) == 4 and all(len(page) == 32 for page in p) for p in token)
+
+
+def test_document_groups_read_back_as_the_source_documents(tmp_path, bpe, papers):
     source = write_multinews(tmp_path, papers[:3], split="test", variant="jsonl")
     data = tmp_path / "data"
     assert _run("--input-format", "multinews", "--testpref", source, "--locality", "document",
                 "--max-pages", 50, "--max-page-tokens", 100000, "--destdir", data, *_gpt2_args(bpe)) == 0
-    examples = list(read_paged_split(data, "test"))
-    assert [e.id for e in examples] == ["test-1", "test-2", "test-3"]
-    for example, paper in zip(examples, papers):
+    documents = list(iter_documents(str(data), "test"))
+    assert [d.id for d in documents] == ["test-1", "test-2", "test-3"]
+    for document, paper in zip(documents, papers):
         # The dictionary lacks a few ids, which come back as <unk>: compare elsewhere.
-        expected = [s["text"].strip() for s in paper["sections"]]
-        assert len(example.pages) == len(expected)
-        assert sum(a == b for a, b in zip(example.pages, expected)) >= len(expected) - 1
-        assert example.reference == " ".join(paper["summary"].split())
+        expected = [" ".join(s["text"].split()) for s in paper["sections"]]
+        assert len(document.parts) == len(expected)
+        assert sum(" ".join(a) == b for a, b in zip(document.parts, expected)) >= len(expected) - 1
+        assert document.summary == " ".join(paper["summary"].split())
 
 
 @pytest.mark.parametrize("input_format, writer", [
@@ -102,8 +143,8 @@ def test_every_format_binarizes_with_spatial_pages(tmp_path, bpe, papers, input_
     data = tmp_path / "data"
     assert _run("--input-format", input_format, "--trainpref", writer(tmp_path, papers[:3]),
                 "--num-pages", 3, "--max-page-tokens", 256, "--destdir", data, *_gpt2_args(bpe)) == 0
-    pages, counts, summaries = _split(data, "train")
-    assert counts.tolist() == [3, 3, 3] and len(pages) == 9 and len(summaries) == 3
+    pages, summaries = _pages(data, "train")
+    assert [len(p) for p in pages] == [3, 3, 3] and len(summaries) == 3
 
 
 def test_outputs_are_byte_identical_across_runs_and_worker_counts(tmp_path, bpe, papers):
@@ -128,14 +169,11 @@ def test_sentencepiece_is_trained_on_train_and_travels_with_the_data(tmp_path, p
         runs.append({p.name: p.read_bytes() for p in sorted(data.iterdir())})
     assert runs[0] == runs[1]
     data = tmp_path / "data0"
-    tokenizer = load_tokenizer(data)
-    dictionary = Dictionary.load(str(data / "dict.txt"))
-    assert len(dictionary) == 4 + 400 - 3
-    pages, _, _ = _split(data, "train")
-    text = tokenizer.decode([dictionary[i] for i in pages[0][1:-1].tolist()])
-    assert text.startswith(papers[0]["sections"][0]["name"].strip() + ":")
-    example = next(read_paged_split(data, "valid"))
-    assert example.id == papers[4]["id"] and len(example.pages) >= 1
+    codec = TextCodec.from_data_dir(data)
+    assert len(codec.dictionary) == 4 + 400 - 3
+    pages, _ = _pages(data, "train")
+    assert codec.decode(pages[0][0]).startswith(papers[0]["sections"][0]["name"].strip() + ":")
+    assert CorpusSplit(data, "valid").example_ids() == [papers[4]["id"]]
 
 
 def test_bad_input_stops_with_file_line_and_field(tmp_path, bpe, caplog):
@@ -163,3 +201,16 @@ def test_skip_invalid_counts_every_skipped_example_by_reason(tmp_path, bpe, capl
     assert (tmp_path / "d" / "train.ids.txt").read_text() == "a\ne\n"
     assert "skipped: empty_document: 1, empty_summary: 1, invalid_utf8: 1" in caplog.text
     assert "line 7, field 'summary'" in caplog.text
+
+
+def test_a_failed_run_leaves_no_output_directory_behind(tmp_path, bpe):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"id": "a", "summary": "S.", "text": "T."}\n{"id": "b", "summary": "", "text": "T."}\n')
+    assert _run("--input-format", "jsonl", "--trainpref", path, "--destdir", tmp_path / "d", *_gpt2_args(bpe)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.jsonl"]
+
+
+def test_a_directory_in_an_older_layout_is_refused_with_what_to_do(tmp_path):
+    (tmp_path / "meta.json").write_text(json.dumps({"format_version": 1, "tokenizer": "gpt2"}))
+    with pytest.raises(ValueError, match="format_version 1.*run pagesum-preprocess again"):
+        CorpusMeta.load(tmp_path)

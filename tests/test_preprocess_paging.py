@@ -6,9 +6,9 @@ from fairseq.data import Dictionary
 
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_papers
-from preprocess.paging import Pager, PagingConfig, encode_page_tokens, encode_pages
-from preprocess.readers import example_from_raw
-from preprocess.tokenizers import build_dictionary, build_tokenizer
+from pagesum_plugin.corpus.paging import Pager, PagingConfig, encode_page_tokens, encode_pages
+from pagesum_plugin.corpus.readers import example_from_raw
+from pagesum_plugin.corpus.tokenizers import build_dictionary, build_tokenizer
 
 
 @pytest.fixture(scope="module")

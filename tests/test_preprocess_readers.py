@@ -6,9 +6,9 @@ import pytest
 
 from builders.corpora import (acl_papers, copy_acl_papers, write_cohan, write_govreport, write_jsonl,
                               write_multinews)
-from preprocess import errors
-from preprocess.errors import InputError
-from preprocess.readers import Unit, example_from_raw, read_examples
+from pagesum_plugin.corpus import errors
+from pagesum_plugin.corpus.errors import InputError
+from pagesum_plugin.corpus.readers import Unit, example_from_raw, read_examples
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The offline sentence splitter: Punkt with an explicit abbreviation set."""
 
 from builders.corpora import acl_papers
-from preprocess.sentences import split_sentences
+from pagesum_plugin.corpus.sentences import split_sentences
 
 
 def test_abbreviations_do_not_end_sentences():

@@ -7,8 +7,8 @@ from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, Sentencepi
 
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_papers
-from preprocess.sentences import split_sentences
-from preprocess.tokenizers import build_dictionary, build_tokenizer, train_sentencepiece
+from pagesum_plugin.corpus.sentences import split_sentences
+from pagesum_plugin.corpus.tokenizers import build_dictionary, build_tokenizer, train_sentencepiece
 
 TRICKY = [
     "  leading and  double  spaces\n\nnew\tlines and tabs  ",

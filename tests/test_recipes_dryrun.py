@@ -192,7 +192,7 @@ def test_bart_large_init_fine_tunes_from_bart_large(dry_runs):
 
 
 def checkpoint_cfg(run_dir):
-    from pagesum_plugin.checkpoint_safety import load_checkpoint_file
+    from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 
     return load_checkpoint_file(str(run_dir / "checkpoints" / "checkpoint_best.pt"))["cfg"]
 

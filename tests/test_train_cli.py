@@ -8,8 +8,10 @@ import torch
 from fairseq import checkpoint_utils
 
 from builders.models import bart_twin, build_tiny, save_bart_checkpoint
-from conftest import TRAIN_FLAGS, run_cli
-from pagesum_plugin.checkpoint_safety import load_checkpoint_file
+from builders.cli import TRAIN_FLAGS, run_cli
+from pagesum_plugin.checkpoints.safety import load_checkpoint_file
+
+pytestmark = pytest.mark.slow  # end-to-end runs of fairseq-train and fairseq-generate
 
 
 def valid_losses(log: str):
@@ -87,15 +89,11 @@ class ForeignObject:
 def test_examples_longer_than_one_page_are_not_filtered_out(tmp_path):
     """fairseq drops examples whose size exceeds the model's positions; a paged example's
     size is its longest page, not its total length."""
-    from builders.paged_data import make_dictionary, write_split
+    from builders.paged_data import make_dictionary, write_corpus
 
-    dictionary = make_dictionary()
     data = tmp_path / "data"
-    data.mkdir()
-    dictionary.save(str(data / "dict.txt"))
     long_doc = {"pages": [[10 + i % 30] * 60 for i in range(5)], "summary": [11, 12, 13]}  # 5 x 62 tokens
-    for split in ("train", "valid"):
-        write_split(str(data), split, [long_doc] * 4, dictionary)
+    write_corpus(str(data), {"train": [long_doc] * 4, "valid": [long_doc] * 4}, make_dictionary())
     log = run_cli(["fairseq-train", str(data), *TRAIN_FLAGS, "--max-source-positions", "64",
                    "--max-target-positions", "64", "--max-update", "2", "--save-dir", str(tmp_path / "run")])
     assert "skipped" not in log.lower() or "0 examples" in log.lower()

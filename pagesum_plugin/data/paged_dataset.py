@@ -1,39 +1,19 @@
-"""A dataset of (pages, summary) examples, stored as fairseq indexed datasets.
+"""A dataset of (pages, summary) examples: one split of the stored corpus read through a view.
 
-On disk (written by ``pagesum-preprocess``):
-  {split}.pages.{bin,idx}     one item per page, example after example: <s> page </s>
-  {split}.page_counts.npy     pages per example, int64 (num_examples,)
-  {split}.summary.{bin,idx}   one item per example: <s> summary </s>
+Every example's page sizes come from the view's plan for the whole split, computed once
+when the dataset is built (vectorized), so that ``--max-tokens`` batching knows every
+example's cost. ``__getitem__`` builds one example's pages with the same view code.
 """
 
-import os
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import numpy as np
 import torch
-from fairseq.data import FairseqDataset, data_utils, indexed_dataset
+from fairseq.data import FairseqDataset, data_utils
 from torch import Tensor
 
-
-def load_paged_split(data_dir: str, split: str):
-    """Open the three files of a split; raise a clear error naming what is missing."""
-    pages_prefix = os.path.join(data_dir, f"{split}.pages")
-    summary_prefix = os.path.join(data_dir, f"{split}.summary")
-    counts_path = os.path.join(data_dir, f"{split}.page_counts.npy")
-    for prefix in (pages_prefix, summary_prefix):
-        if not indexed_dataset.dataset_exists(prefix, impl="mmap"):
-            raise FileNotFoundError(f"paged data not found: {prefix}.bin/.idx (run pagesum-preprocess first)")
-    if not os.path.exists(counts_path):
-        raise FileNotFoundError(f"paged data not found: {counts_path}")
-    pages = indexed_dataset.make_dataset(pages_prefix, impl="mmap")
-    summaries = indexed_dataset.make_dataset(summary_prefix, impl="mmap")
-    page_counts = np.load(counts_path).astype(np.int64)
-    if page_counts.sum() != len(pages) or len(page_counts) != len(summaries) or (page_counts < 1).any():
-        raise ValueError(
-            f"{counts_path}: inconsistent split: {len(page_counts)} examples with {int(page_counts.sum())} pages "
-            f"in page_counts, but {len(pages)} page items and {len(summaries)} summaries"
-        )
-    return pages, page_counts, summaries
+from ..corpus.format import CorpusSplit
+from ..corpus.views import ViewConfig, assemble_pages, plan_pages
 
 
 def collate_pages(page_lists: List[List[Tensor]], pad_idx: int, pad_to_multiple: int = 1) -> Tensor:
@@ -49,51 +29,33 @@ def collate_pages(page_lists: List[List[Tensor]], pad_idx: int, pad_to_multiple:
     return out
 
 
-def truncate_keeping_eos(tokens: Tensor, max_len: int) -> Tensor:
-    """Cut a <s> ... </s> sequence to max_len tokens, keeping its final </s>."""
-    if len(tokens) <= max_len:
-        return tokens
-    return torch.cat([tokens[: max_len - 1], tokens[-1:]])
+def summary_target(ids: np.ndarray, bos: int, eos: int, max_tokens: int) -> Tensor:
+    """``<s> summary </s>`` of at most ``max_tokens`` tokens: the one place summaries are cut."""
+    return torch.from_numpy(np.concatenate([[bos], ids[: max_tokens - 2], [eos]]).astype(np.int64))
 
 
 class PagedSummarizationDataset(FairseqDataset):
-    """Examples of 1..max_pages pages and a summary; the collater builds PageSum batches."""
+    """Examples of one or more pages and a summary; the collater builds PageSum batches."""
 
-    def __init__(
-        self,
-        pages,
-        page_counts: np.ndarray,
-        summaries,
-        dictionary,
-        max_pages: Optional[int] = None,
-        max_page_tokens: int = 1024,
-        max_target_tokens: int = 1024,
-        shuffle: bool = True,
-        seed: int = 1,
-    ):
-        self.pages = pages
-        self.summaries = summaries
+    def __init__(self, corpus: CorpusSplit, view: ViewConfig, dictionary, max_summary_tokens: int = 1024,
+                 shuffle: bool = True, seed: int = 1):
+        self.corpus = corpus
+        self.view = view
         self.dictionary = dictionary
-        self.max_page_tokens = max_page_tokens
-        self.max_target_tokens = max_target_tokens
+        self.max_summary_tokens = max_summary_tokens
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 1
+        self.example_ids = corpus.example_ids()  # the input's own ids, for outputs that join
 
-        self.first_page = np.cumsum(page_counts) - page_counts  # (num_examples,)
-        self.page_counts = page_counts if max_pages is None else np.minimum(page_counts, max_pages)
-        page_sizes = np.minimum(pages.sizes, max_page_tokens)
-        # source tokens of each example's kept pages
-        example_of_page = np.repeat(np.arange(len(page_counts)), page_counts)  # (n_pages,)
-        page_in_example = np.arange(len(page_sizes)) - self.first_page[example_of_page]
-        kept = page_in_example < self.page_counts[example_of_page]
-        self.src_sizes = np.bincount(
-            example_of_page[kept], weights=page_sizes[kept], minlength=len(page_counts)
-        ).astype(np.int64)
+        plan = plan_pages(corpus.structure, view)
+        self.page_counts = plan.page_counts  # (n_examples,)
+        page_sizes = plan.page_sizes  # (n_pages,)
+        first_page = plan.example_pages[:-1]
+        self.src_sizes = np.add.reduceat(page_sizes, first_page) if len(page_sizes) else np.zeros(0, np.int64)
         # each page is encoded on its own, so positions are bounded by the longest page
-        self.longest_page = np.zeros(len(page_counts), dtype=np.int64)
-        np.maximum.at(self.longest_page, example_of_page[kept], page_sizes[kept])
-        self.tgt_sizes = np.minimum(summaries.sizes, max_target_tokens).astype(np.int64)
+        self.longest_page = np.maximum.reduceat(page_sizes, first_page) if len(page_sizes) else np.zeros(0, np.int64)
+        self.tgt_sizes = np.minimum(corpus.summary_lengths + 2, max_summary_tokens).astype(np.int64)
         # what one example costs: its pages for the encoder, plus the summary once per
         # page for the decoder (it runs on every page)
         self.example_tokens = self.src_sizes + self.page_counts * self.tgt_sizes
@@ -102,12 +64,9 @@ class PagedSummarizationDataset(FairseqDataset):
         return len(self.page_counts)
 
     def __getitem__(self, index: int) -> Dict:
-        first = self.first_page[index]
-        pages = [
-            truncate_keeping_eos(self.pages[int(first + j)].long(), self.max_page_tokens)
-            for j in range(self.page_counts[index])
-        ]
-        target = truncate_keeping_eos(self.summaries[index].long(), self.max_target_tokens)
+        bos, eos = self.dictionary.bos(), self.dictionary.eos()
+        pages = [torch.from_numpy(page) for page in assemble_pages(self.corpus.document(index), self.view, bos, eos)]
+        target = summary_target(self.corpus.summary(index), bos, eos, self.max_summary_tokens)
         return {"id": index, "pages": pages, "target": target}
 
     def collater(self, samples: List[Dict], pad_to_multiple: int = 1) -> Dict:
@@ -121,6 +80,7 @@ class PagedSummarizationDataset(FairseqDataset):
         prev_output_tokens = data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True)
         return {
             "id": torch.LongTensor([s["id"] for s in samples]),
+            "example_ids": [self.example_ids[s["id"]] for s in samples],
             "nsentences": len(samples),
             "ntokens": sum(len(t) for t in targets),
             "net_input": {

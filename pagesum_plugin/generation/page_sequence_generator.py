@@ -18,6 +18,7 @@ import torch
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
+from ..modules.page_mixing import real_pages
 from .ngram_blocking import NoRepeatNGramBlocker
 
 
@@ -42,7 +43,7 @@ class PageSumSequenceGenerator(SequenceGenerator):
         if prefix_tokens is None:
             # Targets are "<s> summary </s>", so the first generated token is always <s>.
             prefix_tokens = src_tokens.new_full((src_tokens.size(0), 1), self.bos)
-        page_counts = src_tokens[:, :, 0].ne(self.pad).sum(dim=1)  # (batch,)
+        page_counts = real_pages(src_tokens, self.pad).sum(dim=1)  # (batch,)
         kept_pages = None
         page_decoding = getattr(self.model.single_model, "page_decoding", "page")
         if 0 < self.top_pages < src_tokens.size(1) and page_decoding == "page":

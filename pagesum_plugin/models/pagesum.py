@@ -27,7 +27,7 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
 
-from ..modules.page_mixing import mix_pages, rows_of_pages, unpack_pages
+from ..modules.page_mixing import mix_pages, real_pages, rows_of_pages, unpack_pages
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class PageSumEncoder(TransformerEncoder):
             raise ValueError(
                 f"PageSum expects src_tokens of shape (batch, pages, page_len), got {tuple(src_tokens.shape)}"
             )
-        real_page = src_tokens[:, :, 0].ne(self.padding_idx)  # (batch, max_pages)
+        real_page = real_pages(src_tokens, self.padding_idx)  # (batch, max_pages)
         page_counts = real_page.sum(dim=1)  # (batch,)
         if bool((page_counts == 0).any()):
             raise ValueError("every example needs at least one non-padding page")

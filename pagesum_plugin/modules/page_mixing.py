@@ -13,6 +13,12 @@ import torch
 from torch import Tensor
 
 
+def real_pages(src_tokens: Tensor, pad: int) -> Tensor:
+    """(batch, max_pages, page_len) -> (batch, max_pages) bool: a page is real unless it is
+    all padding, which a page that starts with padding is (pages are ``<s> ... </s>``)."""
+    return src_tokens[:, :, 0].ne(pad)
+
+
 def page_padding_mask(page_counts: Tensor, max_pages: int) -> Tensor:
     """(batch,) page counts -> (batch, max_pages) bool mask, True where a page is missing."""
     slots = torch.arange(max_pages, device=page_counts.device)  # (max_pages,)

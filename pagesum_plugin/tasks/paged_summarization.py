@@ -1,36 +1,50 @@
-"""The ``paged_summarization`` task: paged documents in, summaries out."""
+"""The ``paged_summarization`` task: a stored corpus read through a view, summaries out.
 
+The corpus (``pagesum-preprocess``) holds sentence units; ``--view`` and the page sizes
+choose how they become pages, defaulting to the view recorded in the corpus's metadata.
+"""
+
+import argparse
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
-import torch
 from fairseq import metrics
 from fairseq.data import Dictionary
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
-from ..data.paged_dataset import PagedSummarizationDataset, load_paged_split
+from ..corpus.codec import TextCodec
+from ..corpus.format import CorpusMeta, CorpusSplit, load_dictionary
+from ..corpus.views import VIEWS, ViewConfig
+from ..data.paged_dataset import PagedSummarizationDataset
+from ..evaluation.rouge import corpus_rouge
 from ..generation import PageSumSequenceGenerator
+from ..generation.outputs import InputOrderFile, page_weights_record
 
 logger = logging.getLogger(__name__)
+
+ROUGE_METRICS = ("rouge1", "rouge2", "rougeLsum")
 
 
 @dataclass
 class PagedSummarizationConfig(FairseqDataclass):
-    data: str = field(default="", metadata={"help": "paged data directory written by pagesum-preprocess"})
-    max_pages: Optional[int] = field(
-        default=None, metadata={"help": "keep at most this many pages per example (default: all that were written)"}
+    data: str = field(default="", metadata={"help": "data directory written by pagesum-preprocess"})
+    view: Optional[str] = field(
+        default=None, metadata={"help": f"how pages are made: {', '.join(VIEWS)} (default: the corpus's own)"}
     )
-    max_page_tokens: int = field(
-        default=1024, metadata={"help": "tokens per page, <s> and </s> included (BART has 1024 positions)"}
+    num_pages: Optional[int] = field(default=None, metadata={"help": "spatial, token: pages per example"})
+    max_pages: Optional[int] = field(default=None, metadata={"help": "discourse, document: at most this many pages"})
+    max_page_tokens: Optional[int] = field(
+        default=None, metadata={"help": "tokens per page, <s> and </s> included (BART has 1024 positions)"}
     )
-    max_summary_tokens: int = field(
-        default=1024, metadata={"help": "tokens per summary, <s> and </s> included"}
+    max_source_tokens: Optional[int] = field(
+        default=None, metadata={"help": "flat, documents: tokens of the whole input, specials included"}
+    )
+    max_summary_tokens: Optional[int] = field(
+        default=None, metadata={"help": "tokens per summary, <s> and </s> included"}
     )
     eval_rouge: bool = field(
         default=False,
@@ -43,13 +57,14 @@ class PagedSummarizationConfig(FairseqDataclass):
     hypotheses_output: Optional[str] = field(
         default=None,
         metadata={
-            "help": "fairseq-generate writes the detokenized best hypothesis of every example to this file, "
+            "help": "fairseq-generate writes the best hypothesis of every example to this file, "
             "one per line, in input order (ready for pagesum-score)"
         },
     )
     page_weights_output: Optional[str] = field(
         default=None,
-        metadata={"help": "fairseq-generate writes every hypothesis's per-step page weights to this JSONL file"},
+        metadata={"help": "fairseq-generate writes every best hypothesis's per-step page weights to this "
+                  "JSONL file, in input order, keyed by the input's example id"},
     )
     top_pages: int = field(
         default=0,
@@ -62,36 +77,37 @@ class PagedSummarizationConfig(FairseqDataclass):
 class PagedSummarizationTask(FairseqTask):
     cfg: PagedSummarizationConfig
 
-    def __init__(self, cfg: PagedSummarizationConfig, dictionary: Dictionary):
+    def __init__(self, cfg: PagedSummarizationConfig, dictionary: Dictionary, meta: CorpusMeta):
         super().__init__(cfg)
         self.dictionary = dictionary
-        self._tokenizer = None
-        self._page_weights_file = None
-        self._hypotheses = None
+        self.meta = meta
+        self.view = ViewConfig(
+            view=cfg.view or meta.view,
+            num_pages=cfg.num_pages or meta.num_pages,
+            max_pages=cfg.max_pages or meta.max_pages,
+            max_page_tokens=cfg.max_page_tokens or meta.max_page_tokens,
+            max_source_tokens=cfg.max_source_tokens or meta.max_source_tokens,
+        )
+        self.max_summary_tokens = cfg.max_summary_tokens or meta.max_summary_tokens
+        self._codec = None
+        self._outputs = {}
+        self._rouge_generator = None
 
     @classmethod
     def setup_task(cls, cfg: PagedSummarizationConfig, **kwargs):
-        dict_path = os.path.join(cfg.data, "dict.txt")
-        if not os.path.exists(dict_path):
-            raise FileNotFoundError(f"{dict_path} not found: --data must be a pagesum-preprocess output directory")
-        dictionary = Dictionary.load(dict_path)
+        meta = CorpusMeta.load(cfg.data)
+        dictionary = load_dictionary(cfg.data)
         logger.info(f"dictionary: {len(dictionary)} types")
-        return cls(cfg, dictionary)
+        return cls(cfg, dictionary, meta)
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
-        pages, page_counts, summaries = load_paged_split(self.cfg.data, split)
-        self.datasets[split] = PagedSummarizationDataset(
-            pages,
-            page_counts,
-            summaries,
-            self.dictionary,
-            max_pages=self.cfg.max_pages,
-            max_page_tokens=self.cfg.max_page_tokens,
-            max_target_tokens=self.cfg.max_summary_tokens,
-            shuffle=(split == getattr(self.cfg, "train_subset", "train")),
-            seed=self.cfg.seed,
+        corpus = CorpusSplit(self.cfg.data, split)
+        dataset = PagedSummarizationDataset(
+            corpus, self.view, self.dictionary, self.max_summary_tokens,
+            shuffle=(split == getattr(self.cfg, "train_subset", "train")), seed=self.cfg.seed,
         )
-        logger.info(f"{split}: {len(page_counts)} examples, {int(page_counts.sum())} pages")
+        self.datasets[split] = dataset
+        logger.info(f"{split}: {len(dataset)} examples, {int(dataset.page_counts.sum())} pages ({self.view.view} view)")
 
     def get_batch_iterator(self, dataset, required_batch_size_multiple=1, **kwargs):
         # fairseq drops a final batch whose size is not a multiple (default 8); batch
@@ -112,6 +128,13 @@ class PagedSummarizationTask(FairseqTask):
     def target_dictionary(self):
         return self.dictionary
 
+    @property
+    def codec(self) -> TextCodec:
+        """The corpus's own text codec, for turning hypotheses into text."""
+        if self._codec is None:
+            self._codec = TextCodec.from_data_dir(self.cfg.data, self.meta)
+        return self._codec
+
     # ---- generation -------------------------------------------------------------------
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
@@ -123,67 +146,41 @@ class PagedSummarizationTask(FairseqTask):
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         hypos = super().inference_step(generator, models, sample, prefix_tokens, constraints)
-        writing = self.cfg.page_weights_output or self.cfg.hypotheses_output
-        if writing and generator is not getattr(self, "_rouge_generator", None):  # not while validating
-            texts = [self.detokenize(h[0]["tokens"]) for h in hypos]  # best hypothesis per example
-            if self.cfg.page_weights_output:
-                self._write_page_weights(sample, hypos, texts)
-            if self.cfg.hypotheses_output:
-                self._write_hypotheses(sample, texts)
+        if generator is not self._rouge_generator:  # not while validating
+            self._write_outputs(sample, hypos)
         return hypos
 
-    @property
-    def tokenizer(self):
-        """The data directory's own tokenizer, for detokenizing hypotheses."""
-        if self._tokenizer is None:
-            from preprocess.tokenizers import load_tokenizer
-
-            self._tokenizer = load_tokenizer(self.cfg.data)
-        return self._tokenizer
-
-    def detokenize(self, token_ids) -> str:
-        symbols = self.dictionary.string(token_ids, extra_symbols_to_ignore={self.dictionary.bos()}).split()
-        return self.tokenizer.decode(symbols)
-
-    def _write_page_weights(self, sample, hypos, texts):
-        if self._page_weights_file is None:
-            self._page_weights_file = open(self.cfg.page_weights_output, "w", encoding="utf-8")
-        for example_id, example_hypos, text in zip(sample["id"].tolist(), hypos, texts):
+    def _write_outputs(self, sample, hypos) -> None:
+        paths = {"hypotheses": self.cfg.hypotheses_output, "page_weights": self.cfg.page_weights_output}
+        for name, path in paths.items():
+            if path and name not in self._outputs:
+                self._outputs[name] = InputOrderFile(path)
+        if not self._outputs:
+            return
+        for index, example_id, example_hypos in zip(sample["id"].tolist(), sample["example_ids"], hypos):
             best = example_hypos[0]
-            record = {
-                "id": example_id,
-                "hypothesis": text,
-                "tokens": [self.dictionary[t] for t in best["tokens"].tolist()],
-                "page_weights": [[round(w, 6) for w in row] for row in best["page_weights"].tolist()],
-            }
-            self._page_weights_file.write(json.dumps(record) + "\n")
-        self._page_weights_file.flush()
-
-    def _write_hypotheses(self, sample, texts):
-        """Batches arrive sorted by length, not by id: buffer them and write every
-        hypothesis as soon as all those before it are known."""
-        if self._hypotheses is None:
-            self._hypotheses = OrderedHypothesisWriter(self.cfg.hypotheses_output)
-        for example_id, text in zip(sample["id"].tolist(), texts):
-            self._hypotheses.add(example_id, text)
+            text = self.codec.decode(best["tokens"])  # the same line in both files
+            if "hypotheses" in self._outputs:
+                self._outputs["hypotheses"].add(index, text)
+            if "page_weights" in self._outputs:
+                record = page_weights_record(example_id, text, self.codec.symbols(best["tokens"]), best["page_weights"])
+                self._outputs["page_weights"].add(index, record)
 
     # ---- validation by ROUGE -------------------------------------------------------------
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
         if self.cfg.eval_rouge:
-            gen_args = json.loads(self.cfg.eval_rouge_args)
-            self._rouge_generator = self.build_generator([model], _Args(**gen_args))
+            gen_args = argparse.Namespace(**json.loads(self.cfg.eval_rouge_args))
+            self._rouge_generator = self.build_generator([model], gen_args)
         return model
 
     def valid_step(self, sample, model, criterion):
         loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
         if self.cfg.eval_rouge:
-            from evaluation.rouge import corpus_rouge
-
             hypos = self.inference_step(self._rouge_generator, [model], sample)
-            hyp_texts = [self.detokenize(h[0]["tokens"]) for h in hypos]
-            ref_texts = [self.detokenize(t[t.ne(self.dictionary.pad())]) for t in sample["target"]]
+            hyp_texts = [self.codec.decode(h[0]["tokens"]) for h in hypos]
+            ref_texts = [self.codec.decode(t) for t in sample["target"]]
             # sums, so that batches (and workers) combine into the corpus mean
             for name, mean in corpus_rouge(hyp_texts, ref_texts, workers=1).items():
                 logging_output[f"_rouge_{name}_sum"] = mean * len(hyp_texts)
@@ -197,36 +194,8 @@ class PagedSummarizationTask(FairseqTask):
         count = sum(log.get("_rouge_count", 0) for log in logging_outputs)
         if count == 0:
             return
-        for name in ("rouge1", "rouge2", "rougeLsum"):
+        for name in ROUGE_METRICS:
             total = sum(log.get(f"_rouge_{name}_sum", 0.0) for log in logging_outputs)
             metrics.log_scalar(name, total / count, count, round=2)
         # "rouge" is the single number for --best-checkpoint-metric: the mean of R-1, R-2, R-Lsum
-        metrics.log_derived(
-            "rouge",
-            lambda meters: sum(meters[n].avg for n in ("rouge1", "rouge2", "rougeLsum")) / 3,
-        )
-
-
-class OrderedHypothesisWriter:
-    """Writes texts keyed by example index to a file in index order, streaming."""
-
-    def __init__(self, path: str):
-        self.file = open(path, "w", encoding="utf-8")
-        self.pending = {}
-        self.next_id = 0
-
-    def add(self, example_id: int, text: str) -> None:
-        if example_id < self.next_id or example_id in self.pending:
-            raise ValueError(f"example {example_id} was decoded twice")
-        self.pending[example_id] = " ".join(text.split())  # one line per example
-        while self.next_id in self.pending:
-            self.file.write(self.pending.pop(self.next_id) + "\n")
-            self.next_id += 1
-        self.file.flush()
-
-
-class _Args:
-    """Attribute access to generation options given as JSON (what build_generator reads)."""
-
-    def __init__(self, **kwargs):
-        self.__dict__.update(kwargs)
+        metrics.log_derived("rouge", lambda meters: sum(meters[n].avg for n in ROUGE_METRICS) / 3)

@@ -1,16 +1,17 @@
-"""Writes small paged data directories and tiny BART checkpoints for the tests.
+"""Writes small corpora of token ids for the model tests, through the corpus format's own
+writer, so that model tests do not depend on a tokenizer.
 
-The data follow the on-disk contract of ``pagesum-preprocess`` (see README) but are
-built from token ids directly, so model tests do not depend on a tokenizer.
+Every page of a test example is one unit in a group of its own, read through the
+``document`` view: the pages come back exactly as written.
 """
 
-import json
 import os
-from typing import List, Sequence
+from typing import Dict, List, Sequence
 
 import numpy as np
-import torch
-from fairseq.data import Dictionary, indexed_dataset
+from fairseq.data import Dictionary
+
+from pagesum_plugin.corpus.format import CorpusMeta, EncodedDocument, SplitWriter
 
 
 def make_dictionary(num_words: int = 60) -> Dictionary:
@@ -21,23 +22,35 @@ def make_dictionary(num_words: int = 60) -> Dictionary:
     return dictionary
 
 
-def write_indexed(prefix: str, items: Sequence[Sequence[int]], vocab_size: int) -> None:
-    builder = indexed_dataset.make_builder(indexed_dataset.data_file_path(prefix), impl="mmap", vocab_size=vocab_size)
-    for item in items:
-        builder.add_item(torch.IntTensor(list(item)))
-    builder.finalize(indexed_dataset.index_file_path(prefix))
+def document_of_pages(pages: Sequence[Sequence[int]]) -> EncodedDocument:
+    """Content ids per page -> one unit per page, each its own group, no names."""
+    n = len(pages)
+    zeros = np.zeros(n, dtype=np.int64)
+    return EncodedDocument(
+        units=np.concatenate([np.asarray(p, dtype=np.int64) for p in pages]),
+        heads=np.zeros(0, dtype=np.int64), names=np.zeros(0, dtype=np.int64),
+        unit_length=np.array([len(p) for p in pages]), unit_group=np.arange(n),
+        head_spaced=zeros, head_plain=zeros, name_length=zeros,
+    )
 
 
 def write_split(data_dir: str, split: str, examples: List[dict], dictionary: Dictionary) -> None:
     """examples: [{"pages": [[ids...], ...], "summary": [ids...]}] (content ids, no specials)."""
-    bos, eos = dictionary.bos(), dictionary.eos()
-    pages = [[bos, *page, eos] for ex in examples for page in ex["pages"]]
-    summaries = [[bos, *ex["summary"], eos] for ex in examples]
-    write_indexed(os.path.join(data_dir, f"{split}.pages"), pages, len(dictionary))
-    write_indexed(os.path.join(data_dir, f"{split}.summary"), summaries, len(dictionary))
-    np.save(os.path.join(data_dir, f"{split}.page_counts.npy"), np.array([len(ex["pages"]) for ex in examples]))
-    with open(os.path.join(data_dir, f"{split}.ids.txt"), "w") as f:
-        f.writelines(f"{i}\n" for i in range(len(examples)))
+    writer = SplitWriter(data_dir, split, len(dictionary))
+    for i, example in enumerate(examples):
+        writer.add(str(i), " ".join(map(str, example["summary"])), document_of_pages(example["pages"]),
+                   np.asarray(example["summary"], dtype=np.int64))
+    writer.close()
+
+
+def write_corpus(data_dir: str, splits: Dict[str, List[dict]], dictionary: Dictionary) -> None:
+    """A complete data directory: the dictionary, every split, and its metadata."""
+    os.makedirs(data_dir, exist_ok=True)
+    dictionary.save(os.path.join(data_dir, "dict.txt"))
+    for split, examples in splits.items():
+        write_split(data_dir, split, examples, dictionary)
+    CorpusMeta(tokenizer="none", dataset="synthetic", view="document", max_pages=64,
+               dictionary_size=len(dictionary), splits=list(splits)).save(data_dir)
 
 
 def copy_task_examples(num_examples: int, dictionary: Dictionary, seed: int = 0, max_pages: int = 4):
@@ -63,11 +76,8 @@ def copy_task_examples(num_examples: int, dictionary: Dictionary, seed: int = 0,
 
 
 def write_copy_task(data_dir: str, train: int = 400, valid: int = 40, test: int = 20, max_pages: int = 4) -> Dictionary:
-    os.makedirs(data_dir, exist_ok=True)
     dictionary = make_dictionary()
-    dictionary.save(os.path.join(data_dir, "dict.txt"))
-    for seed, (split, n) in enumerate((("train", train), ("valid", valid), ("test", test))):
-        write_split(data_dir, split, copy_task_examples(n, dictionary, seed=seed, max_pages=max_pages), dictionary)
-    with open(os.path.join(data_dir, "meta.json"), "w") as f:
-        json.dump({"format_version": 1, "tokenizer": "none", "locality": "synthetic"}, f)
+    sizes = {"train": train, "valid": valid, "test": test}
+    write_corpus(data_dir, {split: copy_task_examples(n, dictionary, seed=seed, max_pages=max_pages)
+                            for seed, (split, n) in enumerate(sizes.items())}, dictionary)
     return dictionary

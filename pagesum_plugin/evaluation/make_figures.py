@@ -1,6 +1,6 @@
 """Regenerates the README's figures from the ACL papers that the ``aclsum`` package ships.
 
-    python -m evaluation.make_figures --out-dir docs/figures \\
+    python -m pagesum_plugin.evaluation.make_figures --out-dir docs/figures \\
         [--page-weights test.page_weights.jsonl --id 0] [--nsp-model bert-large-uncased/]
 
 * ``locality.png`` (Fig. 1) and ``dependencies.png`` (Fig. 4) need nothing else;
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import aclsum
 
-from evaluation import plots
+from pagesum_plugin.evaluation import plots
 
 PAPER_DIR = Path(aclsum.__file__).parent / "dataset" / "paper_jsons"
 

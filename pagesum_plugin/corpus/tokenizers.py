@@ -7,11 +7,14 @@
   which is what fairseq's ``SentencepieceBPE`` produces.
 """
 
-import json
 import os
 import shutil
 from pathlib import Path
 from typing import Iterable, Protocol
+
+import sentencepiece as spm
+from fairseq.data import Dictionary
+from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
 
 # Each worker process runs one tokenizer; Rust threads inside forked workers would
 # only compete with the workers for the same cores.
@@ -38,8 +41,6 @@ class Gpt2Tokenizer:
     name = "gpt2"
 
     def __init__(self, encoder_json: str | Path, vocab_bpe: str | Path):
-        from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
-
         self.files = {"encoder.json": Path(encoder_json), "vocab.bpe": Path(vocab_bpe)}
         bpe = models.BPE.from_file(str(encoder_json), str(vocab_bpe))
         self._hf = HFTokenizer(bpe)
@@ -78,8 +79,6 @@ class SentencePieceTokenizer:
     name = "sentencepiece"
 
     def __init__(self, model: str | Path):
-        import sentencepiece as spm
-
         self.model_path = Path(model)
         self.sp = spm.SentencePieceProcessor(model_file=str(model))
 
@@ -114,13 +113,14 @@ def build_tokenizer(name: str, **files) -> Tokenizer:
     raise ValueError(f"unknown tokenizer {name!r}; choose from {TOKENIZERS}")
 
 
-def load_tokenizer(data_dir: str | Path) -> Tokenizer:
-    """The tokenizer that a paged data directory was made with (from its meta.json)."""
+def load_tokenizer(data_dir: str | Path, name: str) -> Tokenizer:
+    """The tokenizer ``name`` from the files a data directory holds."""
     data_dir = Path(data_dir)
-    name = json.loads((data_dir / "meta.json").read_text())["tokenizer"]
     if name == "gpt2":
         return build_tokenizer(name, encoder_json=data_dir / "encoder.json", vocab_bpe=data_dir / "vocab.bpe")
-    return build_tokenizer(name, model=data_dir / SENTENCEPIECE_FILE)
+    if name == "sentencepiece":
+        return build_tokenizer(name, model=data_dir / SENTENCEPIECE_FILE)
+    raise ValueError(f"{data_dir} holds ids without a tokenizer ({name!r}): text cannot be encoded or decoded")
 
 
 def train_sentencepiece(sentences: Iterable[str], model_path: str | Path, vocab_size: int,
@@ -130,8 +130,6 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str | Path, vocab_
     Training is made reproducible by a fixed sampling seed and by a single thread for
     the EM steps whose float sums would otherwise depend on thread scheduling.
     """
-    import sentencepiece as spm
-
     spm.set_random_generator_seed(1)
     with open(model_path, "wb") as model:
         spm.SentencePieceTrainer.train(
@@ -151,8 +149,6 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str | Path, vocab_
 def build_dictionary(tokenizer: Tokenizer, gpt2_dict: str | Path | None = None):
     """The fairseq ``Dictionary`` for ``tokenizer``: BART's ``dict.txt`` for gpt2,
     or one symbol per sentencepiece piece."""
-    from fairseq.data import Dictionary
-
     if tokenizer.name == "gpt2":
         if gpt2_dict is None:
             raise ValueError("the gpt2 tokenizer needs BART's dict.txt (--gpt2-dict)")

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 
-from evaluation.rouge import tokenize
+from pagesum_plugin.evaluation.rouge import tokenize
 
 # --------------------------------------------------------------------------- Fig. 3
 
@@ -249,8 +250,6 @@ class NextSentenceScorer:
 
     def probabilities(self, firsts: List[str], seconds: List[str]) -> np.ndarray:
         """(P,) probability that each second sentence follows its first sentence."""
-        import torch
-
         out = []
         for start in range(0, len(firsts), self.batch_size):
             batch = self.tokenizer(

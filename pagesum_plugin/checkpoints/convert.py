@@ -32,9 +32,9 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .checkpoint_safety import CheckpointError
+from .safety import CheckpointError
 
-logger = logging.getLogger("pagesum_plugin.convert")
+logger = logging.getLogger("pagesum_plugin.checkpoints.convert")
 
 # fairseq's Dictionary always puts these four first; BART's tokenizer uses the same ids.
 FAIRSEQ_SPECIALS = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
@@ -501,7 +501,7 @@ def convert_to_hf(checkpoint: str, out_dir: str, data_dir: Optional[str] = None)
     """Write a transformers BART directory and the PageSum authors' state dict into ``out_dir``."""
     from transformers import BartForConditionalGeneration
 
-    from .checkpoint_safety import load_checkpoint_file
+    from .safety import load_checkpoint_file
 
     state = load_checkpoint_file(checkpoint)
     args = model_args(state, checkpoint)

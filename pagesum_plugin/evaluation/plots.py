@@ -20,10 +20,12 @@ matplotlib.use("Agg")  # files only: no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from evaluation import analysis  # noqa: E402
-from evaluation.data import iter_documents  # noqa: E402
-from preprocess.errors import InputError  # noqa: E402
-from preprocess.readers import INPUT_FORMATS  # noqa: E402
+from pagesum_plugin.evaluation import analysis  # noqa: E402
+from pagesum_plugin.evaluation.data import iter_documents  # noqa: E402
+from pagesum_plugin.corpus.errors import InputError  # noqa: E402
+from pagesum_plugin.corpus.readers import INPUT_FORMATS  # noqa: E402
+from pagesum_plugin.corpus.sentences import split_sentences  # noqa: E402
+from pagesum_plugin.evaluation.score import read_lines  # noqa: E402
 
 # --------------------------------------------------------------------------- figures
 
@@ -124,8 +126,6 @@ def cmd_locality(args) -> Dict:
 
 
 def cmd_dependencies(args) -> Dict:
-    from preprocess.sentences import split_sentences
-
     docs = _documents(args)
     distances = []
     for doc in docs:
@@ -135,11 +135,7 @@ def cmd_dependencies(args) -> Dict:
 
 
 def cmd_coherence(args) -> Dict:
-    from preprocess.sentences import split_sentences
-
     if args.hyp:
-        from evaluation.score import read_lines
-
         texts = read_lines(args.hyp)
     elif args.input:
         texts = [d.summary for d in _documents(args)]

@@ -11,10 +11,10 @@ import collections
 import sys
 from typing import List, Optional, Sequence
 
-from evaluation.data import iter_documents
-from evaluation.rouge import tokenize
-from preprocess.errors import InputError
-from preprocess.readers import INPUT_FORMATS
+from pagesum_plugin.evaluation.data import iter_documents
+from pagesum_plugin.evaluation.rouge import tokenize
+from pagesum_plugin.corpus.errors import InputError
+from pagesum_plugin.corpus.readers import INPUT_FORMATS
 from rouge_score.scoring import fmeasure
 
 

@@ -12,8 +12,9 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from evaluation import rouge
-from evaluation.significance import approximate_randomization, bootstrap_ci
+from pagesum_plugin.evaluation import rouge
+from pagesum_plugin.evaluation.perl_rouge import perl_rouge
+from pagesum_plugin.evaluation.significance import approximate_randomization, bootstrap_ci
 
 LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeLsum": "ROUGE-L (summary-level)"}
 
@@ -126,8 +127,6 @@ def run(args) -> Dict:
         "scores": summarize(per_example, args.bootstrap, args.seed),
     }
     if args.perl:
-        from evaluation.perl_rouge import perl_rouge
-
         report["scorer"] = "ROUGE-1.5.5 -c 95 -r 1000 -n 2 -m"
         report["scores"] = perl_rouge(hyps, references)
     if args.compare:

@@ -17,9 +17,9 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from preprocess import errors
-from preprocess.errors import InputError
-from preprocess.sentences import split_sentences
+from pagesum_plugin.corpus import errors
+from pagesum_plugin.corpus.errors import InputError
+from pagesum_plugin.corpus.sentences import split_sentences
 
 INPUT_FORMATS = ("jsonl", "arxiv", "pubmed", "govreport", "multinews", "aclsum")
 

@@ -29,6 +29,8 @@ from nltk.stem import porter
 from rouge_score import tokenize as rs_tokenize
 from rouge_score.scoring import fmeasure
 
+from pagesum_plugin.corpus.sentences import split_sentences
+
 METRICS = ("rouge1", "rouge2", "rougeLsum")
 
 # Below this many examples a process pool costs more than it saves.
@@ -63,13 +65,11 @@ def prepare(text: str, split: bool = True) -> str:
     """Puts one sentence per line, as rougeLsum expects.
 
     With ``split`` the text is first joined into one paragraph and cut by
-    ``preprocess.sentences.split_sentences``; without it the existing newlines are
+    ``pagesum_plugin.corpus.sentences.split_sentences``; without it the existing newlines are
     kept as sentence boundaries.
     """
     if not split:
         return text
-    from preprocess.sentences import split_sentences
-
     return "\n".join(split_sentences(" ".join(text.split())))
 
 

@@ -1,0 +1,330 @@
+"""The on-disk corpus: the one place that knows its file names, its layout and its metadata.
+
+``pagesum-preprocess`` writes a tokenized corpus once per dataset and tokenizer. It holds
+sentence *units* with their structure, never pages: every way of reading a document (a
+*view*, see ``views.py``) is computed when the data loads.
+
+Layout of ``DATA/`` (format version 2)::
+
+    meta.json                    CorpusMeta: tokenizer, default view, statistics (versioned)
+    dict.txt                     the fairseq dictionary
+    encoder.json, vocab.bpe      GPT-2 BPE files          } the tokenizer, so that the
+    sentencepiece.model          or a sentencepiece model } directory describes itself
+    {split}.units.{bin,idx}      per example: every unit's ids, each with a leading space
+    {split}.heads.{bin,idx}      per example: every unit's first word without that space
+    {split}.names.{bin,idx}      per example: every group's "Section name:" ids
+    {split}.summary.{bin,idx}    per example: the summary's ids (no <s> or </s>)
+    {split}.structure.npz        per unit: length, group, head lengths; per group: name length
+    {split}.ids.txt              example ids, one per line
+    {split}.reference.txt        reference summaries, one per line
+
+A *unit* is a sentence. A *group* is the section or source document it belongs to.
+Byte-level BPE encodes " word" and "word" differently, so each unit is stored with a
+leading space (how it reads after another sentence) plus the ids of its first word without
+it (how it reads at the start of a page). A unit read at the start of a page is
+``heads[u] + units[u][head_spaced[u]:]``; for sentencepiece both forms are the same and
+the head lengths are 0.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import numpy as np
+import torch
+from fairseq.data import Dictionary, indexed_dataset
+
+FORMAT_VERSION = 2
+META_FILE = "meta.json"
+DICT_FILE = "dict.txt"
+TOKEN_STREAMS = ("units", "heads", "names", "summary")  # fairseq mmap indexed datasets, one item per example
+STRUCTURE_DTYPES = {  # {split}.structure.npz, compact on disk, int64 in memory
+    "example_units": np.int64, "example_groups": np.int64, "unit_length": np.int32, "unit_group": np.int32,
+    "head_spaced": np.uint16, "head_plain": np.uint16, "name_length": np.int32,
+}
+
+
+class CorpusFormatError(ValueError):
+    """A data directory that is missing, incomplete or written in another layout."""
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+@dataclass
+class CorpusMeta:
+    """``meta.json``: how the corpus was made, its default view and its statistics."""
+
+    tokenizer: str  # "gpt2" | "sentencepiece" | "none" (ids written directly, as in tests)
+    dataset: str = "default"  # the input format, which also names the generation defaults
+    view: str = "spatial"  # the default view; task options override it
+    num_pages: int = 7
+    max_pages: int = 8
+    max_page_tokens: int = 1024
+    max_source_tokens: int = 4096
+    max_summary_tokens: int = 1024
+    dictionary_size: int = 0
+    vocab_size: Optional[int] = None  # sentencepiece only
+    splits: List[str] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)  # per split, from SplitStats.as_dict()
+    format_version: int = FORMAT_VERSION
+
+    def save(self, data_dir: str | Path) -> None:
+        text = json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+        (Path(data_dir) / META_FILE).write_text(text, encoding="utf-8")
+
+    @classmethod
+    def load(cls, data_dir: str | Path) -> "CorpusMeta":
+        path = Path(data_dir) / META_FILE
+        if not path.exists():
+            raise CorpusFormatError(f"{path} not found: {data_dir} is not a pagesum-preprocess data directory")
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        version = raw.get("format_version")
+        if version != FORMAT_VERSION:
+            raise CorpusFormatError(
+                f"{path}: format_version {version}, but this pagesum reads version {FORMAT_VERSION} "
+                f"(sentence units, pages made at load time); run pagesum-preprocess again on the raw data"
+            )
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+def load_dictionary(data_dir: str | Path) -> Dictionary:
+    path = Path(data_dir) / DICT_FILE
+    if not path.exists():
+        raise CorpusFormatError(f"{path} not found: {data_dir} is not a pagesum-preprocess data directory")
+    return Dictionary.load(str(path))
+
+
+# --------------------------------------------------------------------------- one example, in memory
+
+
+@dataclass
+class EncodedDocument:
+    """One example's units as ids: what a worker produces and what a split stores.
+
+    ``units`` is every unit's spaced ids concatenated, split by ``unit_length``;
+    ``heads`` the unspaced first words concatenated, split by ``head_plain``;
+    ``names`` the groups' name ids concatenated, split by ``name_length``.
+    """
+
+    units: np.ndarray  # (sum(unit_length),)
+    heads: np.ndarray  # (sum(head_plain),)
+    names: np.ndarray  # (sum(name_length),)
+    unit_length: np.ndarray  # (n_units,) spaced ids per unit
+    unit_group: np.ndarray  # (n_units,) group of every unit, 0-based within the example
+    head_spaced: np.ndarray  # (n_units,) ids of the first word with its space
+    head_plain: np.ndarray  # (n_units,) ids of the first word without it
+    name_length: np.ndarray  # (n_groups,)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.name_length)
+
+
+# --------------------------------------------------------------------------- one split, on disk
+
+
+def _prefix(data_dir: str | Path, split: str, stream: str) -> str:
+    return os.path.join(str(data_dir), f"{split}.{stream}")
+
+
+def structure_path(data_dir: str | Path, split: str) -> Path:
+    return Path(data_dir) / f"{split}.structure.npz"
+
+
+def ids_path(data_dir: str | Path, split: str) -> Path:
+    return Path(data_dir) / f"{split}.ids.txt"
+
+
+def reference_path(data_dir: str | Path, split: str) -> Path:
+    return Path(data_dir) / f"{split}.reference.txt"
+
+
+class SplitWriter:
+    """Appends examples to one split of a data directory; ``close()`` finalizes it."""
+
+    def __init__(self, data_dir: str | Path, split: str, vocab_size: int):
+        self.data_dir, self.split = Path(data_dir), split
+        self.builders = {
+            stream: indexed_dataset.make_builder(
+                indexed_dataset.data_file_path(_prefix(data_dir, split, stream)), impl="mmap", vocab_size=vocab_size
+            )
+            for stream in TOKEN_STREAMS
+        }
+        self.columns: dict[str, list] = {
+            "unit_length": [], "unit_group": [], "head_spaced": [], "head_plain": [], "name_length": [],
+            "units_per_example": [], "groups_per_example": [], "summary_length": [],
+        }
+        self.ids = open(ids_path(data_dir, split), "w", encoding="utf-8")
+        self.references = open(reference_path(data_dir, split), "w", encoding="utf-8")
+
+    def add(self, example_id: str, reference: str, document: EncodedDocument, summary: np.ndarray) -> None:
+        for stream, ids in (("units", document.units), ("heads", document.heads), ("names", document.names),
+                            ("summary", summary)):
+            self.builders[stream].add_item(torch.from_numpy(np.asarray(ids, dtype=np.int64)))
+        for column in ("unit_length", "unit_group", "head_spaced", "head_plain", "name_length"):
+            self.columns[column].append(np.asarray(getattr(document, column), dtype=np.int64))
+        self.columns["units_per_example"].append(len(document.unit_length))
+        self.columns["groups_per_example"].append(document.num_groups)
+        self.columns["summary_length"].append(len(summary))
+        self.ids.write(example_id + "\n")
+        self.references.write(reference + "\n")
+
+    def structure(self) -> "SplitStructure":
+        """The structure of what was added so far, as ``CorpusSplit`` would read it."""
+
+        def column(name):
+            parts = self.columns[name]
+            return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+        return SplitStructure(
+            example_units=_offsets(self.columns["units_per_example"]),
+            example_groups=_offsets(self.columns["groups_per_example"]),
+            **{name: column(name) for name in ("unit_length", "unit_group", "head_spaced", "head_plain", "name_length")},
+        )
+
+    def summary_lengths(self) -> np.ndarray:
+        return np.asarray(self.columns["summary_length"], dtype=np.int64)  # (n_examples,)
+
+    def close(self) -> None:
+        for stream, builder in self.builders.items():
+            builder.finalize(indexed_dataset.index_file_path(_prefix(self.data_dir, self.split, stream)))
+        self.ids.close()
+        self.references.close()
+        structure = self.structure()
+        np.savez(structure_path(self.data_dir, self.split), **{
+            name: getattr(structure, name).astype(STRUCTURE_DTYPES[name]) for name in STRUCTURE_DTYPES
+        })
+
+
+def _offsets(counts) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))]).astype(np.int64)
+
+
+@dataclass
+class SplitStructure:
+    """The units and groups of every example of a split, as flat arrays (no token ids)."""
+
+    example_units: np.ndarray  # (n_examples + 1,) offsets into the unit arrays
+    example_groups: np.ndarray  # (n_examples + 1,) offsets into name_length
+    unit_length: np.ndarray  # (n_units,) spaced ids per unit
+    unit_group: np.ndarray  # (n_units,) group within the example
+    head_spaced: np.ndarray  # (n_units,)
+    head_plain: np.ndarray  # (n_units,)
+    name_length: np.ndarray  # (n_groups,)
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.example_units) - 1
+
+    @classmethod
+    def of_document(cls, document: EncodedDocument) -> "SplitStructure":
+        """The structure of a single in-memory example."""
+        return cls(
+            example_units=np.array([0, len(document.unit_length)], dtype=np.int64),
+            example_groups=np.array([0, document.num_groups], dtype=np.int64),
+            unit_length=np.asarray(document.unit_length, dtype=np.int64),
+            unit_group=np.asarray(document.unit_group, dtype=np.int64),
+            head_spaced=np.asarray(document.head_spaced, dtype=np.int64),
+            head_plain=np.asarray(document.head_plain, dtype=np.int64),
+            name_length=np.asarray(document.name_length, dtype=np.int64),
+        )
+
+
+class CorpusSplit:
+    """Read access to one split of a data directory."""
+
+    def __init__(self, data_dir: str | Path, split: str):
+        self.data_dir, self.split = Path(data_dir), split
+        missing = [
+            f"{_prefix(data_dir, split, s)}.bin/.idx" for s in TOKEN_STREAMS
+            if not indexed_dataset.dataset_exists(_prefix(data_dir, split, s), impl="mmap")
+        ]
+        missing += [str(p) for p in (structure_path(data_dir, split), ids_path(data_dir, split)) if not p.exists()]
+        if missing:
+            raise CorpusFormatError(f"split {split!r} of {data_dir} is incomplete: missing {', '.join(missing)} "
+                                    f"(run pagesum-preprocess)")
+        self.streams = {s: _open_stream(_prefix(data_dir, split, s)) for s in TOKEN_STREAMS}
+        with np.load(structure_path(data_dir, split)) as arrays:
+            self.structure = SplitStructure(**{f.name: arrays[f.name].astype(np.int64) for f in fields(SplitStructure)})
+        n = self.structure.num_examples
+        if any(len(dataset) != n for dataset in self.streams.values()):
+            raise CorpusFormatError(f"split {split!r} of {data_dir}: its files disagree on the number of examples")
+
+    def __len__(self) -> int:
+        return self.structure.num_examples
+
+    @property
+    def summary_lengths(self) -> np.ndarray:
+        return self.streams["summary"].sizes.astype(np.int64)  # (n_examples,)
+
+    def document(self, index: int) -> EncodedDocument:
+        s = self.structure
+        units = slice(s.example_units[index], s.example_units[index + 1])
+        groups = slice(s.example_groups[index], s.example_groups[index + 1])
+        return EncodedDocument(
+            units=self.streams["units"][index].numpy().astype(np.int64),
+            heads=self.streams["heads"][index].numpy().astype(np.int64),
+            names=self.streams["names"][index].numpy().astype(np.int64),
+            unit_length=s.unit_length[units],
+            unit_group=s.unit_group[units],
+            head_spaced=s.head_spaced[units],
+            head_plain=s.head_plain[units],
+            name_length=s.name_length[groups],
+        )
+
+    def summary(self, index: int) -> np.ndarray:
+        return self.streams["summary"][index].numpy().astype(np.int64)
+
+    def example_ids(self) -> List[str]:
+        return ids_path(self.data_dir, self.split).read_text(encoding="utf-8").splitlines()
+
+    def references(self) -> List[str]:
+        return reference_path(self.data_dir, self.split).read_text(encoding="utf-8").splitlines()
+
+
+def _open_stream(prefix: str):
+    """A fairseq mmap dataset; one whose items are all empty has an empty .bin file, which
+    cannot be memory-mapped, so it is read as what it is."""
+    if os.path.getsize(indexed_dataset.data_file_path(prefix)) == 0:
+        return _EmptyItems(len(indexed_dataset.MMapIndexedDataset.Index(indexed_dataset.index_file_path(prefix))))
+    return indexed_dataset.MMapIndexedDataset(prefix)
+
+
+class _EmptyItems:
+    def __init__(self, length: int):
+        self.sizes = np.zeros(length, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.zeros(0, dtype=torch.int64)
+
+
+# --------------------------------------------------------------------------- writing a directory atomically
+
+
+@contextmanager
+def staged_directory(destdir: str | Path) -> Iterator[Path]:
+    """Write a data directory into a temporary sibling and move it into place only when
+    the block succeeds: a failed run leaves no half-written output behind."""
+    destdir = Path(destdir)
+    if destdir.exists() and any(destdir.iterdir()) and not (destdir / META_FILE).exists():
+        raise CorpusFormatError(f"{destdir} exists and is not a data directory: choose a new --destdir")
+    destdir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{destdir.name}.", dir=destdir.parent))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if destdir.exists():
+        shutil.rmtree(destdir)
+    staging.rename(destdir)

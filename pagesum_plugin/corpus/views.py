@@ -1,0 +1,285 @@
+"""Views: every way of reading a stored document, computed when the data loads.
+
+A view turns an example's sentence units (see ``format.py``) into *pages*: the token
+sequences ``<s> ... </s>`` that a model's encoder reads. It works in two steps:
+
+1. ``plan_pages(structure, config)`` decides, for every example of a split at once and
+   from the unit lengths alone (vectorized, no token ids), which units form which
+   *stream* and which window of each stream becomes a page. The dataset gets every
+   example's page sizes from it, so ``--max-tokens`` batching knows every cost.
+2. ``assemble_pages(document, plan)`` builds one example's page ids from its plan.
+
+A stream is the concatenation of some consecutive units of one example, with a group's
+``Section name:`` in front for discourse pages. Its first unit reads without a leading
+space unless a name precedes it, exactly as if the stream's text had been tokenized whole.
+
+The views:
+
+* ``spatial``   ``num_pages`` pages of whole sentences, the sentences spread evenly (the
+                first pages take one more when they do not divide), each page truncated;
+* ``discourse`` one page per section, its name in front, at most ``max_pages``;
+* ``document``  one page per source document of a cluster, at most ``max_pages``;
+* ``token``     the document cut to ``num_pages`` x ``max_page_tokens`` tokens, then cut
+                into consecutive pages of ``max_page_tokens`` (the paper's Table 5 setup);
+* ``flat``      one long sequence of at most ``max_source_tokens`` (HEPOS);
+* ``documents`` one page per source document, the whole cluster cut to
+                ``max_source_tokens`` (documents with their boundaries, for HED);
+* ``segments``  segments of whole sentences of at most ``max_segment_tokens`` (AWESOME's
+                length rule).
+
+Every page holds at most ``max_page_tokens`` tokens, ``<s>`` and ``</s>`` included
+(``max_source_tokens`` for ``flat``, ``max_segment_tokens`` for ``segments``). Pages
+without tokens are never made: they would give NaN attention.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .format import EncodedDocument, SplitStructure
+
+VIEWS = ("spatial", "discourse", "document", "token", "flat", "documents", "segments")
+PAGE_VIEWS = ("spatial", "discourse", "document", "token")  # what PageSum's localities read
+
+
+@dataclass(frozen=True)
+class ViewConfig:
+    view: str = "spatial"
+    num_pages: int = 7  # spatial, token: pages per example
+    max_pages: int = 8  # discourse, document: at most this many pages
+    max_page_tokens: int = 1024  # per page, <s> and </s> included
+    max_source_tokens: int = 4096  # flat, documents: the whole input, specials included
+    max_segment_tokens: int = 768  # segments: per segment, specials included
+
+    def __post_init__(self):
+        if self.view not in VIEWS:
+            raise ValueError(f"unknown view {self.view!r}; choose from {', '.join(VIEWS)}")
+        if self.num_pages < 1 or self.max_pages < 1:
+            raise ValueError("num_pages and max_pages must be at least 1")
+        if min(self.max_page_tokens, self.max_source_tokens, self.max_segment_tokens) < 3:
+            raise ValueError("a page must leave room for <s>, one token and </s>")
+
+    @property
+    def window(self) -> int:
+        """Content ids a page may hold (specials excluded)."""
+        if self.view == "flat":
+            return self.max_source_tokens - 2
+        if self.view == "segments":
+            return self.max_segment_tokens - 2
+        return self.max_page_tokens - 2
+
+
+@dataclass
+class PagePlan:
+    """The pages of many examples, as index arrays (all indices are within the plan)."""
+
+    unit_stream: np.ndarray  # (n_units,) stream of every unit, local to its example
+    example_streams: np.ndarray  # (n_examples + 1,) offsets into the stream arrays
+    stream_name: np.ndarray  # (n_streams,) group (local) whose name opens the stream, or -1
+    stream_length: np.ndarray  # (n_streams,) content ids of the whole stream
+    example_pages: np.ndarray  # (n_examples + 1,) offsets into the page arrays
+    page_stream: np.ndarray  # (n_pages,) stream (local to its example) the page reads
+    page_start: np.ndarray  # (n_pages,) first content id of the page's window
+    page_length: np.ndarray  # (n_pages,) content ids kept (specials excluded)
+    page_truncated: np.ndarray  # (n_pages,) bool: the page was cut to the window
+    dropped_pages: np.ndarray  # (n_examples,) non-empty streams beyond the page limit
+
+    @property
+    def page_sizes(self) -> np.ndarray:
+        """(n_pages,) tokens of every page, <s> and </s> included."""
+        return self.page_length + 2
+
+    @property
+    def page_counts(self) -> np.ndarray:
+        return np.diff(self.example_pages)  # (n_examples,)
+
+    @property
+    def source_tokens(self) -> np.ndarray:
+        """(n_examples,) content ids of every stream, before any truncation."""
+        return _sum_by_example(self.stream_length, self.example_streams)
+
+    @property
+    def kept_tokens(self) -> np.ndarray:
+        """(n_examples,) content ids that reach the pages."""
+        return _sum_by_example(self.page_length, self.example_pages)
+
+
+def _sum_by_example(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    cumulative = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+    return cumulative[offsets[1:]] - cumulative[offsets[:-1]]
+
+
+def _repeat_index(offsets: np.ndarray) -> np.ndarray:
+    """(n_items,) the example of every item, from (n_examples + 1,) offsets."""
+    return np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def _spatial_streams(s: SplitStructure, unit_example: np.ndarray, position: np.ndarray, num_pages: int) -> np.ndarray:
+    """Sentences spread over min(num_pages, n) pages whose sizes differ by at most one, the
+    larger pages first (numpy.array_split's rule)."""
+    n = np.diff(s.example_units)[unit_example]  # (n_units,) sentences of the unit's example
+    pages = np.minimum(num_pages, n)
+    base, extra = n // pages, n % pages
+    boundary = extra * (base + 1)
+    return np.where(position < boundary, position // (base + 1),
+                    extra + (position - boundary) // np.maximum(base, 1))
+
+
+def _segment_streams(s: SplitStructure, window: int) -> np.ndarray:
+    """Greedy segments of whole sentences: a sentence opens a new segment when it would
+    overflow the current one. Sequential by nature, so a loop over units."""
+    costs = s.unit_length + (s.head_plain - s.head_spaced)  # a segment may open with any unit
+    stream = np.zeros(len(costs), dtype=np.int64)
+    for example in range(s.num_examples):
+        current, used = 0, 0
+        for u in range(s.example_units[example], s.example_units[example + 1]):
+            if used > 0 and used + costs[u] > window:
+                current, used = current + 1, 0
+            stream[u] = current
+            used += costs[u] if used == 0 else s.unit_length[u]
+    return stream
+
+
+def _unit_streams(s: SplitStructure, config: ViewConfig, unit_example: np.ndarray, position: np.ndarray) -> np.ndarray:
+    if config.view == "spatial":
+        return _spatial_streams(s, unit_example, position, config.num_pages)
+    if config.view in ("discourse", "document", "documents"):
+        return s.unit_group.astype(np.int64)
+    if config.view == "segments":
+        return _segment_streams(s, config.window)
+    return np.zeros(len(position), dtype=np.int64)  # token, flat: the whole document is one stream
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def plan_pages(s: SplitStructure, config: ViewConfig) -> PagePlan:
+    """The pages of every example of ``s`` under ``config``, from unit lengths alone."""
+    unit_example = _repeat_index(s.example_units)  # (n_units,)
+    position = np.arange(len(unit_example)) - s.example_units[unit_example]  # (n_units,) within example
+    local_stream = _unit_streams(s, config, unit_example, position)  # (n_units,)
+
+    # Streams are numbered 0..k-1 in unit order within an example.
+    last_unit = s.example_units[1:] - 1  # (n_examples,) every example has a unit
+    streams_per_example = local_stream[last_unit] + 1 if len(last_unit) else np.zeros(0, dtype=np.int64)
+    example_streams = np.concatenate([[0], np.cumsum(streams_per_example)]).astype(np.int64)
+    stream_example = _repeat_index(example_streams)  # (n_streams,)
+    global_stream = example_streams[unit_example] + local_stream  # (n_units,)
+
+    # Discourse pages open with their section's name; a name-less stream's first unit
+    # reads without its leading space.
+    n_streams = int(example_streams[-1])
+    stream_name = np.full(n_streams, -1, dtype=np.int64)
+    name_length = np.zeros(n_streams, dtype=np.int64)
+    if config.view == "discourse":
+        group_of_stream = s.example_groups[stream_example] + (np.arange(n_streams) - example_streams[stream_example])
+        named = s.name_length[group_of_stream] > 0
+        stream_name[named] = (np.arange(n_streams) - example_streams[stream_example])[named]
+        name_length[named] = s.name_length[group_of_stream[named]]
+    opens_stream = np.ones(len(global_stream), dtype=bool)
+    opens_stream[1:] = global_stream[1:] != global_stream[:-1]
+    plain_head = opens_stream & (stream_name[global_stream] < 0)
+    unit_cost = s.unit_length + np.where(plain_head, s.head_plain - s.head_spaced, 0)  # (n_units,)
+    stream_length = np.bincount(global_stream, weights=unit_cost, minlength=n_streams).astype(np.int64) + name_length
+
+    if config.view in ("token", "flat"):
+        pages = _token_pages(stream_length, config)
+    elif config.view == "documents":
+        pages = _budget_pages(stream_length, example_streams, stream_example, config)
+    else:
+        limit = {"spatial": config.num_pages, "discourse": config.max_pages, "document": config.max_pages}.get(
+            config.view, np.iinfo(np.int64).max)
+        pages = _one_page_per_stream(stream_length, example_streams, stream_example, limit, config.window)
+    page_example, page_stream, page_start, page_length, dropped = pages
+
+    page_counts = np.bincount(page_example, minlength=s.num_examples)
+    return PagePlan(
+        unit_stream=local_stream,
+        example_streams=example_streams,
+        stream_name=stream_name,
+        stream_length=stream_length,
+        example_pages=np.concatenate([[0], np.cumsum(page_counts)]).astype(np.int64),
+        page_stream=page_stream - example_streams[page_example],
+        page_start=page_start,
+        page_length=page_length,
+        page_truncated=page_start + page_length < stream_length[page_stream],
+        dropped_pages=dropped,
+    )
+
+
+def _one_page_per_stream(stream_length, example_streams, stream_example, limit, window):
+    """Page views: every non-empty stream is a page, up to ``limit`` per example."""
+    nonempty = stream_length > 0
+    rank = np.cumsum(nonempty) - 1  # (n_streams,) among non-empty streams of the split
+    first_rank = np.concatenate([[0], np.cumsum(nonempty)])[example_streams[:-1]]
+    rank = rank - first_rank[stream_example]  # within the example
+    kept = nonempty & (rank < limit)
+    dropped = np.bincount(stream_example[nonempty & ~kept], minlength=len(example_streams) - 1)
+    streams = np.flatnonzero(kept)
+    return (stream_example[streams], streams, np.zeros(len(streams), dtype=np.int64),
+            np.minimum(stream_length[streams], window), dropped)
+
+
+def _token_pages(stream_length, config: ViewConfig):
+    """Token pages: the one stream of each example cut to its budget, then into windows."""
+    window = config.window
+    budget = window * (config.num_pages if config.view == "token" else 1)
+    kept = np.minimum(stream_length, budget)  # (n_examples,)
+    count = -(-kept // window)  # ceil
+    page_example = _repeat_index(np.concatenate([[0], np.cumsum(count)]))
+    first_page = np.concatenate([[0], np.cumsum(count)])[:-1]
+    page_index = np.arange(len(page_example)) - first_page[page_example]
+    start = page_index * window
+    dropped = np.zeros(len(stream_length), dtype=np.int64)
+    return page_example, page_example, start, np.minimum(window, kept[page_example] - start), dropped
+
+
+def _budget_pages(stream_length, example_streams, stream_example, config: ViewConfig):
+    """Documents with boundaries: <s> doc </s> per document, in order, until the whole
+    sequence holds ``max_source_tokens``; the rest of the cluster is cut."""
+    cost = stream_length + 2
+    cumulative = np.concatenate([[0], np.cumsum(cost)])
+    before = cumulative[:-1] - cumulative[example_streams[:-1]][stream_example]  # tokens of earlier documents
+    length = np.clip(config.max_source_tokens - before - 2, 0, stream_length)
+    kept = length > 0
+    dropped = np.bincount(stream_example[(stream_length > 0) & ~kept], minlength=len(example_streams) - 1)
+    streams = np.flatnonzero(kept)
+    return stream_example[streams], streams, np.zeros(len(streams), dtype=np.int64), length[streams], dropped
+
+
+# --------------------------------------------------------------------------- one example's ids
+
+
+def plan_document(document: EncodedDocument, config: ViewConfig) -> PagePlan:
+    return plan_pages(SplitStructure.of_document(document), config)
+
+
+def stream_ids(document: EncodedDocument, plan: PagePlan) -> list:
+    """The content ids of every stream of one example (``plan`` made for it alone)."""
+    unit_end = np.cumsum(document.unit_length)
+    head_end = np.cumsum(document.head_plain)
+    name_end = np.cumsum(document.name_length)
+    streams: list = [[] for _ in range(len(plan.stream_length))]
+    for j, name in enumerate(plan.stream_name):
+        if name >= 0:
+            streams[j].append(document.names[name_end[name] - document.name_length[name]: name_end[name]])
+    for u, j in enumerate(plan.unit_stream):
+        spaced = document.units[unit_end[u] - document.unit_length[u]: unit_end[u]]
+        if not streams[j] and plan.stream_name[j] < 0:  # first unit of a name-less stream
+            head = document.heads[head_end[u] - document.head_plain[u]: head_end[u]]
+            spaced = np.concatenate([head, spaced[document.head_spaced[u]:]])
+        streams[j].append(spaced)
+    return [np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64) for parts in streams]
+
+
+def assemble_pages(document: EncodedDocument, config: ViewConfig, bos: int, eos: int) -> list:
+    """One example's pages under ``config``: a list of (page_len,) int64 arrays ``<s> ... </s>``."""
+    plan = plan_document(document, config)
+    streams = stream_ids(document, plan)
+    return [
+        np.concatenate([[bos], streams[j][start: start + length], [eos]]).astype(np.int64)
+        for j, start, length in zip(plan.page_stream, plan.page_start, plan.page_length)
+    ]

@@ -1,0 +1,58 @@
+"""Documents as sentences, for baselines and plots, from dataset files or a stored corpus.
+
+* a dataset file (any input format): each unit (section, document of a cluster, or the
+  plain text) is one part;
+* a ``pagesum-preprocess`` directory: each group (section or source document) is one
+  part, its sentences decoded from the stored units, so baselines read the document
+  itself, not the pages a model reads (no section-name prefixes, no truncation).
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import numpy as np
+
+from pagesum_plugin.corpus.codec import TextCodec
+from pagesum_plugin.corpus.format import META_FILE, CorpusSplit
+from pagesum_plugin.corpus.readers import read_examples
+
+
+@dataclass
+class Document:
+    id: str
+    parts: List[List[str]]  # sentences of each unit / page, in document order
+    summary: str
+
+    @property
+    def sentences(self) -> List[str]:
+        return [s for part in self.parts for s in part]
+
+
+def iter_documents(path: str, split: Optional[str] = None, input_format: str = "jsonl") -> Iterator[Document]:
+    """Documents of ``split`` in a paged data directory, or of a dataset file (``split`` unset).
+
+    ``input_format`` names the format of a dataset file or folder (any of
+    ``preprocess.readers.INPUT_FORMATS``; ``aclsum`` reads a folder of S2ORC papers).
+    """
+    if Path(path).is_dir() and (Path(path) / META_FILE).exists():
+        if not split:
+            raise ValueError(f"{path} is a data directory: give the split to read (--split)")
+        yield from _stored_documents(path, split)
+        return
+    if split:
+        raise ValueError(f"{path} is a file, but --split only applies to data directories")
+    for example in read_examples(path, input_format):
+        yield Document(example.id, [unit.sentence_list() for unit in example.units], example.summary)
+
+
+def _stored_documents(data_dir: str, split: str) -> Iterator[Document]:
+    codec = TextCodec.from_data_dir(data_dir)
+    corpus = CorpusSplit(data_dir, split)
+    for index, (example_id, reference) in enumerate(zip(corpus.example_ids(), corpus.references())):
+        document = corpus.document(index)
+        ends = np.cumsum(document.unit_length)
+        parts: List[List[str]] = [[] for _ in range(document.num_groups)]
+        for unit, (group, end, length) in enumerate(zip(document.unit_group, ends, document.unit_length)):
+            parts[group].append(codec.decode(document.units[end - length: end]))
+        yield Document(example_id, parts, reference)
