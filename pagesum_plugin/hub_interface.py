@@ -19,6 +19,8 @@ from torch import nn
 
 from .corpus.readers import example_from_raw
 from .corpus.views import assemble_pages
+
+STRUCTURED_VIEWS = ("discourse", "document", "documents")  # views that need sections or documents
 from .data.paged_dataset import collate_pages, summary_target
 from .generation import PageSumSequenceGenerator
 
@@ -57,9 +59,14 @@ class PageSumHubInterface(nn.Module):
 
     def pages(self, document: Document, locality: Optional[str] = None, **view) -> List[torch.LongTensor]:
         """The page tensors of one document, each ``<s> ... </s>``; ``locality`` (or ``view``),
-        ``num_pages``, ``max_pages``... override the task's view."""
+        ``num_pages``, ``max_pages``... override the task's view. A plain string has no
+        structure, so a model trained on discourse or document pages reads it spatially
+        (``num_pages`` pages) unless ``locality=`` says otherwise."""
         overrides = {k: v for k, v in {"view": locality, **view}.items() if v is not None}
         config = replace(self.view, **overrides)
+        if isinstance(document, str) and locality is None and config.view in STRUCTURED_VIEWS:
+            # A plain string has no sections or source documents: it is read spatially.
+            config = replace(config, view="spatial")
         document_ids = self.codec.encode_document(example_from_raw(document))
         pages = assemble_pages(document_ids, config, self.dictionary.bos(), self.dictionary.eos())
         return [torch.from_numpy(page) for page in pages]

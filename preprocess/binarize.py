@@ -21,7 +21,7 @@ from fairseq.data import Dictionary
 from tqdm import tqdm
 
 from pagesum_plugin.corpus.codec import TextCodec
-from pagesum_plugin.corpus.errors import InputError
+from pagesum_plugin.corpus.errors import BLANK_LINE, BlankLine, InputError
 from pagesum_plugin.corpus.format import EncodedDocument, SplitStructure, SplitWriter
 from pagesum_plugin.corpus.readers import Record, iter_records, parse_record
 from pagesum_plugin.corpus.sentences import split_sentences
@@ -49,6 +49,7 @@ class EncodedExample:
     reference: str
     document: EncodedDocument
     summary: np.ndarray  # (summary_len,) ids, no specials
+    assumed: tuple[str, ...] = ()  # what the reader assumed about this example
 
 
 @dataclass
@@ -72,10 +73,11 @@ class SplitStats:
     summaries_truncated: int = 0
     summary_tokens_lost: int = 0
     skipped: Counter = field(default_factory=Counter)
+    assumed: Counter = field(default_factory=Counter)
 
     @classmethod
     def of_split(cls, structure: SplitStructure, summary_lengths: np.ndarray, view: ViewConfig,
-                 max_summary_tokens: int, skipped: Counter) -> "SplitStats":
+                 max_summary_tokens: int, skipped: Counter, assumed: Counter) -> "SplitStats":
         plan = plan_pages(structure, view)
         summary_lost = np.maximum(summary_lengths - (max_summary_tokens - 2), 0)
         return cls(
@@ -89,6 +91,7 @@ class SplitStats:
             summaries_truncated=int((summary_lost > 0).sum()),
             summary_tokens_lost=int(summary_lost.sum()),
             skipped=skipped,
+            assumed=assumed,
         )
 
     def as_dict(self) -> dict:
@@ -105,17 +108,19 @@ class SplitStats:
             "summary_tokens_lost": self.summary_tokens_lost,
             "skipped": dict(sorted(self.skipped.items())),
             "skipped_total": sum(self.skipped.values()),
+            "assumed": dict(sorted(self.assumed.items())),
         }
 
     def report(self, split: str) -> str:
         stats = self.as_dict()
         skipped = ", ".join(f"{reason}: {n}" for reason, n in stats["skipped"].items()) or "none"
+        assumed = "".join(f"; assumed {reason}: {n}" for reason, n in stats["assumed"].items())
         return (
             f"{split}: {stats['examples']} examples, {stats['pages']} pages "
             f"(per example: mean {stats['pages_per_example_mean']:.2f}, max {stats['pages_per_example_max']}); "
             f"pages truncated {100 * stats['share_pages_truncated']:.2f}%, "
             f"source tokens lost {100 * stats['share_source_tokens_lost']:.2f}%, "
-            f"summaries truncated {100 * stats['share_summaries_truncated']:.2f}%; skipped: {skipped}"
+            f"summaries truncated {100 * stats['share_summaries_truncated']:.2f}%; skipped: {skipped}{assumed}"
         )
 
 
@@ -141,6 +146,8 @@ def encode_record(record: Record) -> EncodedExample | Skipped:
             document = codec.encode_document(example)
         except ValueError:
             raise InputError(record.path, record.line, None, "empty_document", "the document has no tokens") from None
+    except BlankLine as blank:
+        return Skipped(blank.reason, str(blank))
     except InputError as error:
         if settings.skip_invalid:
             return Skipped(error.reason, str(error))
@@ -150,6 +157,7 @@ def encode_record(record: Record) -> EncodedExample | Skipped:
         reference=_WHITESPACE.sub(" ", example.summary).strip(),
         document=document,
         summary=codec.encode_summary(example.summary),
+        assumed=example.assumed,
     )
 
 
@@ -195,7 +203,7 @@ def binarize_split(split_path: str | Path, split: str, destdir: str | Path, sett
     """Write one split of the corpus into ``destdir`` (layout: ``pagesum_plugin.corpus.format``)
     and return its statistics under the default ``view``."""
     writer = SplitWriter(destdir, split, vocab_size)
-    skipped: Counter = Counter()
+    skipped, assumed = Counter(), Counter()
     records = iter_records(split_path, settings.input_format)
     results = ordered_map(encode_chunk, _chunks(records, CHUNK_SIZE), workers, init_worker, (settings,))
     with tqdm(desc=split, unit=" examples", disable=not progress, dynamic_ncols=True) as bar:
@@ -204,13 +212,14 @@ def binarize_split(split_path: str | Path, split: str, destdir: str | Path, sett
                 bar.update(1)
                 if isinstance(result, Skipped):
                     skipped[result.reason] += 1
-                    if on_skip:
+                    if on_skip and result.reason != BLANK_LINE:
                         on_skip(result)
                     continue
+                assumed.update(result.assumed)
                 writer.add(result.id, result.reference, result.document, result.summary)
     writer.close()
     structure, summary_lengths = writer.structure(), writer.summary_lengths()
-    return SplitStats.of_split(structure, summary_lengths, view, max_summary_tokens, skipped)
+    return SplitStats.of_split(structure, summary_lengths, view, max_summary_tokens, skipped, assumed)
 
 
 def iter_training_sentences(split_path: str | Path, input_format: str, skip_invalid: bool) -> Iterator[str]:
@@ -218,6 +227,8 @@ def iter_training_sentences(split_path: str | Path, input_format: str, skip_inva
     for record in iter_records(split_path, input_format):
         try:
             example = parse_record(record, input_format)
+        except BlankLine:
+            continue
         except InputError:
             if skip_invalid:
                 continue  # counted when the split is binarized

@@ -84,8 +84,24 @@ def prepare_tokenizer(args, destdir: Path):
         raise SystemExit("--tokenizer sentencepiece is trained on the training split: give --trainpref")
     logger.info("training sentencepiece (vocabulary %d) on %s", args.vocab_size, args.trainpref)
     model = destdir / SENTENCEPIECE_FILE
-    sentences = iter_training_sentences(args.trainpref, args.input_format, args.skip_invalid)
-    tokenizer = train_sentencepiece(sentences, model, args.vocab_size)
+    # sentencepiece reads the sentences from C++: an InputError raised inside it would come
+    # back wrapped in its own traceback, so it is caught here and raised again, whole.
+    errors: list[InputError] = []
+
+    def sentences():
+        try:
+            yield from iter_training_sentences(args.trainpref, args.input_format, args.skip_invalid)
+        except InputError as error:
+            errors.append(error)
+
+    try:
+        tokenizer = train_sentencepiece(sentences(), model, args.vocab_size)
+    except RuntimeError:
+        if errors:  # training on the sentences read before the bad line failed too
+            raise errors[0] from None
+        raise
+    if errors:
+        raise errors[0]
     dictionary = build_dictionary(tokenizer)
     dictionary.save(str(destdir / "dict.txt"))
     return tokenizer, dictionary, {"model": str(model)}

@@ -60,7 +60,9 @@ def test_one_page_equals_fairseq_stock_generator_on_bart(tiny, settings):
     sample = make_sample(pages, task.dictionary)
     ours = PageSumSequenceGenerator([model], task.dictionary, **settings).generate([model], sample)
 
-    stock = SequenceGenerator([bart], task.dictionary, **settings)
+    # Our lengths count summary tokens (the forced <s> is not one), and <s> never comes again.
+    in_stock_terms = {**settings, "min_len": settings.get("min_len", 1) + 1, "max_len_b": settings["max_len_b"] + 1}
+    stock = SequenceGenerator([bart], task.dictionary, tokens_to_suppress=("<s>",), **in_stock_terms)
     if stock.repeat_ngram_blocker is not None:
         stock.repeat_ngram_blocker = FixedStockBlocker(stock.repeat_ngram_blocker)
     bart_src = sample["net_input"]["src_tokens"][:, 0]
@@ -192,6 +194,9 @@ def test_greedy_search_equals_argmax_of_the_full_forward_mixture(sensitive):
             logits, _ = model(sample["net_input"]["src_tokens"], None, torch.tensor([tokens]))
             lprobs = logits[0, -1].float()
             lprobs[task.dictionary.pad()] = float("-inf")
+            lprobs[task.dictionary.bos()] = float("-inf")  # <s> only ever comes first
+            if len(tokens) == 2:  # min_len 1: at least one summary token
+                lprobs[task.dictionary.eos()] = float("-inf")
             tokens.append(int(lprobs.argmax()))
         assert tokens[1:] == hypo["tokens"].tolist()
 

@@ -214,3 +214,58 @@ def test_a_directory_in_an_older_layout_is_refused_with_what_to_do(tmp_path):
     (tmp_path / "meta.json").write_text(json.dumps({"format_version": 1, "tokenizer": "gpt2"}))
     with pytest.raises(ValueError, match="format_version 1.*run pagesum-preprocess again"):
         CorpusMeta.load(tmp_path)
+
+
+BAD_SECOND_LINE = '{"id": "a", "summary": "S.", "text": "T."}\n{"id": "b", "summary": "", "text": "T."}\n'
+
+
+@pytest.mark.parametrize("split", ["trainpref", "testpref"])
+def test_bad_input_gives_the_same_one_line_message_in_every_split(tmp_path, split, caplog):
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text("".join(json.dumps({"id": str(i), "summary": f"Summary {i} of paper {i * 7}.",
+                                        "text": " ".join(f"Word{j * i} appears {j} times." for j in range(20))}) + "\n"
+                            for i in range(20)))
+    bad.write_text(BAD_SECOND_LINE)
+    splits = {"trainpref": good, "testpref": good, split: bad}
+    with caplog.at_level(logging.ERROR):
+        assert _run("--input-format", "jsonl", "--trainpref", splits["trainpref"], "--testpref", splits["testpref"],
+                    "--tokenizer", "sentencepiece", "--vocab-size", 30, "--destdir", tmp_path / "d",
+                    "--no-progress") == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        f"{bad}, line 2, field 'summary': empty summary [empty_summary] (use --skip-invalid to skip such examples)"]
+    assert not (tmp_path / "d").exists()
+
+
+def test_blank_lines_are_counted_not_silently_dropped(tmp_path, bpe):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"id": "a", "summary": "S.", "text": "T."}\n\n  \n{"id": "b", "summary": "S.", "text": "T."}\n')
+    assert _run("--input-format", "jsonl", "--trainpref", path, "--destdir", tmp_path / "d", *_gpt2_args(bpe)) == 0
+    stats = CorpusMeta.load(tmp_path / "d").stats["train"]
+    assert stats["examples"] == 2 and stats["skipped"] == {"blank_line": 2}
+
+
+def test_a_byte_order_mark_before_the_first_line_is_accepted(tmp_path, bpe):
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"id": "a", "summary": "S.", "text": "T."}\n')
+    assert _run("--input-format", "jsonl", "--trainpref", path, "--destdir", tmp_path / "d", *_gpt2_args(bpe)) == 0
+    assert CorpusSplit(tmp_path / "d", "train").example_ids() == ["a"]
+
+
+def test_numeric_ids_and_unnamed_sections_are_accepted_and_what_was_assumed_is_counted(tmp_path, bpe):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"id": 7, "summary": "S.", "sections": [{"text": "T."}, {"name": "B", "text": "U."}]}\n')
+    assert _run("--input-format", "jsonl", "--trainpref", path, "--destdir", tmp_path / "d", *_gpt2_args(bpe)) == 0
+    assert CorpusSplit(tmp_path / "d", "train").example_ids() == ["7"]
+    assert CorpusMeta.load(tmp_path / "d").stats["train"]["assumed"] == {
+        "numeric_id_read_as_text": 1, "section_without_name": 1}
+
+
+def test_an_empty_multinews_cluster_is_kept_as_one_placeholder_page_and_counted(tmp_path, bpe):
+    (tmp_path / "test.src").write_text("first story . story_separator_special_tag second story .\n\n")
+    (tmp_path / "test.tgt").write_text("a summary .\nanother summary .\n")
+    assert _run("--input-format", "multinews", "--testpref", tmp_path / "test.src", "--locality", "document",
+                "--destdir", tmp_path / "d", *_gpt2_args(bpe)) == 0
+    stats = CorpusMeta.load(tmp_path / "d").stats["test"]
+    assert stats["examples"] == 2 and stats["assumed"] == {"empty_cluster_as_placeholder_page": 1}
+    documents = list(iter_documents(str(tmp_path / "d"), "test"))
+    assert documents[1].parts == [["."]]

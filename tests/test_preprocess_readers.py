@@ -110,7 +110,7 @@ GOOD = json.dumps({"id": "a", "summary": "S.", "text": "T."}).encode()
 @pytest.mark.parametrize("line, field, reason", [
     (b'{"id": "b", "summary": "S.", "text": "T."', None, errors.MALFORMED_JSON),
     (json.dumps({"id": "b", "text": "T."}).encode(), "summary", errors.MISSING_FIELD),
-    (json.dumps({"id": 5, "summary": "S.", "text": "T."}).encode(), "id", errors.WRONG_TYPE),
+    (json.dumps({"id": [5], "summary": "S.", "text": "T."}).encode(), "id", errors.WRONG_TYPE),
     (json.dumps({"id": "b", "summary": "S.", "sections": [{"name": "x", "text": 3}]}).encode(),
      "sections[0].text", errors.WRONG_TYPE),
     (json.dumps({"id": "b", "summary": "S.", "text": "  "}).encode(), "text", errors.EMPTY_DOCUMENT),

@@ -11,6 +11,7 @@ EMPTY_SUMMARY = "empty_summary"
 INVALID_UTF8 = "invalid_utf8"
 EMPTY_BETWEEN_SEPARATORS = "empty_between_separators"
 MISMATCHED_FILES = "mismatched_files"
+BLANK_LINE = "blank_line"  # not an error: counted, never an example
 
 
 @dataclass
@@ -30,3 +31,7 @@ class InputError(Exception):
     def __reduce__(self):
         # Picklable, so that worker processes can send it back.
         return (InputError, (self.path, self.line, self.field, self.reason, self.detail))
+
+
+class BlankLine(InputError):
+    """A blank line: no example. Never an error, but counted like a skipped example."""

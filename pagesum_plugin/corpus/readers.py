@@ -10,6 +10,7 @@ Every format is read in two steps, so that the costly one runs in worker process
 ``read_examples`` chains both for simple callers.
 """
 
+import codecs
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,12 +19,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from pagesum_plugin.corpus import errors
-from pagesum_plugin.corpus.errors import InputError
+from pagesum_plugin.corpus.errors import BlankLine, InputError
 from pagesum_plugin.corpus.sentences import split_sentences
 
 INPUT_FORMATS = ("jsonl", "arxiv", "pubmed", "govreport", "multinews", "aclsum")
 
 MULTINEWS_SEPARATOR = "story_separator_special_tag"
+PLACEHOLDER_PAGE = "."  # the authors' filler for a missing page
+
+# What a reader may assume, counted by name in the statistics.
+ASSUMED_NUMERIC_ID = "numeric_id_read_as_text"
+ASSUMED_UNNAMED_SECTION = "section_without_name"
+ASSUMED_EMPTY_CLUSTER = "empty_cluster_as_placeholder_page"
 MULTINEWS_JSON_SEPARATOR = "|||||"
 
 
@@ -47,12 +54,14 @@ class Unit:
 
 @dataclass
 class Example:
-    """One summarization example. ``kind`` says what the units are."""
+    """One summarization example. ``kind`` says what the units are; ``assumed`` names what
+    the reader had to assume about the input (counted in the statistics)."""
 
     id: str
     summary: str
     units: list[Unit] = field(default_factory=list)
     kind: str = "text"  # "sections" | "documents" | "text" (paragraphs of a plain document)
+    assumed: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
@@ -61,7 +70,8 @@ class Example:
 
 @dataclass(frozen=True)
 class Record:
-    """Raw, undecoded input for one example. ``payload`` is bytes, or a tuple of bytes."""
+    """Raw, undecoded input for one example. ``payload`` is bytes, a tuple of bytes, or
+    None for a blank line (no example, but counted)."""
 
     path: str
     line: int
@@ -89,8 +99,9 @@ def iter_records(path: str | Path, input_format: str) -> Iterator[Record]:
 def _iter_lines(path: Path) -> Iterator[Record]:
     with open(path, "rb") as lines:
         for number, line in enumerate(lines, start=1):
-            if line.strip():  # blank lines (e.g. a final newline) carry no example
-                yield Record(str(path), number, line)
+            if number == 1 and line.startswith(codecs.BOM_UTF8):
+                line = line[len(codecs.BOM_UTF8):]  # a byte-order mark is not content
+            yield Record(str(path), number, line if line.strip() else None)
 
 
 def _iter_paired_lines(source: Path, target: Path) -> Iterator[Record]:
@@ -127,12 +138,15 @@ def _check_format(input_format: str) -> None:
 def read_examples(path: str | Path, input_format: str) -> Iterator[Example]:
     """Yield the examples of one split, raising ``InputError`` at the first bad one."""
     for record in iter_records(path, input_format):
-        yield parse_record(record, input_format)
+        if record.payload is not None:
+            yield parse_record(record, input_format)
 
 
 def parse_record(record: Record, input_format: str) -> Example:
-    """Decode and validate one record."""
+    """Decode and validate one record; a blank line raises ``BlankLine``."""
     _check_format(input_format)
+    if record.payload is None:
+        raise BlankLine(record.path, record.line, None, errors.BLANK_LINE, "blank line")
     if input_format == "multinews" and isinstance(record.payload, tuple):
         return _parse_multinews_src_tgt(record)
     obj = _Fields(record, _load_json(record, record.payload))
@@ -195,6 +209,7 @@ class _Fields:
         if not isinstance(obj, dict):
             self.fail(None, errors.WRONG_TYPE, f"expected a JSON object, got {type(obj).__name__}")
         self.obj = obj
+        self.assumed: list[str] = []
 
     def fail(self, name: str | None, reason: str, detail: str):
         raise InputError(self.record.path, self.record.line, name, reason, detail)
@@ -230,7 +245,15 @@ class _Fields:
         units = [unit for unit in units if unit.text.strip()]
         if not units:
             self.fail(where, errors.EMPTY_DOCUMENT, "empty document")
-        return Example(example_id, summary, units, kind)
+        return Example(example_id, summary, units, kind, tuple(self.assumed))
+
+    def example_id(self, name: str = "id") -> str:
+        """A string id; a number is taken as its decimal text, and that is recorded."""
+        value = self.get(name, (str, int))
+        if isinstance(value, int):
+            self.assumed.append(ASSUMED_NUMERIC_ID)
+            return str(value)
+        return value
 
     @property
     def default_id(self) -> str:
@@ -238,7 +261,7 @@ class _Fields:
 
 
 def _parse_jsonl(obj: _Fields) -> Example:
-    example_id = obj.get("id", str)
+    example_id = obj.example_id()
     summary = obj.summary(obj.get("summary", str), "summary")
     if obj.has("sections"):
         sections = obj.get("sections", list)
@@ -246,7 +269,11 @@ def _parse_jsonl(obj: _Fields) -> Example:
         for i, section in enumerate(sections):
             where = f"sections[{i}]"
             obj.check(section, dict, where)
-            name = obj.get("name", str, section, f"{where}.name")
+            if "name" in section:
+                name = obj.get("name", str, section, f"{where}.name")
+            else:
+                name = ""
+                obj.assumed.append(ASSUMED_UNNAMED_SECTION)
             units.append(Unit(obj.get("text", str, section, f"{where}.text").strip(), name.strip()))
         return obj.example(example_id, summary, units, "sections", "sections")
     if obj.has("documents"):
@@ -292,7 +319,7 @@ def _parse_cohan(obj: _Fields) -> Example:
 def _parse_govreport(obj: _Fields) -> Example:
     if not obj.has("document_sections"):
         return _parse_govreport_plain(obj)
-    example_id = obj.get("id", str)
+    example_id = obj.example_id()
     summary_sections = obj.get("summary_sections", dict)
     summary_paragraphs = obj.strings(obj.get("paragraphs", list, summary_sections, "summary_sections.paragraphs"),
                                      "summary_sections.paragraphs")
@@ -325,7 +352,7 @@ def _fold_subsections(titles: list[str], paragraphs: list[str], depths: list[int
 
 
 def _parse_govreport_plain(obj: _Fields) -> Example:
-    example_id = obj.get("id", str)
+    example_id = obj.example_id()
     summary = obj.summary(obj.get("summary", str), "summary")
     paragraphs = [p.strip() for p in obj.get("document", str).split("\n") if p.strip()]
     return obj.example(example_id, summary, [Unit(p) for p in paragraphs], "text", "document")
@@ -346,11 +373,20 @@ def _split_cluster(obj: _Fields, text: str, separator: str, where: str) -> list[
     return documents
 
 
+def _cluster_or_placeholder(obj: _Fields, documents: list[str]) -> list[str]:
+    """The Multi-News release has clusters with no documents. Every example is kept, as
+    the authors kept it: an empty cluster becomes one placeholder page, and is counted."""
+    if documents:
+        return documents
+    obj.assumed.append(ASSUMED_EMPTY_CLUSTER)
+    return [PLACEHOLDER_PAGE]
+
+
 def _parse_multinews_json(obj: _Fields) -> Example:
-    example_id = obj.get("id", str) if obj.has("id") else obj.default_id
+    example_id = obj.example_id() if obj.has("id") else obj.default_id
     summary = obj.summary(obj.get("summary", str), "summary")
     documents = _split_cluster(obj, obj.get("document", str), MULTINEWS_JSON_SEPARATOR, "document")
-    return _documents_example(obj, example_id, summary, documents, "document")
+    return _documents_example(obj, example_id, summary, _cluster_or_placeholder(obj, documents), "document")
 
 
 def _parse_multinews_src_tgt(record: Record) -> Example:
@@ -360,7 +396,7 @@ def _parse_multinews_src_tgt(record: Record) -> Example:
     source_text = _decode(record, source, "src").replace("NEWLINE_CHAR", "\n")
     summary = obj.summary(_decode(record, target, target_where), target_where)
     documents = _split_cluster(obj, source_text, MULTINEWS_SEPARATOR, "src")
-    return _documents_example(obj, obj.default_id, summary, documents, "src")
+    return _documents_example(obj, obj.default_id, summary, _cluster_or_placeholder(obj, documents), "src")
 
 
 def _parse_aclsum(obj: _Fields) -> Example:

@@ -6,7 +6,10 @@ states and returns one distribution per beam row, and it moves every page's cach
 state whenever beams are reordered or finished examples are pruned. This generator
 adds what summarization with PageSum needs on top:
 
-* the summary always starts with <s> (the training convention, see DESIGN notes);
+* the summary always starts with <s> (the training convention), and <s> can never
+  come again after it, in beam search and sampling alike;
+* lengths count summary tokens: ``--min-len``/``--max-len-b`` leave the forced <s>
+  out, and ``--max-len-a`` multiplies the example's source tokens (all its pages);
 * --no-repeat-ngram-size blocks repeats on CPU as well as on CUDA;
 * every hypothesis carries its per-step page weights (steps x pages);
 * optionally, only the k most confident pages are decoded (``top_pages``).
@@ -24,6 +27,8 @@ from .ngram_blocking import NoRepeatNGramBlocker
 
 class PageSumSequenceGenerator(SequenceGenerator):
     def __init__(self, models, tgt_dict, top_pages: int = 0, **kwargs):
+        # fairseq suppresses these tokens at every step after the prefix (the forced <s>)
+        kwargs["tokens_to_suppress"] = tuple(kwargs.get("tokens_to_suppress") or ()) + (tgt_dict[tgt_dict.bos()],)
         super().__init__(models, tgt_dict, **kwargs)
         self.top_pages = top_pages
         if self.repeat_ngram_blocker is not None:
@@ -50,7 +55,7 @@ class PageSumSequenceGenerator(SequenceGenerator):
             kept_pages = self._most_confident_pages(src_tokens, self.top_pages)  # (batch, k)
             pruned = src_tokens.gather(1, kept_pages[:, :, None].expand(-1, -1, src_tokens.size(2)))
             sample = {**sample, "net_input": {**sample["net_input"], "src_tokens": pruned}}
-        finalized = super()._generate(sample, prefix_tokens, constraints, bos_token)
+        finalized = self._generate_counting_summary_tokens(sample, prefix_tokens, constraints, bos_token)
 
         for i, hypos in enumerate(finalized):
             num_pages = int(page_counts[i])
@@ -63,6 +68,20 @@ class PageSumSequenceGenerator(SequenceGenerator):
                     weights = full
                 hypo["page_weights"] = weights[:, :num_pages]
         return finalized
+
+    def _generate_counting_summary_tokens(self, sample, prefix_tokens, constraints, bos_token):
+        """fairseq's search with lengths in summary tokens: one more step for the forced <s>,
+        and the length budget ``a * source tokens + b`` of the longest example in the batch."""
+        src_tokens = sample["net_input"]["src_tokens"]  # (batch, max_pages, page_len)
+        source_tokens = int(src_tokens.ne(self.pad).sum(dim=(1, 2)).max()) if self.max_len_a else 0
+        settings = (self.max_len_a, self.max_len_b, self.min_len)
+        self.max_len_a = 0
+        self.max_len_b = int(settings[0] * source_tokens + settings[1]) + 1
+        self.min_len = settings[2] + 1
+        try:
+            return super()._generate(sample, prefix_tokens, constraints, bos_token)
+        finally:
+            self.max_len_a, self.max_len_b, self.min_len = settings
 
     def _most_confident_pages(self, src_tokens: Tensor, k: int) -> Tensor:
         """Score pages by their mean weight over the first two summary positions
