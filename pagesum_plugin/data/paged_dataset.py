@@ -15,6 +15,8 @@ from torch import Tensor
 from ..corpus.format import CorpusSplit
 from ..corpus.views import ViewConfig, assemble_pages, plan_pages
 
+ONE_DECODER_PASS_VIEWS = ("documents", "flat")
+
 
 def collate_pages(page_lists: List[List[Tensor]], pad_idx: int, pad_to_multiple: int = 1) -> Tensor:
     """List (batch) of lists of 1-D page tensors -> (batch, max_pages, page_len), padded with pad_idx."""
@@ -56,9 +58,11 @@ class PagedSummarizationDataset(FairseqDataset):
         # each page is encoded on its own, so positions are bounded by the longest page
         self.longest_page = np.maximum.reduceat(page_sizes, first_page) if len(page_sizes) else np.zeros(0, np.int64)
         self.tgt_sizes = np.minimum(corpus.summary_lengths + 2, max_summary_tokens).astype(np.int64)
-        # what one example costs: its pages for the encoder, plus the summary once per
-        # page for the decoder (it runs on every page)
-        self.example_tokens = self.src_sizes + self.page_counts * self.tgt_sizes
+        # what one example costs: its pages for the encoder, plus the summary for the
+        # decoder, once per page where it runs on every page (page views, segments) and
+        # once where the pages are one sequence's parts (documents with boundaries)
+        decoder_passes = 1 if view.view in ONE_DECODER_PASS_VIEWS else self.page_counts
+        self.example_tokens = self.src_sizes + decoder_passes * self.tgt_sizes
 
     def __len__(self) -> int:
         return len(self.page_counts)

@@ -34,10 +34,11 @@ class InputOrderFile:
 
 def page_weights_record(example_id: str, text: str, symbols: List[str], page_weights) -> str:
     """One JSON line: the best hypothesis of an example, its tokens and its page weights
-    (steps x pages); ``text`` is exactly the hypotheses file's line."""
+    (steps x pages, or None for a model without them); ``text`` is exactly the hypotheses
+    file's line."""
     return json.dumps({
         "id": example_id,
         "hypothesis": text,
         "tokens": symbols,
-        "page_weights": [[round(w, 6) for w in row] for row in page_weights.tolist()],
+        "page_weights": None if page_weights is None else [[round(w, 6) for w in row] for row in page_weights.tolist()],
     })

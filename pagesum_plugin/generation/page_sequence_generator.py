@@ -11,7 +11,8 @@ adds what summarization with PageSum needs on top:
 * lengths count summary tokens: ``--min-len``/``--max-len-b`` leave the forced <s>
   out, and ``--max-len-a`` multiplies the example's source tokens (all its pages);
 * --no-repeat-ngram-size blocks repeats on CPU as well as on CUDA;
-* every hypothesis carries its per-step page weights (steps x pages);
+* every hypothesis of a page-mixing model carries its per-step page weights (steps x
+  pages); other systems decode with the same rules and ``page_weights`` None;
 * optionally, only the k most confident pages are decoded (``top_pages``).
 """
 
@@ -57,9 +58,13 @@ class PageSumSequenceGenerator(SequenceGenerator):
             sample = {**sample, "net_input": {**sample["net_input"], "src_tokens": pruned}}
         finalized = self._generate_counting_summary_tokens(sample, prefix_tokens, constraints, bos_token)
 
+        mixes_pages = getattr(self.model.single_model, "mixes_pages", False)
         for i, hypos in enumerate(finalized):
             num_pages = int(page_counts[i])
             for hypo in hypos:
+                if not mixes_pages:  # a model without page weights (a single-sequence rival)
+                    hypo["page_weights"] = None
+                    continue
                 # "attention" holds the page weights: (max_pages, steps) -> (steps, pages)
                 weights = hypo["attention"].t().float()
                 if kept_pages is not None:  # scatter back to the document's page numbering
