@@ -25,7 +25,7 @@ from pagesum_plugin.corpus.readers import INPUT_FORMATS
 from pagesum_plugin.corpus.tokenizers import (
     SENTENCEPIECE_FILE, TOKENIZERS, build_dictionary, build_tokenizer, train_sentencepiece,
 )
-from pagesum_plugin.corpus.views import VIEWS, ViewConfig
+from pagesum_plugin.corpus.views import SPATIAL_SPLITS, VIEWS, ViewConfig
 from pagesum_preprocess.binarize import JobSettings, Skipped, binarize_split, iter_training_sentences
 
 SPLITS = ("train", "valid", "test")
@@ -51,6 +51,8 @@ def get_parser() -> argparse.ArgumentParser:
     view.add_argument("--num-pages", type=int, default=ViewConfig.num_pages, help="spatial, token: pages per example")
     view.add_argument("--max-pages", type=int, default=ViewConfig.max_pages,
                       help="discourse, document: most pages per example")
+    view.add_argument("--spatial-split", default=CorpusMeta.spatial_split, choices=SPATIAL_SPLITS,
+                      help="spatial: 'authors' (n // k sentences per page, the rest on the last) or 'even'")
     view.add_argument("--max-page-tokens", type=int, default=ViewConfig.max_page_tokens,
                       help="tokens per page, <s> and </s> included")
     view.add_argument("--max-source-tokens", type=int, default=ViewConfig.max_source_tokens,
@@ -111,13 +113,14 @@ def run(args) -> CorpusMeta:
     splits = {split: getattr(args, f"{split}pref") for split in SPLITS if getattr(args, f"{split}pref")}
     if not splits:
         raise SystemExit("give at least one of --trainpref, --validpref, --testpref")
-    view = ViewConfig(args.view, args.num_pages, args.max_pages, args.max_page_tokens, args.max_source_tokens)
+    view = ViewConfig(args.view, args.num_pages, args.max_pages, args.max_page_tokens, args.max_source_tokens,
+                      spatial_split=args.spatial_split)
     with staged_directory(args.destdir) as destdir:
         tokenizer, dictionary, files = prepare_tokenizer(args, destdir)
         settings = JobSettings(args.input_format, tokenizer.name, files, str(destdir / "dict.txt"), args.skip_invalid)
         meta = CorpusMeta(
             tokenizer=tokenizer.name, dataset=args.input_format, view=view.view, num_pages=view.num_pages,
-            max_pages=view.max_pages, max_page_tokens=view.max_page_tokens, max_source_tokens=view.max_source_tokens,
+            max_pages=view.max_pages, spatial_split=view.spatial_split, max_page_tokens=view.max_page_tokens, max_source_tokens=view.max_source_tokens,
             max_summary_tokens=args.max_summary_tokens, dictionary_size=len(dictionary),
             vocab_size=args.vocab_size if tokenizer.name == "sentencepiece" else None,
             splits=sorted(splits, key=SPLITS.index),

@@ -28,7 +28,7 @@ from pagesum_preprocess import cli
 GOLDEN = json.loads((Path(__file__).parent / "fixtures" / "v1_pages.json").read_text())
 LOCALITIES = ("spatial", "discourse", "document")
 VIEW_FLAGS = {  # the format-1 settings of each run, now the view's settings
-    "spatial": ViewConfig("spatial", num_pages=4, max_page_tokens=96),
+    "spatial": ViewConfig("spatial", num_pages=4, max_page_tokens=96, spatial_split="even"),  # format 1's rule
     "discourse": ViewConfig("discourse", max_pages=6, max_page_tokens=96),
     "document": ViewConfig("document", max_pages=5, max_page_tokens=96),
 }

@@ -42,7 +42,8 @@ def _run(*args) -> int:
 def _pages(data, split, view: ViewConfig | None = None):
     """Every example's pages under ``view`` (default: the corpus's own), and its summaries."""
     meta = CorpusMeta.load(data)
-    view = view or ViewConfig(meta.view, meta.num_pages, meta.max_pages, meta.max_page_tokens)
+    view = view or ViewConfig(meta.view, meta.num_pages, meta.max_pages, meta.max_page_tokens,
+                              spatial_split=meta.spatial_split)
     dictionary, corpus = load_dictionary(data), CorpusSplit(data, split)
     pages = [assemble_pages(corpus.document(i), view, dictionary.bos(), dictionary.eos()) for i in range(len(corpus))]
     return pages, [corpus.summary(i) for i in range(len(corpus))]

@@ -65,6 +65,7 @@ class CorpusMeta:
     view: str = "spatial"  # the default view; task options override it
     num_pages: int = 7
     max_pages: int = 8
+    spatial_split: str = "authors"
     max_page_tokens: int = 1024
     max_source_tokens: int = 4096
     max_summary_tokens: int = 1024

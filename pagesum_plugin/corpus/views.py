@@ -39,7 +39,9 @@ import numpy as np
 from .format import EncodedDocument, SplitStructure
 
 VIEWS = ("spatial", "discourse", "document", "token", "flat", "documents", "segments")
+SPATIAL_SPLITS = ("even", "authors")
 PAGE_VIEWS = ("spatial", "discourse", "document", "token")  # what PageSum's localities read
+PLACEHOLDER = -1  # page_stream of a placeholder page
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class ViewConfig:
     max_page_tokens: int = 1024  # per page, <s> and </s> included
     max_source_tokens: int = 4096  # flat, documents: the whole input, specials included
     max_segment_tokens: int = 768  # segments: per segment, specials included
+    spatial_split: str = "even"  # spatial: "even" (sizes differ by one) or "authors" (n // k, rest on the last)
+    placeholder: tuple = ()  # page views: ids of a filler page; when set, every example gets exactly
+    #                          its page limit of pages, missing ones filled (the authors' "." pages)
 
     def __post_init__(self):
         if self.view not in VIEWS:
@@ -58,6 +63,15 @@ class ViewConfig:
             raise ValueError("num_pages and max_pages must be at least 1")
         if min(self.max_page_tokens, self.max_source_tokens, self.max_segment_tokens) < 3:
             raise ValueError("a page must leave room for <s>, one token and </s>")
+        if self.spatial_split not in SPATIAL_SPLITS:
+            raise ValueError(f"unknown spatial split {self.spatial_split!r}; choose from {', '.join(SPATIAL_SPLITS)}")
+        if self.placeholder and self.view not in ("spatial", "discourse", "document"):
+            raise ValueError(f"placeholder pages fill a page limit; the {self.view} view has none")
+
+    @property
+    def page_limit(self) -> int:
+        """Most pages per example (spatial: num_pages; discourse, document: max_pages)."""
+        return self.num_pages if self.view == "spatial" else self.max_pages
 
     @property
     def window(self) -> int:
@@ -117,11 +131,15 @@ def _repeat_index(offsets: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- streams
 
 
-def _spatial_streams(s: SplitStructure, unit_example: np.ndarray, position: np.ndarray, num_pages: int) -> np.ndarray:
-    """Sentences spread over min(num_pages, n) pages whose sizes differ by at most one, the
-    larger pages first (numpy.array_split's rule)."""
+def _spatial_streams(s: SplitStructure, unit_example: np.ndarray, position: np.ndarray, num_pages: int,
+                     split: str) -> np.ndarray:
+    """Sentences spread over k = min(num_pages, n) contiguous pages. ``even``: sizes differ by
+    at most one, the larger pages first (numpy.array_split's rule). ``authors``: n // k
+    sentences on every page and the remainder on the last one (the released code's rule)."""
     n = np.diff(s.example_units)[unit_example]  # (n_units,) sentences of the unit's example
     pages = np.minimum(num_pages, n)
+    if split == "authors":
+        return np.minimum(position // (n // pages), pages - 1)
     base, extra = n // pages, n % pages
     boundary = extra * (base + 1)
     return np.where(position < boundary, position // (base + 1),
@@ -145,7 +163,7 @@ def _segment_streams(s: SplitStructure, window: int) -> np.ndarray:
 
 def _unit_streams(s: SplitStructure, config: ViewConfig, unit_example: np.ndarray, position: np.ndarray) -> np.ndarray:
     if config.view == "spatial":
-        return _spatial_streams(s, unit_example, position, config.num_pages)
+        return _spatial_streams(s, unit_example, position, config.num_pages, config.spatial_split)
     if config.view in ("discourse", "document", "documents"):
         return s.unit_group.astype(np.int64)
     if config.view == "segments":
@@ -194,6 +212,9 @@ def plan_pages(s: SplitStructure, config: ViewConfig) -> PagePlan:
             config.view, np.iinfo(np.int64).max)
         pages = _one_page_per_stream(stream_length, example_streams, stream_example, limit, config.window)
     page_example, page_stream, page_start, page_length, dropped = pages
+    if config.placeholder:
+        page_example, page_stream, page_start, page_length = _fill_with_placeholders(
+            page_example, page_stream, page_start, page_length, s.num_examples, config)
 
     page_counts = np.bincount(page_example, minlength=s.num_examples)
     return PagePlan(
@@ -202,10 +223,10 @@ def plan_pages(s: SplitStructure, config: ViewConfig) -> PagePlan:
         stream_name=stream_name,
         stream_length=stream_length,
         example_pages=np.concatenate([[0], np.cumsum(page_counts)]).astype(np.int64),
-        page_stream=page_stream - example_streams[page_example],
+        page_stream=np.where(page_stream >= 0, page_stream - example_streams[page_example], PLACEHOLDER),
         page_start=page_start,
         page_length=page_length,
-        page_truncated=page_start + page_length < stream_length[page_stream],
+        page_truncated=(page_stream >= 0) & (page_start + page_length < stream_length[np.maximum(page_stream, 0)]),
         dropped_pages=dropped,
     )
 
@@ -221,6 +242,21 @@ def _one_page_per_stream(stream_length, example_streams, stream_example, limit, 
     streams = np.flatnonzero(kept)
     return (stream_example[streams], streams, np.zeros(len(streams), dtype=np.int64),
             np.minimum(stream_length[streams], window), dropped)
+
+
+def _fill_with_placeholders(page_example, page_stream, page_start, page_length, n_examples, config: ViewConfig):
+    """The authors' input: exactly ``page_limit`` pages per example, the missing ones filled
+    with a placeholder page that takes part in the page softmax like any other."""
+    missing = np.maximum(config.page_limit - np.bincount(page_example, minlength=n_examples), 0)
+    filler_example = _repeat_index(np.concatenate([[0], np.cumsum(missing)]))
+    order = np.argsort(np.concatenate([page_example, filler_example]), kind="stable")  # fillers last
+    n = len(filler_example)
+    return (
+        np.concatenate([page_example, filler_example])[order],
+        np.concatenate([page_stream, np.full(n, PLACEHOLDER)])[order],
+        np.concatenate([page_start, np.zeros(n, dtype=np.int64)])[order],
+        np.concatenate([page_length, np.full(n, len(config.placeholder))])[order],
+    )
 
 
 def _token_pages(stream_length, config: ViewConfig):
@@ -279,7 +315,9 @@ def assemble_pages(document: EncodedDocument, config: ViewConfig, bos: int, eos:
     """One example's pages under ``config``: a list of (page_len,) int64 arrays ``<s> ... </s>``."""
     plan = plan_document(document, config)
     streams = stream_ids(document, plan)
+    placeholder = np.asarray(config.placeholder, dtype=np.int64)
     return [
-        np.concatenate([[bos], streams[j][start: start + length], [eos]]).astype(np.int64)
+        np.concatenate([[bos], streams[j][start: start + length] if j != PLACEHOLDER else placeholder, [eos]])
+        .astype(np.int64)
         for j, start, length in zip(plan.page_stream, plan.page_start, plan.page_length)
     ]

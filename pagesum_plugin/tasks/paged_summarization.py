@@ -18,6 +18,7 @@ from omegaconf import II
 
 from ..corpus.codec import TextCodec
 from ..corpus.format import CorpusMeta, CorpusSplit, load_dictionary
+from ..corpus.readers import PLACEHOLDER_PAGE
 from ..corpus.views import VIEWS, ViewConfig
 from ..data.paged_dataset import PagedSummarizationDataset
 from ..evaluation.rouge import corpus_rouge
@@ -37,6 +38,15 @@ class PagedSummarizationConfig(FairseqDataclass):
     )
     num_pages: Optional[int] = field(default=None, metadata={"help": "spatial, token: pages per example"})
     max_pages: Optional[int] = field(default=None, metadata={"help": "discourse, document: at most this many pages"})
+    spatial_split: Optional[str] = field(
+        default=None, metadata={"help": "spatial: 'authors' (n // k sentences per page, the rest on the last; "
+                                "the released code's rule) or 'even' (sizes differ by at most one)"}
+    )
+    placeholder_pages: bool = field(
+        default=False,
+        metadata={"help": "page views: always feed exactly the page limit of pages, filling missing ones with "
+                  "'.' pages that take part in the page softmax (the authors' code); default: they are absent"},
+    )
     max_page_tokens: Optional[int] = field(
         default=None, metadata={"help": "tokens per page, <s> and </s> included (BART has 1024 positions)"}
     )
@@ -81,15 +91,17 @@ class PagedSummarizationTask(FairseqTask):
         super().__init__(cfg)
         self.dictionary = dictionary
         self.meta = meta
+        self._codec = None
         self.view = ViewConfig(
             view=cfg.view or meta.view,
             num_pages=cfg.num_pages or meta.num_pages,
             max_pages=cfg.max_pages or meta.max_pages,
             max_page_tokens=cfg.max_page_tokens or meta.max_page_tokens,
             max_source_tokens=cfg.max_source_tokens or meta.max_source_tokens,
+            spatial_split=cfg.spatial_split or meta.spatial_split,
+            placeholder=tuple(self.codec.ids(PLACEHOLDER_PAGE).tolist()) if cfg.placeholder_pages else (),
         )
         self.max_summary_tokens = cfg.max_summary_tokens or meta.max_summary_tokens
-        self._codec = None
         self._outputs = {}
         self._rouge_generator = None
 
