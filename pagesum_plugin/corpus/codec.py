@@ -45,7 +45,7 @@ class TextCodec:
     def encode_document(self, example: Example) -> EncodedDocument:
         """Sentence units of every group (section or source document) of ``example``.
 
-        Each sentence is stored as it reads after another one (with a leading space) and
+        Each sentence is stored as it reads after another one (with a leading space), and
         its first word as it reads at the start of a page. A group without sentences is
         left out."""
         units, heads, names = [], [], []
@@ -59,14 +59,14 @@ class TextCodec:
             names.append(name)
             name_length.append(len(name))
             for sentence in sentences:
-                spaced, plain = self.ids(" " + sentence), self.ids(sentence)
-                shared = _common_suffix(spaced, plain)  # all but the first word agree
+                spaced = self.ids(" " + sentence)
+                head, replaced = self._plain_head(sentence)
                 units.append(spaced)
-                heads.append(plain[: len(plain) - shared])
+                heads.append(head)
                 unit_length.append(len(spaced))
                 unit_group.append(group)
-                head_spaced.append(len(spaced) - shared)
-                head_plain.append(len(plain) - shared)
+                head_spaced.append(replaced)
+                head_plain.append(len(head))
         if not units:
             raise ValueError(f"example {example.id!r} has no sentences")
         return EncodedDocument(
@@ -75,6 +75,17 @@ class TextCodec:
             head_spaced=np.array(head_spaced), head_plain=np.array(head_plain),
             name_length=np.array(name_length),
         )
+
+    def _plain_head(self, sentence: str) -> tuple:
+        """How the sentence's first word reads without a leading space: the ids that replace
+        the first ``replaced`` ids of its spaced form. Only the first whitespace-delimited
+        word can differ, so only it is encoded again; sentencepiece ignores the space."""
+        if self.tokenizer.name == "sentencepiece":
+            return np.zeros(0, dtype=np.int64), 0
+        word = sentence.split(maxsplit=1)[0]
+        spaced, plain = self.ids(" " + word), self.ids(word)
+        shared = _common_suffix(spaced, plain)
+        return plain[: len(plain) - shared], len(spaced) - shared
 
     # ---- ids -> text ---------------------------------------------------------------------
 
