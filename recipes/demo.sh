@@ -93,25 +93,28 @@ step "pagesum-score: the model, then Lead-3, against the abstracts"
 pagesum-score --hyp "$RUN/test.hyp.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.model.json"
 pagesum-score --hyp "$RUN/test.lead3.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.lead3.json"
 
-step "pagesum-plot page-importance: test paper 0"
-pagesum-plot page-importance --weights "$RUN/test.page_weights.jsonl" --id 0 --out "$RUN/page_importance.png"
+step "pagesum-plot page-importance: the first test paper"
+pagesum-plot page-importance --weights "$RUN/test.page_weights.jsonl" --id "$(head -n 1 "$DATA/test.ids.txt")" \
+    --out "$RUN/page_importance.png"
 
 step "report"
 python - "$DATA" "$RUN" "$((SECONDS - START))" <<'EOF' | tee "$RUN/report.txt"
 import json, re, sys
 from pathlib import Path
 
+from pagesum_plugin.corpus.format import CorpusMeta
+
 data, run, seconds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-meta = json.loads((data / "meta.json").read_text())
-print(f"PageSum demo: {meta['locality']} locality, {meta['tokenizer']} vocabulary of {meta['vocab_size']}, "
+meta = CorpusMeta.load(data)
+print(f"PageSum demo: {meta.view} locality, {meta.tokenizer} vocabulary of {meta.vocab_size}, "
       f"{seconds // 60} min {seconds % 60} s end to end")
 print("\nData (pagesum-preprocess, meta.json)")
 print(f"  {'split':6} {'papers':>6} {'pages':>6} {'pages/paper':>11} {'source tokens kept':>18} {'skipped':>7}")
-for split in meta["splits"]:
-    s = meta["stats"][split]
+for split in meta.splits:
+    s = meta.stats[split]
     print(f"  {split:6} {s['examples']:6d} {s['pages']:6d} {s['pages_per_example_mean']:11.2f} "
           f"{1 - s['share_source_tokens_lost']:18.1%} {s['skipped_total']:7d}")
-print(f"  pages of at most {meta['max_page_tokens']} tokens, summaries of at most {meta['max_summary_tokens']}")
+print(f"  pages of at most {meta.max_page_tokens} tokens, summaries of at most {meta.max_summary_tokens}")
 
 log = (run / "train.log").read_text()
 valid = re.findall(r"epoch (\d+) \| valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+).*?num_updates (\d+)", log)

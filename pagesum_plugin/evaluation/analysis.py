@@ -40,8 +40,9 @@ def check_page_weights(matrix: np.ndarray, where: str = "page_weights") -> np.nd
     return matrix
 
 
-def read_page_weights(path: str, example_id: int) -> Tuple[List[str], np.ndarray]:
-    """Tokens and (steps, pages) page weights of one hypothesis in a page-weights file."""
+def read_page_weights(path: str, example_id: str) -> Tuple[List[str], np.ndarray]:
+    """Tokens and (steps, pages) page weights of the hypothesis of the example whose input id
+    is ``example_id``, in a page-weights file."""
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
@@ -50,10 +51,10 @@ def read_page_weights(path: str, example_id: int) -> Tuple[List[str], np.ndarray
                 row = json.loads(line)
             except json.JSONDecodeError as err:
                 raise _weights_error(path, number, "-", f"not valid JSON ({err.msg})") from err
-            for field, kind in (("id", int), ("tokens", list), ("page_weights", list)):
+            for field, kind in (("id", (str, int)), ("tokens", list), ("page_weights", list)):
                 if not isinstance(row.get(field), kind):
-                    raise _weights_error(path, number, field, f"missing or not a {kind.__name__}")
-            if row["id"] != example_id:
+                    raise _weights_error(path, number, field, "missing or of the wrong type")
+            if str(row["id"]) != str(example_id):
                 continue
             try:
                 matrix = check_page_weights(row["page_weights"], f"{path}, line {number}, field 'page_weights'")

@@ -1,6 +1,6 @@
 """``pagesum-plot``: the paper's analysis figures as PNG files.
 
-    pagesum-plot page-importance --weights test.page_weights.jsonl --id 0 --out fig3.png
+    pagesum-plot page-importance --weights test.page_weights.jsonl --id ID --out fig3.png
     pagesum-plot locality     --input test.jsonl --out fig1.png
     pagesum-plot dependencies --input DATA --split test --out fig4.png
     pagesum-plot coherence    --model bert-large-uncased/ --hyp test.hypo --out coherence.png
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("page-importance", cmd_page_importance, "heatmap of page weights over decoding steps (Fig. 3)")
     p.add_argument("--weights", required=True, help="page-weights JSON lines from the generator")
-    p.add_argument("--id", type=int, required=True, help="example index in the weights file")
+    p.add_argument("--id", required=True, help="the example's id in the input (the weights file's \"id\")")
 
     p = command("locality", cmd_locality, "sentence similarity against distance (Fig. 1)")
     data_options(p)
