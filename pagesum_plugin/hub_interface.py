@@ -88,29 +88,34 @@ class PageSumHubInterface(nn.Module):
         locality: Optional[str] = None,
         num_pages: Optional[int] = None,
         max_pages: Optional[int] = None,
-        beam: int = 4,
-        lenpen: float = 1.0,
-        min_len: int = 1,
-        max_len_b: int = 256,
-        no_repeat_ngram_size: int = 3,
+        beam: Optional[int] = None,
+        lenpen: Optional[float] = None,
+        min_len: Optional[int] = None,
+        max_len_b: Optional[int] = None,
+        no_repeat_ngram_size: Optional[int] = None,
         top_pages: int = 0,
         batch_size: int = 8,
         return_page_weights: bool = False,
     ) -> Union[List[str], List[Dict[str, Any]]]:
         """Summaries of ``documents``, in order. A single ``str`` document may be passed alone.
 
+        Decoding settings default to the corpus's dataset row of the generation defaults
+        table (``pagesum_plugin.generation.defaults``); any argument given overrides it.
         With ``return_page_weights``, each result is ``{"summary", "tokens", "page_weights"}``
         where ``page_weights`` is a (steps, pages) tensor."""
         if isinstance(documents, str):
             documents = [documents]
+        given = dict(beam=beam, lenpen=lenpen, min_len=min_len, max_len_b=max_len_b,
+                     no_repeat_ngram_size=no_repeat_ngram_size)
+        settings = replace(self.task.generation_defaults, **{k: v for k, v in given.items() if v is not None})
         generator = PageSumSequenceGenerator(
             [self.model],
             self.dictionary,
-            beam_size=beam,
-            len_penalty=lenpen,
-            min_len=min_len,
-            max_len_b=max_len_b,
-            no_repeat_ngram_size=no_repeat_ngram_size,
+            beam_size=settings.beam,
+            len_penalty=settings.lenpen,
+            min_len=settings.min_len,
+            max_len_b=settings.max_len_b,
+            no_repeat_ngram_size=settings.no_repeat_ngram_size,
             top_pages=top_pages,
         )
         paged = [self.pages(d, locality=locality, num_pages=num_pages, max_pages=max_pages) for d in documents]

@@ -23,6 +23,7 @@ from ..corpus.views import VIEWS, ViewConfig
 from ..data.paged_dataset import PagedSummarizationDataset
 from ..evaluation.rouge import corpus_rouge
 from ..generation import PageSumSequenceGenerator
+from ..generation.defaults import for_dataset
 from ..generation.outputs import InputOrderFile, page_weights_record
 
 logger = logging.getLogger(__name__)
@@ -61,8 +62,8 @@ class PagedSummarizationConfig(FairseqDataclass):
         metadata={"help": "decode the validation set and log ROUGE (use with --best-checkpoint-metric rouge)"},
     )
     eval_rouge_args: str = field(
-        default='{"beam": 4, "max_len_b": 256, "lenpen": 2.0, "no_repeat_ngram_size": 3}',
-        metadata={"help": "generation options for --eval-rouge, as JSON"},
+        default="{}",
+        metadata={"help": "generation options for --eval-rouge, as JSON, over the dataset's generation defaults"},
     )
     hypotheses_output: Optional[str] = field(
         default=None,
@@ -102,6 +103,7 @@ class PagedSummarizationTask(FairseqTask):
             placeholder=tuple(self.codec.ids(PLACEHOLDER_PAGE).tolist()) if cfg.placeholder_pages else (),
         )
         self.max_summary_tokens = cfg.max_summary_tokens or meta.max_summary_tokens
+        self.generation_defaults = for_dataset(meta.dataset)
         self._outputs = {}
         self._rouge_generator = None
 
@@ -183,7 +185,8 @@ class PagedSummarizationTask(FairseqTask):
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
         if self.cfg.eval_rouge:
-            gen_args = argparse.Namespace(**json.loads(self.cfg.eval_rouge_args))
+            gen_args = argparse.Namespace(**{**self.generation_defaults.as_kwargs(),
+                                             **json.loads(self.cfg.eval_rouge_args)})
             self._rouge_generator = self.build_generator([model], gen_args)
         return model
 
