@@ -9,19 +9,16 @@ target ``<s> summary </s>`` shifted right.
 
 import argparse
 import gc
-import os
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, List, Sequence, Tuple
 
 import torch
-from fairseq import options, tasks
 from fairseq.data import Dictionary
 
-PLUGIN_DIR = Path(__file__).resolve().parents[1] / "pagesum_plugin"
-
+from pagesum_plugin.checkpoints import builder
+from pagesum_plugin.checkpoints.builder import dictionary_directory
 
 @dataclass(frozen=True)
 class ModelSize:
@@ -70,33 +67,22 @@ def setup_device(args: argparse.Namespace) -> torch.device:
     return torch.device(args.device)
 
 
-def write_dictionary(size: ModelSize, directory: str) -> str:
-    """A dictionary of ``size.vocab_words`` made-up words, saved where the task looks for it."""
+def make_dictionary(size: ModelSize) -> Dictionary:
+    """A dictionary of ``size.vocab_words`` made-up words."""
     dictionary = Dictionary()
     for i in range(size.vocab_words):
         dictionary.add_symbol(f"w{i}")
     dictionary.pad_to_multiple_(8)
-    dictionary.save(os.path.join(directory, "dict.txt"))
-    return directory
+    return dictionary
 
 
 def build_model(arch: str, size: ModelSize, *extra_args: str, dropout: float = 0.1):
     """(task, model) for a registered ``arch`` (``pagesum_bart_large`` or ``bart_large``)
     with the dimensions of ``size``; weights are freshly initialised."""
     with tempfile.TemporaryDirectory() as data_dir:
-        write_dictionary(size, data_dir)
-        argv = [
-            data_dir,
-            "--user-dir", str(PLUGIN_DIR),
-            "--task", "paged_summarization",
-            "--arch", arch,
-            "--dropout", str(dropout),
-            *size.arch_args(),
-            *extra_args,
-        ]
-        args = options.parse_args_and_arch(options.get_training_parser(), argv)
-        task = tasks.setup_task(args)
-        return task, task.build_model(args)
+        dictionary_directory(make_dictionary(size), data_dir)
+        _, task, model = builder.build_model(data_dir, arch, "--dropout", str(dropout), *size.arch_args(), *extra_args)
+        return task, model
 
 
 def random_words(dictionary: Dictionary, shape: Tuple[int, ...], generator: torch.Generator) -> torch.Tensor:

@@ -12,7 +12,4 @@ EXP_FORMAT=arxiv
 EXP_TRAIN=$(raw_split "$ARXIV_DIR" train.txt ARXIV_TRAIN)
 EXP_VALID=$(raw_split "$ARXIV_DIR" val.txt ARXIV_VALID)
 EXP_TEST=$(raw_split "$ARXIV_DIR" test.txt ARXIV_TEST)
-EXP_PAGING=(--locality discourse --max-pages 8)
-EXP_MAX_PAGES=8 EXP_PAGE_TOKENS=1024 EXP_SUMMARY_TOKENS=512 EXP_MIN_LEN=100 EXP_MAX_LEN=350
-EXP_MODEL_ARGS=()
 run_experiment arxiv_discourse

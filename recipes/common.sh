@@ -1,6 +1,9 @@
-# Shared stages of the PageSum recipes: pagesum-preprocess -> fairseq-train ->
-# fairseq-generate -> pagesum-score. Sourced by recipes/<experiment>.sh, which set the
-# experiment's EXP_* variables and call `run_experiment NAME`.
+# Shared stages of the recipes: pagesum-preprocess -> fairseq-hydra-train ->
+# fairseq-generate -> pagesum-score. Sourced by recipes/<experiment>.sh, which name the
+# dataset's files and call `run_experiment NAME [CONFIG]`. Every setting of an experiment
+# (view, model, optimization) lives in recipes/config/<CONFIG>.yaml, and its decoding
+# settings in pagesum_plugin/generation/defaults.py; this file adds only paths, devices
+# and the DRY_RUN=1 toy sizes.
 #
 # Environment (checked with a clear message before anything runs):
 #   OUT_DIR       where every experiment writes <name>/data and <name>/<INIT>/...
@@ -8,14 +11,14 @@
 #                   $BART_DIR/bart.large.cnn/{model.pt,dict.txt}
 #                   $BART_DIR/bart.large/{model.pt,dict.txt}
 #                 and GPT-2's BPE files $BART_DIR/encoder.json, $BART_DIR/vocab.bpe
-#   NUM_GPUS      GPUs of this job (0: CPU). The effective batch stays 16 documents per
-#                 update: --update-freq = 16 / (NUM_GPUS * BATCH_SIZE), and with more
-#                 than one GPU fairseq's own distributed training runs them.
+#   NUM_GPUS      GPUs of this job (0: CPU). The YAML's documents per update stay the
+#                 same: update_freq = effective batch / (NUM_GPUS * BATCH_SIZE), and with
+#                 more than one GPU fairseq's own distributed training runs them.
 # Optional:
 #   INIT          bart.large.cnn (PageSum, default) or bart.large (PageSum* in Table 1)
 #   GPT2_BPE_DIR  where encoder.json and vocab.bpe are (default: $BART_DIR)
-#   ARCH          model architecture (default: pagesum_bart_large)
-#   BATCH_SIZE    documents per GPU per forward pass (default: 1)
+#   ARCH          model architecture (default: the YAML's model._name)
+#   BATCH_SIZE    documents per GPU per forward pass (default: the YAML's dataset.batch_size)
 #   GEN_BATCH_SIZE documents per generation batch (default: 4)
 #   WORKERS       preprocessing processes (default: all cores)
 #   FP16=1        mixed precision on GPUs
@@ -23,7 +26,9 @@
 #   PLAN=1        print the commands instead of running them (no file checks)
 #   DRY_RUN=1     same command lines with tiny settings: short pages and summaries, two
 #                 updates, beam 2; proves that every stage runs and that they chain
-#   TRAIN_ARGS / GEN_ARGS   extra flags appended to fairseq-train / fairseq-generate
+#   TRAIN_ARGS    extra Hydra overrides for fairseq-hydra-train (e.g. optimization.clip_norm=0.1)
+#   GEN_ARGS      extra flags appended to fairseq-generate
+#   PYTHON        the Python that has pagesum installed (default: python3)
 #
 # Multi-GPU on one node: NUM_GPUS=8 bash recipes/arxiv.sh (fairseq spawns one process per
 # GPU: --distributed-world-size 8). Multi-node, with the same script on every node:
@@ -40,8 +45,9 @@ set -euo pipefail
 
 PAGESUM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USER_DIR=${USER_DIR:-$PAGESUM_ROOT/pagesum_plugin}
+CONFIG_DIR=$PAGESUM_ROOT/recipes/config
 RECIPE=${RECIPE:-$(basename "$0" .sh)}
-EFFECTIVE_BATCH=16  # documents per update, as in the paper
+PYTHON=${PYTHON:-python3}
 
 die() {
     echo "$RECIPE: $*" >&2
@@ -95,52 +101,38 @@ check_shared_settings() {
         *) die "INIT must be bart.large.cnn (PageSum) or bart.large (PageSum*), got '$INIT'" ;;
     esac
     GPT2_BPE_DIR=${GPT2_BPE_DIR:-$BART_DIR}
-    ARCH=${ARCH:-pagesum_bart_large}
-    BATCH_SIZE=${BATCH_SIZE:-1}
     GEN_BATCH_SIZE=${GEN_BATCH_SIZE:-4}
     WORKERS=${WORKERS:-$(nproc)}
-    require_count BATCH_SIZE
+    [ -z "${BATCH_SIZE:-}" ] || require_count BATCH_SIZE
     require_path -f "$BART_DIR/$INIT/model.pt" "the $INIT checkpoint"
     require_path -f "$BART_DIR/$INIT/dict.txt" "the $INIT dictionary"
     require_path -f "$GPT2_BPE_DIR/encoder.json" "GPT-2's encoder.json (set GPT2_BPE_DIR)"
     require_path -f "$GPT2_BPE_DIR/vocab.bpe" "GPT-2's vocab.bpe (set GPT2_BPE_DIR)"
-    set_batch_flags
     [ "${PLAN:-0}" = 1 ] || mkdir -p "$OUT_DIR"
 }
 
-# set_batch_flags: DEVICE_FLAGS and UPDATE_FREQ that keep 16 documents per update.
-set_batch_flags() {
-    local devices=$((NUM_GPUS > 0 ? NUM_GPUS : 1))
-    (( BATCH_SIZE > 0 )) || die "BATCH_SIZE must be at least 1"
-    (( EFFECTIVE_BATCH % (devices * BATCH_SIZE) == 0 )) ||
-        die "NUM_GPUS ($NUM_GPUS) x BATCH_SIZE ($BATCH_SIZE) must divide the effective batch of $EFFECTIVE_BATCH documents"
-    UPDATE_FREQ=$((EFFECTIVE_BATCH / (devices * BATCH_SIZE)))
-    if (( NUM_GPUS == 0 )); then
-        DEVICE_FLAGS=(--cpu)
-    else
-        DEVICE_FLAGS=(--distributed-world-size "$NUM_GPUS")
-        [ "${FP16:-0}" = 1 ] && DEVICE_FLAGS+=(--fp16)
-    fi
-    return 0
+# config QUERY [ARG]: what the experiment's YAML says (recipes/experiment_config.py).
+config() {
+    "$PYTHON" "$PAGESUM_ROOT/recipes/experiment_config.py" "$CONFIG_DIR/$EXP_CONFIG.yaml" "$@"
 }
 
-# The experiment's settings, shrunk by DRY_RUN=1 (values only: the flags stay the same).
-resolve_experiment_settings() {
-    PAGE_TOKENS=$EXP_PAGE_TOKENS
-    SUMMARY_TOKENS=$EXP_SUMMARY_TOKENS
-    MIN_LEN=$EXP_MIN_LEN
-    MAX_LEN=$EXP_MAX_LEN
-    BEAM=4
-    MAX_EPOCH=10
-    WARMUP=10000
-    STOP_FLAGS=()
-    if [ "${DRY_RUN:-0}" = 1 ]; then
-        # Short pages, whose sum over all pages also stays within 1024 tokens, so that
-        # fairseq's size filter never drops a dry-run example.
-        PAGE_TOKENS=$((1024 / EXP_MAX_PAGES < 48 ? 1024 / EXP_MAX_PAGES : 48))
-        SUMMARY_TOKENS=32 MIN_LEN=2 MAX_LEN=12 BEAM=2 MAX_EPOCH=2 WARMUP=2
-        STOP_FLAGS=(--max-update 2)
+# set_batch_flags: the per-device batch and --update-freq that keep the YAML's documents
+# per update on NUM_GPUS devices, and the device overrides.
+set_batch_flags() {
+    local devices=$((NUM_GPUS > 0 ? NUM_GPUS : 1)) effective
+    effective=$(config effective-batch)
+    BATCH=${BATCH_SIZE:-$("$PYTHON" -c "from omegaconf import OmegaConf as O; print(O.load('$CONFIG_DIR/$EXP_CONFIG.yaml').dataset.batch_size)")}
+    (( BATCH > 0 )) || die "BATCH_SIZE must be at least 1"
+    (( effective % (devices * BATCH) == 0 )) ||
+        die "NUM_GPUS ($NUM_GPUS) x BATCH_SIZE ($BATCH) must divide the effective batch of $effective documents"
+    UPDATE_FREQ=$((effective / (devices * BATCH)))
+    if (( NUM_GPUS == 0 )); then
+        DEVICE_OVERRIDES=(common.cpu=true common.fp16=false)
+    else
+        DEVICE_OVERRIDES=(distributed_training.distributed_world_size="$NUM_GPUS")
+        [ "${FP16:-0}" = 1 ] && DEVICE_OVERRIDES+=(common.fp16=true)
     fi
+    return 0
 }
 
 preprocess_stage() {
@@ -149,53 +141,50 @@ preprocess_stage() {
         echo "$RECIPE: $data is already preprocessed (delete it to redo)" >&2
         return 0
     fi
+    # shellcheck disable=SC2046  # the view flags are a word list
     run pagesum-preprocess --input-format "$EXP_FORMAT" \
         --trainpref "$EXP_TRAIN" --validpref "$EXP_VALID" --testpref "$EXP_TEST" \
-        --destdir "$data" "${EXP_PAGING[@]}" --max-page-tokens "$PAGE_TOKENS" \
-        --max-summary-tokens "$SUMMARY_TOKENS" \
+        --destdir "$data" $(config view-flags preprocess) \
         --tokenizer gpt2 --gpt2-encoder-json "$GPT2_BPE_DIR/encoder.json" \
         --gpt2-vocab-bpe "$GPT2_BPE_DIR/vocab.bpe" --gpt2-dict "$BART_DIR/$INIT/dict.txt" \
         --workers "$WORKERS"
 }
 
-# The paper's fine-tuning: Adam with the Eq. 13 schedule (inverse_sqrt, peak 2e-5 after
-# 10k warmup updates), label smoothing 0.1, 16 documents per update, 10 epochs, best
-# checkpoint by validation loss. Dropout, weight decay, Adam's betas/eps and clipping
-# follow fairseq's BART summarization fine-tuning, which the paper builds on.
+# Training: fairseq-hydra-train with the experiment's YAML; the command line adds only
+# paths, devices, the batch split and (DRY_RUN=1) toy sizes.
 train_stage() {
     local data=$1 run_dir=$2
     [ "${PLAN:-0}" = 1 ] || mkdir -p "$run_dir"
+    local overrides=(
+        common.user_dir="$USER_DIR" task.data="$(realpath -m "$data")"
+        checkpoint.save_dir="$(realpath -m "$run_dir/checkpoints")"
+        checkpoint.finetune_from_model="$(realpath -m "$BART_DIR/$INIT/model.pt")"
+        hydra.run.dir="$(realpath -m "$run_dir/hydra")" hydra.job.chdir=false
+        dataset.batch_size="$BATCH" "optimization.update_freq=[$UPDATE_FREQ]" "${DEVICE_OVERRIDES[@]}"
+    )
+    if [ -n "${ARCH:-}" ]; then overrides+=(model._name="$ARCH"); fi
+    # shellcheck disable=SC2207  # the overrides are a word list
+    [ "${DRY_RUN:-0}" = 1 ] && overrides+=($(config dry-run-overrides))
     # shellcheck disable=SC2086  # PAGESUM_LAUNCHER and TRAIN_ARGS are word lists
-    run ${PAGESUM_LAUNCHER:-} fairseq-train "$data" --user-dir "$USER_DIR" \
-        --task paged_summarization --max-pages "$EXP_MAX_PAGES" \
-        --max-page-tokens "$PAGE_TOKENS" --max-summary-tokens "$SUMMARY_TOKENS" \
-        --arch "$ARCH" "${EXP_MODEL_ARGS[@]}" \
-        --finetune-from-model "$BART_DIR/$INIT/model.pt" \
-        --criterion paged_label_smoothed_cross_entropy --label-smoothing 0.1 \
-        --optimizer adam --adam-betas "(0.9, 0.999)" --adam-eps 1e-08 --weight-decay 0.01 \
-        --clip-norm 0.1 --lr 2e-05 --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" \
-        --dropout 0.1 --attention-dropout 0.1 \
-        --batch-size "$BATCH_SIZE" --update-freq "$UPDATE_FREQ" --max-epoch "$MAX_EPOCH" \
-        "${STOP_FLAGS[@]}" "${DEVICE_FLAGS[@]}" \
-        --best-checkpoint-metric loss --no-epoch-checkpoints --seed 1 \
-        --save-dir "$run_dir/checkpoints" --log-format simple --log-interval 100 \
-        ${TRAIN_ARGS:-}
+    run ${PAGESUM_LAUNCHER:-} fairseq-hydra-train --config-dir "$CONFIG_DIR" --config-name "$EXP_CONFIG" \
+        "${overrides[@]}" ${TRAIN_ARGS:-}
 }
 
-# Beam 4, length penalty 2.0, no repeated trigram, and the dataset's length range.
+# Decoding: the experiment's view, and the dataset's row of the generation defaults
+# (pagesum_plugin/generation/defaults.py).
 generate_stage() {
     local data=$1 run_dir=$2
-    local gen_device=()
-    (( NUM_GPUS == 0 )) && gen_device=(--cpu)
-    [ "${FP16:-0}" = 1 ] && (( NUM_GPUS > 0 )) && gen_device=(--fp16)
-    # shellcheck disable=SC2086
-    run fairseq-generate "$data" --user-dir "$USER_DIR" \
-        --task paged_summarization --max-pages "$EXP_MAX_PAGES" \
-        --max-page-tokens "$PAGE_TOKENS" --max-summary-tokens "$SUMMARY_TOKENS" \
+    local device=() toy=()
+    (( NUM_GPUS == 0 )) && device=(--cpu)
+    [ "${FP16:-0}" = 1 ] && (( NUM_GPUS > 0 )) && device=(--fp16)
+    [ "${DRY_RUN:-0}" = 1 ] && toy=(--max-page-tokens 48 --max-source-tokens 600 --max-summary-tokens 32
+                                    --beam 2 --min-len 2 --max-len-b 12)
+    # shellcheck disable=SC2046,SC2086  # flag lists
+    run fairseq-generate "$data" --user-dir "$USER_DIR" --task paged_summarization \
+        $(config view-flags generate) \
         --path "$run_dir/checkpoints/checkpoint_best.pt" --gen-subset test \
-        --beam "$BEAM" --lenpen 2.0 --no-repeat-ngram-size 3 \
-        --min-len "$MIN_LEN" --max-len-a 0 --max-len-b "$MAX_LEN" \
-        --batch-size "$GEN_BATCH_SIZE" "${gen_device[@]}" \
+        $("$PYTHON" "$PAGESUM_ROOT/pagesum_plugin/generation/defaults.py" "$EXP_FORMAT") "${toy[@]}" \
+        --batch-size "$GEN_BATCH_SIZE" "${device[@]}" \
         --hypotheses-output "$run_dir/test.hyp.txt" \
         --page-weights-output "$run_dir/test.page_weights.jsonl" \
         --results-path "$run_dir/generate" ${GEN_ARGS:-}
@@ -214,13 +203,15 @@ score_stage() {
 }
 
 # run_experiment NAME: preprocess, train, generate and score one experiment.
-#   EXP_FORMAT, EXP_TRAIN/EXP_VALID/EXP_TEST (native files), EXP_PAGING (pager flags),
-#   EXP_MAX_PAGES, EXP_PAGE_TOKENS, EXP_SUMMARY_TOKENS, EXP_MIN_LEN, EXP_MAX_LEN,
-#   EXP_MODEL_ARGS (extra model flags, may be empty), EXP_DATA_NAME (optional: the
-#   experiment whose data folder to share).
+#   EXP_FORMAT, EXP_TRAIN/EXP_VALID/EXP_TEST (native files); CONFIG (the YAML of
+#   recipes/config/, default NAME: every training, view and model setting lives there);
+#   EXP_DATA_NAME (optional: the experiment whose corpus to share; views are chosen when
+#   the data loads, so experiments on one dataset share one corpus).
 run_experiment() {
     local name=$1
-    resolve_experiment_settings
+    EXP_CONFIG=${2:-$name}
+    [ -f "$CONFIG_DIR/$EXP_CONFIG.yaml" ] || die "no settings for experiment $name: $CONFIG_DIR/$EXP_CONFIG.yaml"
+    set_batch_flags
     # experiments that differ only in the model share one preprocessed copy of the data
     local data="$OUT_DIR/${EXP_DATA_NAME:-$name}/data" run_dir="$OUT_DIR/$name/$INIT"
     [ "${PLAN:-0}" = 1 ] && echo "# experiment: $name"

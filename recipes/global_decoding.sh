@@ -25,15 +25,11 @@ for dataset in $DATASETS; do
         EXP_TRAIN=$(raw_split "$ARXIV_DIR" train.txt ARXIV_TRAIN)
         EXP_VALID=$(raw_split "$ARXIV_DIR" val.txt ARXIV_VALID)
         EXP_TEST=$(raw_split "$ARXIV_DIR" test.txt ARXIV_TEST)
-        EXP_PAGING=(--locality spatial --num-pages 4)
-        EXP_MAX_PAGES=4 EXP_PAGE_TOKENS=1024 EXP_SUMMARY_TOKENS=512 EXP_MIN_LEN=100 EXP_MAX_LEN=350
     else
         EXP_FORMAT=multinews
         EXP_TRAIN=$(raw_split "$MULTINEWS_DIR" train.src MULTINEWS_TRAIN)
         EXP_VALID=$(raw_split "$MULTINEWS_DIR" val.src MULTINEWS_VALID)
         EXP_TEST=$(raw_split "$MULTINEWS_DIR" test.src MULTINEWS_TEST)
-        EXP_PAGING=(--locality document --max-pages 7)
-        EXP_MAX_PAGES=7 EXP_PAGE_TOKENS=1024 EXP_SUMMARY_TOKENS=512 EXP_MIN_LEN=150 EXP_MAX_LEN=400
     fi
     EXP_DATA_NAME=global_decoding_$dataset
     for decoding in ${DECODINGS:-global page}; do
@@ -41,7 +37,6 @@ for dataset in $DATASETS; do
             global | page) ;;
             *) die "DECODINGS may hold global and page, got '$decoding'" ;;
         esac
-        EXP_MODEL_ARGS=(--page-decoding "$decoding")
         run_experiment "global_decoding_${dataset}_$decoding"
     done
 done

@@ -13,7 +13,4 @@ EXP_FORMAT=multinews
 EXP_TRAIN=$(raw_split "$MULTINEWS_DIR" train.src MULTINEWS_TRAIN)
 EXP_VALID=$(raw_split "$MULTINEWS_DIR" val.src MULTINEWS_VALID)
 EXP_TEST=$(raw_split "$MULTINEWS_DIR" test.src MULTINEWS_TEST)
-EXP_PAGING=(--locality spatial --num-pages 7)
-EXP_MAX_PAGES=7 EXP_PAGE_TOKENS=1024 EXP_SUMMARY_TOKENS=512 EXP_MIN_LEN=150 EXP_MAX_LEN=400
-EXP_MODEL_ARGS=()
 run_experiment multinews_spatial

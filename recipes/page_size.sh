@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Page-size study on arXiv (Table 5): 4096 tokens of input as 128 x 32, 256 x 16,
-# 512 x 8 and 1024 x 4 (tokens per page x pages), spatial locality, summaries of
-# 100-350 BPE tokens. Each size is its own experiment: page_size_<tokens>x<pages>.
+# 512 x 8 and 1024 x 4 (tokens per page x pages): the paper cuts each document to 4,096
+# tokens, then into consecutive pages (the token view), so every size reads the same text.
+# Each size is its own experiment, page_size_<tokens>x<pages>, on one shared corpus.
 #   ARXIV_DIR   Cohan et al.'s arXiv release: train.txt, val.txt, test.txt
 #   PAGE_SIZES  a subset of "128x32 256x16 512x8 1024x4" (default: all four)
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
@@ -13,12 +14,9 @@ EXP_FORMAT=arxiv
 EXP_TRAIN=$(raw_split "$ARXIV_DIR" train.txt ARXIV_TRAIN)
 EXP_VALID=$(raw_split "$ARXIV_DIR" val.txt ARXIV_VALID)
 EXP_TEST=$(raw_split "$ARXIV_DIR" test.txt ARXIV_TEST)
-EXP_SUMMARY_TOKENS=512 EXP_MIN_LEN=100 EXP_MAX_LEN=350
-EXP_MODEL_ARGS=()
+EXP_DATA_NAME=page_size  # one corpus: each size is a view of it
 for size in ${PAGE_SIZES:-128x32 256x16 512x8 1024x4}; do
     [[ "$size" =~ ^([0-9]+)x([0-9]+)$ ]] || die "PAGE_SIZES entries look like 512x8, got '$size'"
-    EXP_PAGE_TOKENS=${BASH_REMATCH[1]} EXP_MAX_PAGES=${BASH_REMATCH[2]}
-    (( EXP_PAGE_TOKENS * EXP_MAX_PAGES == 4096 )) || die "$size is not 4096 tokens in all"
-    EXP_PAGING=(--locality spatial --num-pages "$EXP_MAX_PAGES")
+    (( BASH_REMATCH[1] * BASH_REMATCH[2] == 4096 )) || die "$size is not 4096 tokens in all"
     run_experiment "page_size_$size"
 done

@@ -12,7 +12,4 @@ EXP_FORMAT=pubmed
 EXP_TRAIN=$(raw_split "$PUBMED_DIR" train.txt PUBMED_TRAIN)
 EXP_VALID=$(raw_split "$PUBMED_DIR" val.txt PUBMED_VALID)
 EXP_TEST=$(raw_split "$PUBMED_DIR" test.txt PUBMED_TEST)
-EXP_PAGING=(--locality spatial --num-pages 7)
-EXP_MAX_PAGES=7 EXP_PAGE_TOKENS=1024 EXP_SUMMARY_TOKENS=512 EXP_MIN_LEN=150 EXP_MAX_LEN=400
-EXP_MODEL_ARGS=()
 run_experiment pubmed

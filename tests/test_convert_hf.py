@@ -14,9 +14,11 @@ from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_papers
 from builders.models import build_tiny, random_pages
 from builders.paged_data import write_split
-from conftest import REPO_ROOT, run_cli
+from pagesum_plugin.corpus.format import CorpusMeta
+from builders.cli import USER_DIR, run_cli
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
-from pagesum_plugin.checkpoints.convert import AUTHORS_STATE_DICT_NAME, CONFIDENCE_KEYS, checkpoint_state, main
+from pagesum_plugin.checkpoints.builder import checkpoint_state
+from pagesum_plugin.checkpoints.convert import AUTHORS_STATE_DICT_NAME, CONFIDENCE_KEYS, main
 from pagesum_plugin.corpus.tokenizers import build_tokenizer
 
 
@@ -262,6 +264,7 @@ def test_to_hf_restores_the_tokenizer_vocabulary(converted_bart, tmp_path):
 
 # ---- fairseq-generate -----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_fairseq_generate_decodes_every_example_with_a_converted_checkpoint(converted_bart, tmp_path):
     _, _, out = converted_bart
     data = tmp_path / "data"
@@ -272,8 +275,8 @@ def test_fairseq_generate_decodes_every_example_with_a_converted_checkpoint(conv
     rng = torch.Generator().manual_seed(7)
     examples = [{"pages": random_pages(rng, n, 4, 300), "summary": [5, 6, 7]} for n in (1, 3, 2)]
     write_split(str(data), "test", examples, dictionary)
-    (data / "meta.json").write_text(json.dumps({"format_version": 1, "tokenizer": "gpt2"}))
-    log = run_cli(["fairseq-generate", str(data), "--user-dir", os.path.join(REPO_ROOT, "pagesum_plugin"),
+    CorpusMeta(tokenizer="gpt2", view="document", dictionary_size=len(dictionary), splits=["test"]).save(data)
+    log = run_cli(["fairseq-generate", str(data), "--user-dir", USER_DIR,
                    "--task", "paged_summarization", "--path", str(out / "model.pt"), "--gen-subset", "test",
                    "--beam", "2", "--max-len-b", "8", "--cpu", "--batch-size", "2"])
     hypotheses = [line for line in log.splitlines() if line.startswith("H-")]

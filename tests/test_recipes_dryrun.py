@@ -17,7 +17,10 @@ import pytest
 
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_papers, write_cohan, write_govreport, write_multinews
-from conftest import BIN_DIR, REPO_ROOT
+from builders.cli import BIN_DIR, REPO_ROOT
+from pagesum_plugin.corpus.format import CorpusMeta
+
+pytestmark = pytest.mark.slow  # every recipe end to end
 
 N_TRAIN, N_VALID, N_TEST = 4, 2, 2
 SPLIT_NAMES = {  # each dataset's own file names for train / valid / test
@@ -63,6 +66,7 @@ def bart_dir(papers, tmp_path_factory):
     dict_only = root / "dict_only"
     dict_only.mkdir()
     shutil.copyfile(bpe.dict_txt, dict_only / "dict.txt")
+    CorpusMeta(tokenizer="none").save(dict_only)  # a data directory of the dictionary alone
     args, task, model = build_tiny(str(dict_only))
     bart = bart_twin(args, task, model)
     for init in ("bart.large.cnn", "bart.large"):
@@ -129,9 +133,9 @@ def assert_experiment_ran(out_dir, name, init="bart.large.cnn", data_name=None):
     """Every stage left its output, and each stage read what the one before wrote."""
     data = out_dir / (data_name or name) / "data"
     run_dir = out_dir / name / init
-    meta = json.loads((data / "meta.json").read_text())
-    assert meta["stats"]["train"]["examples"] == N_TRAIN
-    assert meta["stats"]["test"]["examples"] == N_TEST
+    meta = CorpusMeta.load(data)
+    assert meta.stats["train"]["examples"] == N_TRAIN
+    assert meta.stats["test"]["examples"] == N_TEST
     assert (run_dir / "checkpoints" / "checkpoint_best.pt").exists()
     assert "done training" in (run_dir / "train.log").read_text()
     hypotheses = (run_dir / "test.hyp.txt").read_text(encoding="utf-8").splitlines()
@@ -143,7 +147,7 @@ def assert_experiment_ran(out_dir, name, init="bart.large.cnn", data_name=None):
     assert scores["examples"] == N_TEST
     assert set(scores["scores"]) == {"rouge1", "rouge2", "rougeLsum"}
     commands = (out_dir / "commands.sh").read_text()
-    for command in ("pagesum-preprocess", "fairseq-train", "fairseq-generate", "pagesum-score"):
+    for command in ("pagesum-preprocess", "fairseq-hydra-train", "fairseq-generate", "pagesum-score"):
         assert command in commands
     return meta
 
@@ -157,31 +161,30 @@ def assert_experiment_ran(out_dir, name, init="bart.large.cnn", data_name=None):
 ])
 def test_recipe_runs_every_stage_on_its_native_format(recipe, input_format, locality, pages, dry_runs):
     meta = assert_experiment_ran(finished(dry_runs, recipe), recipe)
-    assert meta["locality"] == locality
-    assert meta["input_format"] == input_format
-    assert meta["stats"]["train"]["pages_per_example_max"] <= pages
+    assert (meta.view, meta.dataset) == (locality, input_format)
+    assert meta.stats["train"]["pages_per_example_max"] <= pages
 
 
 def test_govreport_recipe_runs_with_20_pages_and_prepares_7(dry_runs):
     meta = assert_experiment_ran(finished(dry_runs, "govreport"), "govreport_20x1024")
-    assert (meta["locality"], meta["num_pages"]) == ("spatial", 20)
-    seven = finished(dry_runs, "govreport_7") / "govreport_7x1024" / "data" / "meta.json"
-    assert json.loads(seven.read_text())["num_pages"] == 7
+    assert (meta.view, meta.num_pages) == ("spatial", 20)
+    seven = finished(dry_runs, "govreport_7") / "govreport_7x1024" / "data"
+    assert CorpusMeta.load(seven).num_pages == 7
 
 
-def test_page_size_recipe_pages_arxiv_at_the_given_size(dry_runs):
-    meta = assert_experiment_ran(finished(dry_runs, "page_size"), "page_size_128x32")
-    assert (meta["input_format"], meta["locality"], meta["num_pages"]) == ("arxiv", "spatial", 32)
+def test_page_size_recipe_reads_arxiv_in_token_pages_of_the_given_size(dry_runs):
+    meta = assert_experiment_ran(finished(dry_runs, "page_size"), "page_size_128x32", data_name="page_size")
+    assert (meta.dataset, meta.view, meta.num_pages, meta.max_page_tokens) == ("arxiv", "token", 32, 128)
 
 
 def test_global_decoding_recipe_trains_a_global_decoder_for_both_datasets(dry_runs):
     out_dir = finished(dry_runs, "global_decoding")
-    for dataset, locality in (("arxiv", "spatial"), ("multinews", "document")):
+    for dataset, locality in (("arxiv", "token"), ("multinews", "document")):
         name = f"global_decoding_{dataset}_global"
         meta = assert_experiment_ran(out_dir, name, data_name=f"global_decoding_{dataset}")
-        assert meta["locality"] == locality
-        model_cfg = checkpoint_cfg(out_dir / name / "bart.large.cnn")["model"]  # a Namespace: BART is legacy
-        assert getattr(model_cfg, "page_decoding") == "global"
+        assert meta.view == locality
+        model_cfg = checkpoint_cfg(out_dir / name / "bart.large.cnn")["model"]  # as fairseq-hydra-train saved it
+        assert model_cfg["page_decoding"] == "global"
 
 
 def test_bart_large_init_fine_tunes_from_bart_large(dry_runs):
@@ -207,7 +210,7 @@ def test_recipe_names_each_missing_setting(unset, message, tmp_path):
     env = {"ARXIV_DIR": str(tmp_path), "OUT_DIR": str(tmp_path / "out"), "BART_DIR": str(tmp_path), "NUM_GPUS": "1"}
     del env[unset]
     result = subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", "arxiv.sh")], capture_output=True,
-                            text=True, env={"PATH": os.environ["PATH"], **env})
+                            text=True, env={"PATH": BIN_DIR + os.pathsep + os.environ["PATH"], **env})
     assert result.returncode == 2
     assert message in result.stderr
 

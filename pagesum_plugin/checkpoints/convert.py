@@ -23,7 +23,6 @@ BART ``dict.txt``. Either way data must be preprocessed with the written ``dict.
 import argparse
 import json
 import logging
-import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -32,6 +31,10 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from ..corpus.format import CorpusMeta
+from ..corpus.tokenizers import GPT2_FILES
+from ..models.pagesum import fresh_confidence_state
+from .builder import build_model, save_checkpoint
 from .safety import CheckpointError
 
 logger = logging.getLogger("pagesum_plugin.checkpoints.convert")
@@ -169,7 +172,6 @@ def fairseq_flags(config, page_decoding: str) -> List[str]:
     """Command-line flags that rebuild ``config`` as a PageSum model; every dimension is
     explicit so that non-standard sizes survive in the saved arguments."""
     flags = {
-        "--arch": architecture_for(config),
         "--page-decoding": page_decoding,
         "--encoder-embed-dim": config.d_model,
         "--decoder-embed-dim": config.d_model,
@@ -310,31 +312,15 @@ def write_dictionary(symbols: List[str], path: Path, expected_size: int):
 # Building, filling and saving the fairseq model
 # ---------------------------------------------------------------------------------------
 
-def plugin_dir() -> str:
-    return os.path.dirname(os.path.abspath(__file__))
-
-
-def build_pagesum(data_dir: Path, flags: List[str]):
-    """Parse fairseq arguments for the paged task and build a (randomly initialised) model."""
-    from fairseq import options, tasks
-
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(
-        parser, [str(data_dir), "--user-dir", plugin_dir(), "--task", "paged_summarization", *flags])
-    task = tasks.setup_task(args)
-    return args, task, task.build_model(args)
-
-
 def fill_model(model, converted: Dict[str, torch.Tensor], source: str) -> None:
-    """Load converted weights strictly; a fresh confidence layer starts at zero."""
+    """Load converted weights strictly; a fresh confidence layer starts as on every path."""
     state = model.state_dict()
     missing = [k for k in state if k not in converted]
     new_layer = [k for k in missing if k in CONFIDENCE_KEYS.values()]
     if new_layer and len(new_layer) != len(CONFIDENCE_KEYS):
         raise ConversionError(f"{source}: only part of the lin layer is present: {new_layer} missing")
-    # Zero confidences give every page the same weight until fine-tuning learns them,
-    # and keep the converted checkpoint deterministic.
-    converted = dict(converted, **{k: torch.zeros_like(state[k]) for k in new_layer})
+    if new_layer:
+        converted = dict(converted, **fresh_confidence_state(state))
     buffers = {name for name, _ in model.named_buffers()}
     missing = [k for k in missing if k not in new_layer and k not in buffers]
     if missing:
@@ -345,23 +331,6 @@ def fill_model(model, converted: Dict[str, torch.Tensor], source: str) -> None:
                                   f"the configuration needs {tuple(state[key].shape)}")
     full = {k: converted.get(k, v) for k, v in state.items()}
     model.load_state_dict(full, strict=True)
-
-
-def checkpoint_state(args, model) -> dict:
-    """A fairseq checkpoint: the configuration as fairseq-train writes it, and the weights."""
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from omegaconf import OmegaConf
-
-    args.user_dir = None  # the plugin is found by --user-dir at load time, not by a path stored here
-    cfg = convert_namespace_to_omegaconf(args)
-    return {
-        "args": None,
-        "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-        "model": {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
-        "optimizer_history": [{"criterion_name": "none", "optimizer_name": "none",
-                               "lr_scheduler_state": {}, "num_updates": 0}],
-        "extra_state": {},
-    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -428,14 +397,17 @@ def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
         vocabulary = hf_id_vocabulary(id_to_token, vocab_size)
     write_dictionary(vocabulary.symbols, out / "dict.txt", vocab_size)
     write_bpe_files(hf_dir, out, vocabulary)
+    # The directory describes itself, so that from_pretrained(out_dir, "model.pt") works at once.
+    has_bpe = all((out / name).exists() for name in GPT2_FILES)
+    CorpusMeta(tokenizer="gpt2" if has_bpe else "none", dictionary_size=vocab_size).save(out)
 
-    args, _, model = build_pagesum(out, fairseq_flags(config, page_decoding))
+    args, _, model = build_model(out, architecture_for(config), *fairseq_flags(config, page_decoding))
     fill_model(model, converted, source)
     path = out / CHECKPOINT_NAME
-    torch.save(checkpoint_state(args, model), path)
+    save_checkpoint(path, args, model)
     has_lin = CONFIDENCE_KEYS["lin.weight"] in converted
     logger.info(f"wrote {path} ({args.arch}, {vocab_size} tokens, "
-                f"{'lin confidence layer converted' if has_lin else 'confidence layer initialised to zero'})")
+                f"{'lin confidence layer converted' if has_lin else 'confidence layer started fresh'})")
     return path
 
 

@@ -33,6 +33,7 @@ without tokens are never made: they would give NaN attention.
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -174,11 +175,20 @@ def _unit_streams(s: SplitStructure, config: ViewConfig, unit_example: np.ndarra
 # --------------------------------------------------------------------------- plan
 
 
-def plan_pages(s: SplitStructure, config: ViewConfig) -> PagePlan:
-    """The pages of every example of ``s`` under ``config``, from unit lengths alone."""
+def plan_pages(s: SplitStructure, config: ViewConfig, unit_streams: Optional[np.ndarray] = None) -> PagePlan:
+    """The pages of every example of ``s`` under ``config``, from unit lengths alone.
+
+    ``unit_streams`` (n_units,), optional: precomputed streams (e.g. cached semantic
+    segments), numbered 0, 1, ... in unit order within each example; they replace the
+    view's own rule, and the view's page limits and windows still apply."""
     unit_example = _repeat_index(s.example_units)  # (n_units,)
     position = np.arange(len(unit_example)) - s.example_units[unit_example]  # (n_units,) within example
-    local_stream = _unit_streams(s, config, unit_example, position)  # (n_units,)
+    if unit_streams is None:
+        local_stream = _unit_streams(s, config, unit_example, position)  # (n_units,)
+    elif config.view == "discourse":
+        raise ValueError("the discourse view's streams are its sections: it takes no precomputed streams")
+    else:
+        local_stream = _checked_unit_streams(unit_streams, s)
 
     # Streams are numbered 0..k-1 in unit order within an example.
     last_unit = s.example_units[1:] - 1  # (n_examples,) every example has a unit
@@ -289,8 +299,22 @@ def _budget_pages(stream_length, example_streams, stream_example, config: ViewCo
 # --------------------------------------------------------------------------- one example's ids
 
 
-def plan_document(document: EncodedDocument, config: ViewConfig) -> PagePlan:
-    return plan_pages(SplitStructure.of_document(document), config)
+def _checked_unit_streams(unit_streams: np.ndarray, s: SplitStructure) -> np.ndarray:
+    """Precomputed streams as int64, after checking that each example's streams start at 0
+    and never decrease or skip a number."""
+    streams = np.asarray(unit_streams, dtype=np.int64)
+    if streams.shape != s.unit_length.shape:
+        raise ValueError(f"unit_streams holds {streams.size} entries for {len(s.unit_length)} units")
+    first = s.example_units[:-1][np.diff(s.example_units) > 0]  # every example's first unit
+    step = np.diff(streams, prepend=0)
+    step[first] = 0
+    if np.any(streams[first] != 0) or np.any((step < 0) | (step > 1)):
+        raise ValueError("unit_streams must number each example's streams 0, 1, ... in unit order")
+    return streams
+
+
+def plan_document(document: EncodedDocument, config: ViewConfig, unit_streams: Optional[np.ndarray] = None) -> PagePlan:
+    return plan_pages(SplitStructure.of_document(document), config, unit_streams)
 
 
 def stream_ids(document: EncodedDocument, plan: PagePlan) -> list:
@@ -311,9 +335,11 @@ def stream_ids(document: EncodedDocument, plan: PagePlan) -> list:
     return [np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64) for parts in streams]
 
 
-def assemble_pages(document: EncodedDocument, config: ViewConfig, bos: int, eos: int) -> list:
-    """One example's pages under ``config``: a list of (page_len,) int64 arrays ``<s> ... </s>``."""
-    plan = plan_document(document, config)
+def assemble_pages(document: EncodedDocument, config: ViewConfig, bos: int, eos: int,
+                   unit_streams: Optional[np.ndarray] = None) -> list:
+    """One example's pages under ``config``: a list of (page_len,) int64 arrays ``<s> ... </s>``
+    (``unit_streams``: this example's precomputed streams, see ``plan_pages``)."""
+    plan = plan_document(document, config, unit_streams)
     streams = stream_ids(document, plan)
     placeholder = np.asarray(config.placeholder, dtype=np.int64)
     return [

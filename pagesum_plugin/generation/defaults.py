@@ -4,7 +4,9 @@ The recipes' generate stage, validation ROUGE (``--eval-rouge``) and ``summarize
 it; a call or a command line still overrides any value. Lengths count summary tokens (see
 ``page_sequence_generator.py``).
 
-    python -m pagesum_plugin.generation.defaults arxiv     # prints the fairseq-generate flags
+    python pagesum_plugin/generation/defaults.py arxiv     # prints the fairseq-generate flags
+
+It imports only the standard library, so the recipes run it as a script.
 """
 
 import sys
@@ -47,5 +49,5 @@ def for_dataset(name: str) -> GenerationDefaults:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit(f"usage: python -m pagesum_plugin.generation.defaults DATASET  ({', '.join(DATASETS)})")
+        sys.exit(f"usage: python defaults.py DATASET  ({', '.join(DATASETS)})")
     print(" ".join(for_dataset(sys.argv[1]).fairseq_flags()))

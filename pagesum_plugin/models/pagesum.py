@@ -27,6 +27,7 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
 
+from .bart_args import as_bart_args
 from ..modules.page_mixing import mix_pages, real_pages, rows_of_pages, unpack_pages
 
 logger = logging.getLogger(__name__)
@@ -180,6 +181,8 @@ class PageSumDecoder(TransformerDecoder):
 class PageSumModel(BARTModel):
     """BART with page-wise encoding and confidence-weighted page decoding."""
 
+    mixes_pages = True  # the generator reads page weights from fairseq's "attn" slot
+
     @staticmethod
     def add_args(parser):
         BARTModel.add_args(parser)
@@ -192,6 +195,7 @@ class PageSumModel(BARTModel):
 
     @classmethod
     def build_model(cls, args, task):
+        args = as_bart_args(args)
         model = super().build_model(args, task)
         model.encoder.page_decoding = getattr(args, "page_decoding", "page")
         return model
@@ -228,14 +232,21 @@ class PageSumModel(BARTModel):
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
         prefix = name + "." if name != "" else ""
-        fresh = self.state_dict()
+        fresh = {key: self.state_dict()[key] for key in CONFIDENCE_KEYS}
         missing = [k for k in CONFIDENCE_KEYS if prefix + k not in state_dict]
         if len(missing) == len(CONFIDENCE_KEYS):
             # A plain BART checkpoint: the confidence layer is the only new module.
             logger.info("initializing the page confidence layer fresh (not in the checkpoint)")
-            for key in CONFIDENCE_KEYS:
-                state_dict[prefix + key] = fresh[key].clone()
+            for key, value in fresh_confidence_state(fresh).items():
+                state_dict[prefix + key] = value
         # Anything else missing or unexpected is left for strict loading to report by name.
+
+
+def fresh_confidence_state(state: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    """How the confidence layer starts when a plain BART is loaded, on every path (fairseq
+    fine-tuning and pagesum-convert alike): zeros, so that the pages start with equal
+    weights (the mean of BART's per-page states) and the start is deterministic."""
+    return {key: torch.zeros_like(state[key]) for key in CONFIDENCE_KEYS}
 
 
 def _pagesum_defaults(args):

@@ -5,32 +5,21 @@ import os
 from typing import List, Sequence, Tuple
 
 import torch
-from fairseq import options, tasks
 from fairseq.models.bart import BARTModel
 
 import pagesum_plugin  # noqa: F401  (registers the task, model and criterion)
+from pagesum_plugin.checkpoints.builder import build_model
 from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
 
 
-def build_tiny(data_dir: str, *extra_args: str):
-    """(args, task, PageSumModel) for a pagesum_tiny model over ``data_dir``, in eval mode."""
-    parser = options.get_training_parser()
-    argv = [
-        data_dir,
-        "--task", "paged_summarization",
-        "--arch", "pagesum_tiny",
-        "--criterion", "paged_label_smoothed_cross_entropy",
-        "--optimizer", "adam",
-        "--dropout", "0.0",
-        "--cpu",
-        *extra_args,
-    ]
-    args = options.parse_args_and_arch(parser, argv)
-    task = tasks.setup_task(args)
+def build_tiny(data_dir: str, *extra_args: str, arch: str = "pagesum_tiny"):
+    """(args, task, model) for a tiny model over ``data_dir``, in eval mode, without dropout."""
     torch.manual_seed(0)
-    model = task.build_model(args)
-    with torch.no_grad():  # a confidence layer that really discriminates between pages
-        model.decoder.page_confidence.weight.normal_(0, 1.0)
+    args, task, model = build_model(data_dir, arch, "--criterion", "paged_label_smoothed_cross_entropy",
+                                    "--optimizer", "adam", "--dropout", "0.0", "--cpu", *extra_args)
+    if hasattr(model.decoder, "page_confidence"):
+        with torch.no_grad():  # a confidence layer that really discriminates between pages
+            model.decoder.page_confidence.weight.normal_(0, 1.0)
     return args, task, model.eval()
 
 

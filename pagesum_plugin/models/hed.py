@@ -1,0 +1,277 @@
+"""HED (Shen et al., 2023): BART with hierarchical encoding and decoding for
+multi-document summarization, without new parameters.
+
+Data layout. ``src_tokens`` is (batch, max_docs, doc_len), as the ``documents`` view
+makes it (``--view documents --max-source-tokens 4096``): every source document of a
+cluster is ``<s> doc </s>``, the cluster cut to 4,096 tokens in all, then all-padding
+documents up to ``max_docs``. Each document keeps its closing ``</s>``: every document is
+then exactly the input BART was pre-trained on, and a cluster of one document is plain
+BART on ``<s> doc </s>``. Its ``<s>`` is the document's start-of-document (SOD) token.
+
+Encoder (Section 4.1). Positions restart at 0 in every document; a document longer than
+1,024 tokens uses positions past BART's table, which HED extends to 4,096 by tiling
+BART's 1,024 rows (Section 5.3; done when a BART checkpoint is loaded). Self-attention
+stays within each document, except that SOD tokens also attend to each other
+(``modules/hed_attention.py``). The encoder works on the documents' tokens packed
+without padding and returns each cluster's documents concatenated: states
+(src_len, batch, dim), and in place of the padding mask the document map (batch,
+src_len) that the decoder's cross-attention needs (-1 on padding).
+
+Decoder (Section 4.2). BART's decoder, whose cross-attention in every head of every
+layer normalises within each document (Eq. 3) and scales documents by the softmax of
+their SOD scores (Eq. 4-5). Its attention output (``extra["attn"]``) and
+``extra["page_weights"]`` are the documents' weights s of the last layer, averaged over
+heads: (batch, tgt_len, max_docs) and (batch, max_docs, tgt_len); the generator and the
+criterion read them as page weights.
+
+Beam search. BART's ``set_beam_size`` is kept: the encoder output stays one row per
+cluster, and the beams of a cluster share each layer's cached keys, values and document
+layout. With the encoder output repeated per beam (fairseq's default) the cache simply
+holds one copy per beam and is reordered with them.
+"""
+
+import logging
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.bart import BARTModel
+from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
+from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
+from fairseq.modules import LearnedPositionalEmbedding
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerDecoderLayer, TransformerEncoderLayer
+
+from .bart_args import as_bart_args
+from ..modules.hed_attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossAttention
+
+logger = logging.getLogger(__name__)
+
+HED_SOURCE_POSITIONS = 4096  # Section 5.3: 4,096 source tokens, BART's 1,024 positions tiled
+POSITIONS_KEY = "encoder.embed_positions.weight"
+
+
+def _wrap_layer(layer, args):
+    """What fairseq does with every layer it builds: activation checkpointing and FSDP."""
+    cfg = TransformerConfig.from_namespace(args)
+    if cfg.checkpoint_activations:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+
+
+class HEDEncoderLayer(TransformerEncoderLayer):
+    """BART's encoder layer with document-restricted self-attention. fairseq's forward is
+    kept: x is (n_tokens, 1, dim) and the DocumentLayout travels as its padding mask."""
+
+    def build_self_attention(self, embed_dim, args):
+        cfg = TransformerConfig.from_namespace(args)
+        return DocumentSelfAttention(
+            embed_dim,
+            cfg.encoder.attention_heads,
+            dropout=cfg.attention_dropout,
+            self_attention=True,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+        )
+
+
+class HEDDecoderLayer(TransformerDecoderLayer):
+    """BART's decoder layer whose cross-attention is hierarchical (Eq. 3-5)."""
+
+    def build_encoder_attention(self, embed_dim, args):
+        cfg = TransformerConfig.from_namespace(args)
+        return HierarchicalCrossAttention(
+            embed_dim,
+            cfg.decoder.attention_heads,
+            kdim=cfg.encoder.embed_dim,
+            vdim=cfg.encoder.embed_dim,
+            dropout=cfg.attention_dropout,
+            encoder_decoder_attention=True,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+        )
+
+
+class HEDEncoder(TransformerEncoder):
+    """BART's encoder reading each cluster as documents with boundaries (Section 4.1)."""
+
+    def __init__(self, args, dictionary, embed_tokens):
+        super().__init__(args, dictionary, embed_tokens)
+        if self.embed_positions is not None and not isinstance(self.embed_positions, LearnedPositionalEmbedding):
+            raise ValueError("HED restarts BART's learned positions in every document; use learned positions")
+
+    def build_encoder_layer(self, args):
+        return _wrap_layer(HEDEncoderLayer(args), args)
+
+    def embed_documents(self, layout: DocumentLayout) -> Tensor:
+        """Token plus position embeddings of the packed tokens, positions restarting in
+        every document: (n_tokens, dim), as BART embeds each document alone."""
+        x = self.embed_scale * self.embed_tokens(layout.tokens)  # (n_tokens, dim)
+        if self.embed_positions is not None:
+            longest = int(layout.doc_lengths.max())
+            if longest > self.max_positions():
+                raise ValueError(f"a document of {longest} tokens is longer than the {self.max_positions()} "
+                                 "encoder positions; cut the cluster shorter (--max-source-tokens)")
+            # fairseq's learned positions start after the padding index
+            x = x + F.embedding(layout.positions + self.padding_idx + 1, self.embed_positions.weight)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        return x
+
+    def forward(
+        self,
+        src_tokens: Tensor,
+        src_lengths: Optional[Tensor] = None,
+        return_all_hiddens: bool = False,
+        token_embeddings: Optional[Tensor] = None,
+    ):
+        # src_tokens: (batch, max_docs, doc_len); (batch, src_len) is a cluster of one document
+        if src_tokens.dim() == 2:
+            src_tokens = src_tokens.unsqueeze(1)
+        if src_tokens.dim() != 3:
+            raise ValueError(f"HED expects src_tokens of shape (batch, docs, doc_len), got {tuple(src_tokens.shape)}")
+        if token_embeddings is not None:
+            raise NotImplementedError("HED embeds its documents itself")
+        layout = DocumentLayout(src_tokens, self.padding_idx)
+
+        x = self.embed_documents(layout).unsqueeze(1)  # (n_tokens, 1, dim): one packed row
+        states = [x] if return_all_hiddens else []
+        for layer in self.layers:
+            x = layer(x, encoder_padding_mask=layout)
+            if return_all_hiddens:
+                states.append(x)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+
+        def to_clusters(packed: Tensor) -> Tensor:  # (n_tokens, 1, dim) -> (src_len, batch, dim)
+            return layout.to_clusters(packed.squeeze(1)).transpose(0, 1)
+
+        return {
+            "encoder_out": [to_clusters(x)],  # (src_len, batch, dim)
+            "encoder_padding_mask": [layout.document_map()],  # (batch, src_len): document index, -1 = padding
+            "encoder_embedding": [],
+            "encoder_states": [to_clusters(s) for s in states],  # List[(src_len, batch, dim)]
+            "src_tokens": [],
+            "src_lengths": [layout.cluster_tokens.unsqueeze(1)],  # (batch, 1)
+        }
+
+
+class HEDDecoder(TransformerDecoder):
+    """BART's decoder with hierarchical cross-attention; reports the documents' weights."""
+
+    def build_decoder_layer(self, args, no_encoder_attn=False):
+        return _wrap_layer(HEDDecoderLayer(args, no_encoder_attn), args)
+
+    def forward(
+        self,
+        prev_output_tokens: Tensor,
+        encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        features_only: bool = False,
+        full_context_alignment: bool = False,
+        alignment_layer: Optional[int] = None,
+        alignment_heads: Optional[int] = None,
+        src_lengths: Optional[Tensor] = None,
+        return_all_hiddens: bool = False,
+    ):
+        x, extra = super().forward(
+            prev_output_tokens,
+            encoder_out=encoder_out,
+            incremental_state=incremental_state,
+            features_only=features_only,
+            full_context_alignment=full_context_alignment,
+            alignment_layer=alignment_layer,
+            alignment_heads=alignment_heads,
+            src_lengths=src_lengths,
+            return_all_hiddens=return_all_hiddens,
+        )
+        document_weights = extra["attn"][0]  # (rows, tgt_len, max_docs), last layer, mean over heads
+        extra["page_weights"] = None if document_weights is None else document_weights.transpose(1, 2)
+        return x, extra
+
+
+def tile_positions(table: Tensor, rows: int, offset: int) -> Tensor:
+    """A learned position table extended to ``rows`` rows by repeating its positions
+    (the first ``offset`` rows are fairseq's padding offset and stay as they are)."""
+    tiled = table.new_empty((rows, table.size(1)))
+    tiled[:offset] = table[:offset]
+    positions = torch.arange(rows - offset) % (table.size(0) - offset) + offset
+    tiled[offset:] = table[positions]
+    return tiled
+
+
+@register_model("hed")
+class HEDModel(BARTModel):
+    """BART with HED's hierarchical encoder self-attention and decoder cross-attention."""
+
+    mixes_pages = True  # documents' weights (Eq. 4) come back in fairseq's "attn" slot
+
+    @classmethod
+    def build_model(cls, args, task):
+        return super().build_model(as_bart_args(args), task)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return HEDEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return HEDDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False))
+
+    def forward(
+        self,
+        src_tokens: Tensor,
+        src_lengths: Optional[Tensor],
+        prev_output_tokens: Tensor,
+        features_only: bool = False,
+        return_all_hiddens: bool = False,
+        **unused,
+    ):
+        # src_tokens: (batch, max_docs, doc_len); prev_output_tokens: (batch, tgt_len)
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only)
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        super().upgrade_state_dict_named(state_dict, name)
+        key = (name + "." if name != "" else "") + POSITIONS_KEY
+        table = self.encoder.embed_positions.weight if self.encoder.embed_positions is not None else None
+        if table is not None and key in state_dict and state_dict[key].size(0) < table.size(0):
+            # BART's 1,024 positions, repeated up to HED's 4,096 (Section 5.3)
+            logger.info(f"tiling {state_dict[key].size(0)} encoder position rows to {table.size(0)}")
+            state_dict[key] = tile_positions(state_dict[key], table.size(0), self.encoder.padding_idx + 1)
+        # Anything else missing or unexpected is left for strict loading to report by name.
+
+
+def _hed_defaults(args):
+    args.max_source_positions = getattr(args, "max_source_positions", HED_SOURCE_POSITIONS)
+
+
+@register_model_architecture("hed", "hed_bart_large")
+def hed_bart_large(args):
+    _hed_defaults(args)
+    bart_large_architecture(args)
+
+
+@register_model_architecture("hed", "hed_bart_base")
+def hed_bart_base(args):
+    _hed_defaults(args)
+    bart_base_architecture(args)
+
+
+@register_model_architecture("hed", "hed_tiny")
+def hed_tiny(args):
+    """pagesum_tiny's dimensions: small enough for tests and CPU demos."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
+    args.encoder_layers = getattr(args, "encoder_layers", 2)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
+    args.decoder_layers = getattr(args, "decoder_layers", 2)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    hed_bart_base(args)

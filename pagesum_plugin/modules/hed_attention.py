@@ -1,0 +1,368 @@
+"""HED's attentions (Shen et al., 2023, Section 4): hierarchical encoding and decoding.
+
+A batch holds *clusters*, each of one or more documents ``<s> doc </s>``; the ``<s>`` that
+opens a document is its start-of-document (SOD) token.
+
+Encoder self-attention (Section 4.1). An ordinary token attends to the tokens of its own
+document only; an SOD token attends to its own document and to the SOD tokens of the
+other documents of its cluster, with one softmax over that union. The attention matrix
+of a cluster is therefore block diagonal (one block per document) plus a small
+SOD-to-SOD block, and it is computed that way, never as a dense matrix:
+
+* the tokens of all documents of a batch are *packed*: one row of ``n_tokens`` tokens,
+  without padding (``DocumentLayout``), so projections and feed-forward layers never
+  see padding;
+* within-document attention runs on documents grouped by length (lengths within a
+  factor sqrt(2) share a group, padded to the group's longest), so its scores cost at
+  most twice sum(document_length^2);
+* the SOD-to-SOD scores of a cluster, (docs x docs) per head, are merged into the SOD
+  rows by their log-sum-exps: softmax(a ++ b) @ (V_a ++ V_b) equals
+  exp(lse_a - lse) softmax(a) @ V_a + exp(lse_b - lse) softmax(b) @ V_b with
+  lse = logaddexp(lse_a, lse_b), exactly.
+
+Decoder cross-attention (Eq. 3-5). With scores a of one query against the keys of its
+cluster, w = softmax(a) within each document (Eq. 3), s = softmax of the documents' SOD
+scores (Eq. 4), and the weight of token k of document n is s_n w_{n,k} (Eq. 5). That is
+an ordinary softmax over a + c_{doc(k)} with c_n = log s_n - logsumexp_{k in n} a_k,
+because the sum over all keys of exp(a_k + c_{doc(k)}) is sum_n s_n = 1; so it costs
+one softmax over the keys plus per-document reductions. Every head of every decoder
+layer attends this way.
+
+The decoder reads the encoder's states of a cluster concatenated, document after
+document, (src_len, batch, dim), with a *document map* (batch, src_len): the document
+index (0, 1, ...) of every key, -1 for padding. HED's encoder puts that map where
+fairseq's encoders put their padding mask, so fairseq's decoder layers hand it to the
+cross-attention unchanged and reorder it with the states.
+"""
+
+import math
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.modules import MultiheadAttention
+from torch import Tensor
+
+from .page_mixing import real_pages, unpack_pages
+
+LENGTH_GROUP_RATIO = math.sqrt(2.0)  # documents whose lengths differ less share a padded group
+
+
+class DocumentLayout:
+    """Where every token of a batch of clusters sits; built once per encoder call.
+
+    src_tokens: (batch, max_docs, doc_len), every real document ``<s> ... </s>`` padded at
+    its end; a padding document starts with pad. The *packed* order holds the real
+    documents of all clusters, cluster after cluster, each document's tokens in order.
+    """
+
+    def __init__(self, src_tokens: Tensor, pad: int):
+        device = src_tokens.device
+        real = real_pages(src_tokens, pad)  # (batch, max_docs)
+        self.batch_size = src_tokens.size(0)
+        self.doc_counts = real.sum(dim=1)  # (batch,)
+        if bool((self.doc_counts == 0).any()):
+            raise ValueError("every cluster needs at least one document")
+        docs = src_tokens[real]  # (n_docs, doc_len), cluster after cluster
+        keep = docs.ne(pad)  # (n_docs, doc_len)
+        self.doc_lengths = keep.sum(dim=1)  # (n_docs,)
+        self.n_docs = docs.size(0)
+        self.max_docs = int(self.doc_counts.max())
+        self.tokens = docs[keep]  # (n_tokens,)
+        self.n_tokens = self.tokens.numel()
+        # positions restart at 0 in every document (Section 4.1.1, "position restart")
+        self.positions = keep.long().cumsum(dim=1)[keep] - 1  # (n_tokens,)
+
+        doc_ids = torch.arange(self.n_docs, device=device)
+        self.doc_start = torch.cumsum(self.doc_lengths, 0) - self.doc_lengths  # (n_docs,) packed index of each SOD
+        self.cluster_of_doc = torch.arange(self.batch_size, device=device).repeat_interleave(self.doc_counts)
+        first_doc = torch.cumsum(self.doc_counts, 0) - self.doc_counts  # (batch,)
+        self.slot_of_doc = doc_ids - first_doc[self.cluster_of_doc]  # (n_docs,) index within its cluster
+        self.doc_of_token = doc_ids.repeat_interleave(self.doc_lengths)  # (n_tokens,)
+
+        cluster_tokens = torch.zeros_like(self.doc_counts).index_add_(0, self.cluster_of_doc, self.doc_lengths)
+        self.cluster_tokens = cluster_tokens  # (batch,)
+        self.cluster_of_token = self.cluster_of_doc[self.doc_of_token]  # (n_tokens,)
+        cluster_start = torch.cumsum(cluster_tokens, 0) - cluster_tokens  # (batch,)
+        self.offset_in_cluster = torch.arange(self.n_tokens, device=device) - cluster_start[self.cluster_of_token]
+
+        self.groups = self._length_groups()
+        # packed index of every row of the groups' outputs, to put them back in order
+        group_tokens = torch.cat([gather[valid] for _, gather, valid in self.groups])  # (n_tokens,)
+        self.restore = torch.empty_like(group_tokens)
+        self.restore[group_tokens] = torch.arange(self.n_tokens, device=device)
+
+    def _length_groups(self) -> List[Tuple[Tensor, Tensor, Tensor]]:
+        """Documents grouped by length: [(docs (n_g,), gather (n_g, len_g), valid (n_g, len_g))],
+        ``gather`` indexing the packed tokens (0 where ``valid`` is False)."""
+        lengths = self.doc_lengths
+        group = torch.ceil(torch.log(lengths.double()) / math.log(LENGTH_GROUP_RATIO)).long()  # (n_docs,)
+        order = torch.argsort(group, stable=True)
+        _, counts = torch.unique_consecutive(group[order], return_counts=True)
+        groups = []
+        for docs in torch.split(order, counts.tolist()):
+            width = int(lengths[docs].max())
+            offsets = torch.arange(width, device=lengths.device)  # (len_g,)
+            valid = offsets[None, :] < lengths[docs, None]  # (n_g, len_g)
+            gather = torch.where(valid, self.doc_start[docs, None] + offsets[None, :], torch.zeros_like(offsets))
+            groups.append((docs, gather, valid))
+        return groups
+
+    def within_document_cost(self) -> int:
+        """Score entries per head that within-document attention computes: sum over groups
+        of n_g x len_g^2 (at most twice sum(document_length^2))."""
+        return sum(valid.size(0) * valid.size(1) ** 2 for _, _, valid in self.groups)
+
+    def to_clusters(self, packed: Tensor) -> Tensor:
+        """(n_tokens, *rest) packed -> (batch, max_cluster_tokens, *rest), each cluster's
+        documents concatenated in order, zero-padded."""
+        width = int(self.cluster_tokens.max())
+        dense = packed.new_zeros((self.batch_size, width) + tuple(packed.shape[1:]))
+        return dense.index_put((self.cluster_of_token, self.offset_in_cluster), packed)
+
+    def document_map(self) -> Tensor:
+        """(batch, max_cluster_tokens) long: the document (0, 1, ...) of every token of the
+        concatenated clusters, -1 on padding."""
+        width = int(self.cluster_tokens.max())
+        doc_map = torch.full((self.batch_size, width), -1, dtype=torch.long, device=self.tokens.device)
+        return doc_map.index_put((self.cluster_of_token, self.offset_in_cluster), self.slot_of_doc[self.doc_of_token])
+
+    def start_tokens_by_cluster(self, packed: Tensor) -> Tensor:
+        """(n_tokens, *rest) -> (batch, max_docs, *rest): every cluster's SOD rows, zero-filled."""
+        return unpack_pages(packed[self.doc_start], self.doc_counts, self.max_docs, fill=0.0)
+
+
+def attention_dropout(module: MultiheadAttention) -> float:
+    dropout = module.dropout_module
+    return dropout.p if (module.training or dropout.apply_during_inference) else 0.0
+
+
+def within_documents(q: Tensor, k: Tensor, v: Tensor, layout: DocumentLayout, dropout_p: float) -> Tuple[Tensor, Tensor]:
+    """Every token attends to its own document.
+
+    q, k, v: (n_tokens, heads, head_dim) packed, q already scaled
+    returns the outputs (n_tokens, heads, head_dim) and, for the SOD rows, the
+    log-sum-exp of their scores (n_docs, heads), fp32.
+    """
+    outputs, sod_lse = [], q.new_zeros((layout.n_docs, q.size(1)), dtype=torch.float32)
+    for docs, gather, valid in layout.groups:
+        # (n_g, len_g, heads, head_dim) -> (n_g, heads, len_g, head_dim)
+        qg, kg, vg = (t[gather].transpose(1, 2) for t in (q, k, v))
+        mask = valid[:, None, None, :]  # (n_g, 1, 1, len_g): keys of the document
+        out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, dropout_p=dropout_p, scale=1.0)
+        outputs.append(out.transpose(1, 2)[valid])  # (tokens of the group, heads, head_dim)
+        sod_scores = torch.matmul(qg[:, :, :1], kg.transpose(-1, -2)).squeeze(2).float()  # (n_g, heads, len_g)
+        sod_lse = sod_lse.index_copy(0, docs, torch.logsumexp(sod_scores.masked_fill(~mask[:, :, 0], float("-inf")), -1))
+    return torch.cat(outputs)[layout.restore], sod_lse
+
+
+def link_start_tokens(
+    q: Tensor, k: Tensor, v: Tensor, out: Tensor, sod_lse: Tensor, layout: DocumentLayout, dropout
+) -> Tensor:
+    """Merge SOD-to-SOD attention into the SOD rows of ``out`` (one softmax over the union
+    of the SOD's document and the other SODs of its cluster).
+
+    q, k, v, out: (n_tokens, heads, head_dim); sod_lse: (n_docs, heads) fp32
+    returns ``out`` with its SOD rows replaced.
+    """
+    qs, ks, vs = (layout.start_tokens_by_cluster(t) for t in (q, k, v))  # (batch, max_docs, heads, head_dim)
+    scores = torch.einsum("bqhd,bkhd->bhqk", qs, ks).float()  # (batch, heads, max_docs, max_docs)
+    slots = torch.arange(layout.max_docs, device=q.device)
+    exists = slots[None, :] < layout.doc_counts[:, None]  # (batch, max_docs)
+    allowed = exists[:, None, :] & (slots[:, None] != slots[None, :])[None]  # (batch, query, key): other SODs
+    linked = allowed.any(dim=2)  # (batch, max_docs): the cluster has another document
+    # rows without any other SOD compute on zeros and are then replaced: no NaN, no gradient
+    safe = torch.where(linked[:, None, :, None], scores.masked_fill(~allowed[:, None], float("-inf")), 0.0)
+    link_lse = torch.where(linked[:, None, :], torch.logsumexp(safe, -1), float("-inf"))  # (batch, heads, max_docs)
+    probs = dropout(torch.softmax(safe, -1)).type_as(vs)
+    link_out = torch.einsum("bhqk,bkhd->bqhd", probs, vs)  # (batch, max_docs, heads, head_dim)
+    link_out = torch.where(linked[:, :, None, None], link_out, 0.0)
+
+    where = (layout.cluster_of_doc, layout.slot_of_doc)
+    link_lse = link_lse.transpose(1, 2)[where]  # (n_docs, heads)
+    link_out = link_out[where]  # (n_docs, heads, head_dim)
+    total = torch.logaddexp(sod_lse, link_lse)  # (n_docs, heads)
+    own_share = torch.exp(sod_lse - total).unsqueeze(-1).type_as(out)
+    link_share = torch.exp(link_lse - total).unsqueeze(-1).type_as(out)
+    merged = own_share * out[layout.doc_start] + link_share * link_out  # (n_docs, heads, head_dim)
+    return out.index_copy(0, layout.doc_start, merged)
+
+
+class DocumentSelfAttention(MultiheadAttention):
+    """Encoder self-attention of Section 4.1 on packed tokens. BART's projections, so
+    BART's weights load unchanged.
+
+    Called by fairseq's encoder layer as ``self_attn(query=x, key=x, value=x,
+    key_padding_mask=layout, ...)``: x is (n_tokens, 1, dim), every token of the batch in
+    one packed row, and the layout stands where a padding mask would.
+    """
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[DocumentLayout] = None,
+        incremental_state=None,
+        need_weights: bool = False,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        layout = key_padding_mask
+        if not isinstance(layout, DocumentLayout):
+            raise TypeError("HED's encoder self-attention needs the DocumentLayout of its batch")
+        if incremental_state is not None or attn_mask is not None or before_softmax or need_weights:
+            raise NotImplementedError("HED's encoder self-attention takes packed tokens and a layout only")
+        n_tokens, _, dim = query.shape  # (n_tokens, 1, dim)
+        x = query.view(n_tokens, dim)
+        heads, head_dim = self.num_heads, self.head_dim
+        q = (self.q_proj(x) * self.scaling).view(n_tokens, heads, head_dim)
+        k = self.k_proj(x).view(n_tokens, heads, head_dim)
+        v = self.v_proj(x).view(n_tokens, heads, head_dim)
+
+        out, sod_lse = within_documents(q, k, v, layout, attention_dropout(self))
+        if layout.max_docs > 1:
+            out = link_start_tokens(q, k, v, out, sod_lse, layout, self.dropout_module)
+        return self.out_proj(out.reshape(n_tokens, 1, dim)), None
+
+
+# --------------------------------------------------------------------------- decoder
+
+
+def document_lengths(document_map: Tensor) -> Tensor:
+    """(batch, src_len) document map -> (batch, max_docs) tokens of every document (0: none)."""
+    width = int(document_map.max()) + 1
+    one_hot = document_map.unsqueeze(-1) == torch.arange(width, device=document_map.device)  # (batch, src_len, docs)
+    return one_hot.sum(dim=1)
+
+
+def hierarchical_softmax(scores: Tensor, document_map: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
+    """Eq. 3-5 for many queries at once.
+
+    scores:       (batch, queries, src_len) cross-attention scores a
+    document_map: (batch, src_len) document of every key, -1 on padding; documents are
+                  contiguous and in order, each starting with its SOD token
+    lengths:      (batch, max_docs) tokens of every document, 0 where a cluster has fewer
+    returns the key weights s_n w_{n,k} (batch, queries, src_len), 0 on padding, and the
+    document weights s (batch, queries, max_docs), 0 on missing documents; both fp32.
+    """
+    batch, n_queries, src_len = scores.shape
+    exists = lengths > 0  # (batch, max_docs)
+    start = torch.where(exists, torch.cumsum(lengths, 1) - lengths, 0)  # (batch, max_docs) position of each SOD
+    index = document_map.clamp(min=0).unsqueeze(1).expand(batch, n_queries, src_len)
+    a = scores.float().masked_fill(document_map.lt(0).unsqueeze(1), float("-inf"))
+
+    # log sum_{k in n} exp(a_k) per document, stabilised by the document's own maximum
+    peak = a.new_full((batch, n_queries, lengths.size(1)), float("-inf"))
+    peak = peak.scatter_reduce(2, index, a.detach(), "amax").masked_fill(~exists.unsqueeze(1), 0.0)
+    members = (document_map.unsqueeze(-1) == torch.arange(lengths.size(1), device=a.device)).to(a.dtype)
+    within = torch.bmm(torch.exp(a - peak.gather(2, index)), members)  # (batch, queries, max_docs)
+    document_lse = peak + torch.log(within.masked_fill(~exists.unsqueeze(1), 1.0))
+
+    sod_scores = a.gather(2, start.unsqueeze(1).expand(batch, n_queries, lengths.size(1)))
+    log_s = torch.log_softmax(sod_scores.masked_fill(~exists.unsqueeze(1), float("-inf")), dim=-1)  # Eq. 4
+    offset = log_s - document_lse  # (batch, queries, max_docs): c_n
+    weights = torch.softmax(a + offset.gather(2, index), dim=-1)  # Eq. 3 and 5 in one softmax
+    return weights, log_s.exp()
+
+
+class HierarchicalCrossAttention(MultiheadAttention):
+    """Decoder cross-attention of Eq. 3-5, in every head. BART's projections unchanged.
+
+    key_padding_mask is the encoder's document map (batch, src_len). The returned
+    attention weights are the *document* weights s (Eq. 4): (rows, tgt_len, max_docs)
+    averaged over heads, or (heads, rows, tgt_len, max_docs) with ``need_head_weights``.
+
+    Incremental decoding caches the projected keys and values with the document layout,
+    one copy per cluster. When the queries hold several beams per cluster (rows = clusters
+    x beam, which fairseq's beam search arranges through ``set_beam_size``), the beams
+    share that copy; reordering keeps whole clusters.
+    """
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        if attn_mask is not None or before_softmax:
+            raise NotImplementedError("HED's cross-attention takes no attention mask")
+        tgt_len, rows, dim = query.shape
+        heads, head_dim = self.num_heads, self.head_dim
+        saved = self._get_input_buffer(incremental_state) if incremental_state is not None else {}
+        if "prev_key" in saved:
+            k, v = saved["prev_key"], saved["prev_value"]  # (clusters, heads, src_len, head_dim)
+            document_map, lengths = saved["document_map"], saved["document_lengths"]
+        else:
+            if key is None or key_padding_mask is None:
+                raise ValueError("HED's cross-attention needs the encoder states and their document map")
+            src_len, clusters, _ = key.shape
+            k = self.k_proj(key).view(src_len, clusters, heads, head_dim).permute(1, 2, 0, 3)
+            v = self.v_proj(value).view(src_len, clusters, heads, head_dim).permute(1, 2, 0, 3)
+            document_map = key_padding_mask  # (clusters, src_len)
+            lengths = document_lengths(document_map)  # (clusters, max_docs): the width stays fixed
+            if incremental_state is not None:
+                saved = {"prev_key": k, "prev_value": v, "document_map": document_map,
+                         "document_lengths": lengths,
+                         "beam": torch.full_like(lengths[:, 0], rows // clusters)}
+                self._set_input_buffer(incremental_state, saved)
+        clusters, src_len = document_map.shape
+        beam = rows // clusters  # query rows per cluster: example-major (cluster, beam)
+
+        q = self.q_proj(query) * self.scaling  # (tgt_len, rows, dim)
+        # (tgt_len, clusters, beam, heads, head_dim) -> (clusters, heads, beam * tgt_len, head_dim)
+        q = q.view(tgt_len, clusters, beam, heads, head_dim).permute(1, 3, 2, 0, 4).reshape(
+            clusters, heads, beam * tgt_len, head_dim)
+        scores = torch.matmul(q, k.transpose(-1, -2))  # (clusters, heads, beam * tgt_len, src_len)
+        weights, doc_weights = hierarchical_softmax(scores.view(clusters, -1, src_len), document_map, lengths)
+        probs = self.dropout_module(weights.type_as(v)).view(clusters, heads, beam * tgt_len, src_len)
+        out = torch.matmul(probs, v)  # (clusters, heads, beam * tgt_len, head_dim)
+        out = out.view(clusters, heads, beam, tgt_len, head_dim).permute(3, 0, 2, 1, 4).reshape(tgt_len, rows, dim)
+        out = self.out_proj(out)
+
+        if not (need_weights or need_head_weights):
+            return out, None
+        # (clusters, heads, beam, tgt_len, docs) -> (heads, rows, tgt_len, docs)
+        doc_weights = doc_weights.view(clusters, heads, beam, tgt_len, -1).permute(1, 0, 2, 3, 4).reshape(
+            heads, rows, tgt_len, -1)
+        return out, doc_weights if need_head_weights else doc_weights.mean(dim=0)
+
+    def token_weights(self, query: Tensor, key: Tensor, document_map: Tensor) -> Tuple[Tensor, Tensor]:
+        """For analysis: the key weights (heads, rows, tgt_len, src_len) and document weights
+        (heads, rows, tgt_len, max_docs) of a full (non-incremental) call, one row per cluster."""
+        tgt_len, rows, _ = query.shape
+        heads, head_dim = self.num_heads, self.head_dim
+        q = (self.q_proj(query) * self.scaling).view(tgt_len, rows, heads, head_dim).permute(1, 2, 0, 3)
+        k = self.k_proj(key).view(key.size(0), rows, heads, head_dim).permute(1, 2, 0, 3)
+        scores = torch.matmul(q, k.transpose(-1, -2)).reshape(rows, heads * tgt_len, -1)
+        weights, doc_weights = hierarchical_softmax(scores, document_map, document_lengths(document_map))
+        return (weights.view(rows, heads, tgt_len, -1).transpose(0, 1),
+                doc_weights.view(rows, heads, tgt_len, -1).transpose(0, 1))
+
+    @torch.jit.export
+    def reorder_incremental_state(
+        self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]], new_order: Tensor
+    ):
+        """new_order indexes query rows (cluster x beam); the cache holds one entry per
+        cluster, so it follows the cluster of each beam group. Unchanged clusters: no copy."""
+        saved = self._get_input_buffer(incremental_state)
+        if "prev_key" not in saved:
+            return incremental_state
+        clusters = saved["prev_key"].size(0)
+        beam = int(saved["beam"][0])
+        if clusters * beam == new_order.numel():  # beams move within their clusters only
+            return incremental_state
+        cluster_order = new_order.view(-1, beam)[:, 0] // beam
+        for name, value in saved.items():
+            if value is not None:
+                saved[name] = value.index_select(0, cluster_order)
+        return self._set_input_buffer(incremental_state, saved)

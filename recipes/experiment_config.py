@@ -1,0 +1,61 @@
+"""Reads an experiment's YAML, the one source of its settings, for the shell recipes.
+
+    python recipes/experiment_config.py CONFIG.yaml view-flags preprocess|generate
+    python recipes/experiment_config.py CONFIG.yaml effective-batch
+    python recipes/experiment_config.py CONFIG.yaml dry-run-overrides
+
+``view-flags`` turns the ``task:`` section's view settings into command-line flags (for
+``pagesum-preprocess``, which records them as the corpus's default view, and for
+``fairseq-generate``); ``effective-batch`` is documents per update on one device
+(``dataset.batch_size`` x ``optimization.update_freq``); ``dry-run-overrides`` are the Hydra
+overrides that shrink a run to toy size without changing its command line.
+"""
+
+import sys
+
+from omegaconf import OmegaConf
+
+VIEW_KEYS = ("view", "num_pages", "max_pages", "max_page_tokens", "max_source_tokens", "spatial_split",
+             "max_summary_tokens")
+GENERATE_ONLY = ("placeholder_pages",)  # load-time options, not a corpus default
+DRY_RUN_SIZES = {"max_page_tokens": 48, "max_source_tokens": 600, "max_summary_tokens": 32}
+
+
+def view_flags(config, target: str) -> list:
+    task = config.task
+    keys = VIEW_KEYS + (GENERATE_ONLY if target == "generate" else ())
+    flags = []
+    for key in keys:
+        if key not in task or task[key] is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(task[key], bool):
+            flags += [flag] if task[key] else []
+        else:
+            flags += [flag, str(task[key])]
+    return flags
+
+
+def dry_run_overrides(config) -> list:
+    overrides = ["optimization.max_update=2", "optimization.max_epoch=2"]
+    if "lr_scheduler" in config and "warmup_updates" in config.lr_scheduler:
+        overrides.append("lr_scheduler.warmup_updates=2")
+    # only the sizes the experiment sets: Hydra refuses a key the YAML does not hold
+    overrides += [f"task.{key}={value}" for key, value in DRY_RUN_SIZES.items() if key in config.task]
+    return overrides
+
+
+def main(path: str, what: str, *args: str) -> None:
+    config = OmegaConf.load(path)
+    if what == "view-flags":
+        print(" ".join(view_flags(config, args[0])))
+    elif what == "effective-batch":
+        print(int(config.dataset.batch_size) * int(config.optimization.update_freq[0]))
+    elif what == "dry-run-overrides":
+        print(" ".join(dry_run_overrides(config)))
+    else:
+        sys.exit(f"unknown query {what!r}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

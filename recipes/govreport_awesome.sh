@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# GovReport, AWESOME (Cao and Wang; Table 3, "AWESOME (Attn + Txt)"): BART-large summarizing
+# 512-768-token segments one after another with attentive memories, every segment's input
+# carrying the salient sentences of the others, which an extractor trained first picks.
+# The training settings live in recipes/config/govreport_awesome.yaml (the summarizer, and its
+# per-segment decoding under generation:) and recipes/config/govreport_awesome_extractor.yaml.
+#
+# Stages (STAGES, default all, in this order):
+#   preprocess  pagesum-preprocess, as for every experiment
+#   segment     Algorithm 1 with the YAML's sentence embedding model, and every reference
+#               sentence assigned to its segment (python -m pagesum_plugin.awesome.segment);
+#               greedy-oracle labels of the salient sentences (python -m pagesum_plugin.awesome.label)
+#   extractor   fairseq-hydra-train of the extractor on those labels, then its salient
+#               sentences for every split (python -m pagesum_plugin.awesome.extract)
+#   train       fairseq-hydra-train of AWESOME, fine-tuned from bart.large
+#   generate    fairseq-generate, segment by segment
+#   score       pagesum-score
+#
+#   GOVREPORT_DIR    GovReport as JSON lines: train.jsonl, valid.jsonl, test.jsonl
+#                    (or name each split with GOVREPORT_TRAIN, GOVREPORT_VALID, GOVREPORT_TEST)
+#   EXTRACTOR_ARCH   the extractor's architecture (default: the extractor YAML's model)
+# Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh. Here INIT
+# defaults to bart.large.
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+require_var GOVREPORT_DIR "the GovReport folder (train.jsonl, valid.jsonl, test.jsonl)"
+INIT=${INIT:-bart.large}
+check_shared_settings
+STAGES=${STAGES:-preprocess segment extractor train generate score}
+
+EXP_FORMAT=govreport
+EXP_TRAIN=$(raw_split "$GOVREPORT_DIR" train.jsonl GOVREPORT_TRAIN)
+EXP_VALID=$(raw_split "$GOVREPORT_DIR" valid.jsonl GOVREPORT_VALID)
+EXP_TEST=$(raw_split "$GOVREPORT_DIR" test.jsonl GOVREPORT_TEST)
+NAME=govreport_awesome
+SUMMARIZER_CONFIG=govreport_awesome
+EXTRACTOR_CONFIG=govreport_awesome_extractor
+
+# yaml_flags SECTION KEY...: the experiment YAML's values as command-line flags. With
+# DRY_RUN=1 the generation section shrinks to toy sizes (the same flags).
+yaml_flags() {
+    "$PYTHON" - "$CONFIG_DIR/$EXP_CONFIG.yaml" "${DRY_RUN:-0}" "$@" <<'EOF'
+import sys
+from omegaconf import OmegaConf
+
+path, dry_run, section, *keys = sys.argv[1:]
+values = dict(OmegaConf.to_container(OmegaConf.load(path)[section]))
+if dry_run == "1" and section == "generation":
+    values.update(beam=2, max_len_b=12)
+print(" ".join(f"--{key.replace('_', '-')} {values[key]}" for key in keys if values.get(key) is not None))
+EOF
+}
+
+# toy_overrides: common.sh's DRY_RUN=1 overrides, less those of task settings that this
+# experiment's YAML does not have (a task without pages has no page size to shrink).
+toy_overrides() {
+    config dry-run-overrides | tr ' ' '\n' | "$PYTHON" -c "
+import sys
+from omegaconf import OmegaConf
+task = OmegaConf.load('$CONFIG_DIR/$EXP_CONFIG.yaml').task
+print(' '.join(o for o in sys.stdin.read().split() if not o.startswith('task.') or o[5:].split('=')[0] in task))"
+}
+
+yaml_value() {
+    "$PYTHON" -c "from omegaconf import OmegaConf as O; print(O.select(O.load('$CONFIG_DIR/$EXP_CONFIG.yaml'), '$1'))"
+}
+
+device_flags() {
+    if (( NUM_GPUS == 0 )); then echo "$1"; fi
+}
+
+# segment_stage DATA: Algorithm 1 and target assignment, and the oracle labels, once per corpus.
+segment_stage() {
+    local data=$1
+    run "$PYTHON" -m pagesum_plugin.awesome.segment "$data" --embedding-model "$(yaml_value task.segmentation)" \
+        $(device_flags "--device cpu")
+    if [ "${PLAN:-0}" != 1 ] && [ ! -f "$data/train.segments.$(yaml_value task.segmentation).npy" ]; then
+        die "the sentence embedding model could not be loaded (see above): segments follow the length rule; " \
+            "train with TRAIN_ARGS=task.segmentation=length GEN_ARGS='--segmentation length', or install the model"
+    fi
+    run "$PYTHON" -m pagesum_plugin.awesome.label "$data" --workers "$WORKERS"
+}
+
+# extractor_stage DATA RUN_DIR: train the extractor from BART's encoder, then write its
+# salient sentences for every split.
+extractor_stage() {
+    local data=$1 run_dir=$2
+    [ "${PLAN:-0}" = 1 ] || mkdir -p "$run_dir"
+    local overrides=(
+        common.user_dir="$USER_DIR" task.data="$(realpath -m "$data")"
+        checkpoint.save_dir="$(realpath -m "$run_dir/checkpoints")"
+        checkpoint.finetune_from_model="$(realpath -m "$BART_DIR/$INIT/model.pt")"
+        hydra.run.dir="$(realpath -m "$run_dir/hydra")" hydra.job.chdir=false
+        dataset.batch_size="$BATCH" "optimization.update_freq=[$UPDATE_FREQ]" "${DEVICE_OVERRIDES[@]}"
+    )
+    if [ -n "${EXTRACTOR_ARCH:-}" ]; then overrides+=(model._name="$EXTRACTOR_ARCH"); fi
+    # shellcheck disable=SC2207  # the overrides are a word list
+    [ "${DRY_RUN:-0}" = 1 ] && overrides+=($(toy_overrides))
+    run ${PAGESUM_LAUNCHER:-} fairseq-hydra-train --config-dir "$CONFIG_DIR" --config-name "$EXP_CONFIG" \
+        "${overrides[@]}" 2>&1 | tee_log "$run_dir/train.log"
+    run "$PYTHON" -m pagesum_plugin.awesome.extract "$data" --path "$run_dir/checkpoints/checkpoint_best.pt" \
+        $(device_flags --cpu)
+}
+
+# awesome_generate_stage DATA RUN_DIR: segment-by-segment decoding with the YAML's task and
+# per-segment generation settings.
+awesome_generate_stage() {
+    local data=$1 run_dir=$2
+    local device=()
+    (( NUM_GPUS == 0 )) && device=(--cpu)
+    [ "${FP16:-0}" = 1 ] && (( NUM_GPUS > 0 )) && device=(--fp16)
+    # shellcheck disable=SC2046,SC2086  # flag lists
+    run fairseq-generate "$data" --user-dir "$USER_DIR" --task segmented_summarization \
+        $(yaml_flags task segmentation salient_sentences max_input_tokens max_summary_tokens) \
+        --path "$run_dir/checkpoints/checkpoint_best.pt" --gen-subset test \
+        $(yaml_flags generation beam lenpen no_repeat_ngram_size min_len max_len_b) --max-len-a 0 \
+        --batch-size "$GEN_BATCH_SIZE" "${device[@]}" \
+        --hypotheses-output "$run_dir/test.hyp.txt" \
+        --results-path "$run_dir/generate" ${GEN_ARGS:-}
+}
+
+data="$OUT_DIR/$NAME/data" run_dir="$OUT_DIR/$NAME/$INIT"
+EXP_CONFIG=$SUMMARIZER_CONFIG
+[ "${PLAN:-0}" = 1 ] && echo "# experiment: $NAME"
+[ "${PLAN:-0}" = 1 ] || echo "$RECIPE: experiment $NAME -> $OUT_DIR/$NAME" >&2
+if stage_enabled preprocess; then
+    require_path -f "$EXP_TRAIN" "$NAME training split"
+    require_path -f "$EXP_VALID" "$NAME validation split"
+    require_path -f "$EXP_TEST" "$NAME test split"
+    preprocess_stage "$data"
+fi
+if stage_enabled segment; then
+    require_path -f "$data/meta.json" "preprocessed data (run the preprocess stage)"
+    segment_stage "$data"
+fi
+if stage_enabled extractor; then
+    require_path -f "$data/train.salient.oracle.npy" "oracle labels (run the segment stage)"
+    EXP_CONFIG=$EXTRACTOR_CONFIG
+    set_batch_flags
+    extractor_stage "$data" "$run_dir/extractor"
+    EXP_CONFIG=$SUMMARIZER_CONFIG
+fi
+if stage_enabled train; then
+    require_path -f "$data/train.salient.extractor.npy" "the extractor's salient sentences (run the extractor stage)"
+    set_batch_flags
+    if [ "${DRY_RUN:-0}" = 1 ]; then  # common.sh's toy overrides, those the YAML can take
+        DRY_RUN=0 TRAIN_ARGS="$(toy_overrides) ${TRAIN_ARGS:-}" train_stage "$data" "$run_dir" 2>&1 |
+            tee_log "$run_dir/train.log"
+    else
+        train_stage "$data" "$run_dir" 2>&1 | tee_log "$run_dir/train.log"
+    fi
+fi
+if stage_enabled generate; then
+    require_path -f "$run_dir/checkpoints/checkpoint_best.pt" "a trained checkpoint (run the train stage)"
+    awesome_generate_stage "$data" "$run_dir"
+fi
+if stage_enabled score; then
+    score_stage "$data" "$run_dir"
+fi

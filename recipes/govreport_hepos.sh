@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# GovReport, HEPOS (Huang et al., NAACL 2021, Table 4: SINKHORN (10240) with HEPOS
+# encoder-decoder attention): each report read as one flat sequence of 10,240 tokens,
+# fine-tuned from bart.large; summaries of 500-900 BPE tokens, beam 4, length penalty 2.
+# The training settings live in recipes/config/govreport_hepos.yaml; this script gives
+# fairseq-hydra-train the paths and the devices only.
+#   GOVREPORT_DIR  GovReport as JSON lines: train.jsonl, valid.jsonl, test.jsonl
+#                  (or name each split with GOVREPORT_TRAIN, GOVREPORT_VALID, GOVREPORT_TEST)
+# Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh. Here INIT
+# defaults to bart.large.
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+require_var GOVREPORT_DIR "the GovReport folder (train.jsonl, valid.jsonl, test.jsonl)"
+INIT=${INIT:-bart.large}
+check_shared_settings
+
+EXP_FORMAT=govreport
+EXP_TRAIN=$(raw_split "$GOVREPORT_DIR" train.jsonl GOVREPORT_TRAIN)
+EXP_VALID=$(raw_split "$GOVREPORT_DIR" valid.jsonl GOVREPORT_VALID)
+EXP_TEST=$(raw_split "$GOVREPORT_DIR" test.jsonl GOVREPORT_TEST)
+run_experiment govreport_hepos

@@ -1,0 +1,124 @@
+"""Small AWESOME corpora, tiny AWESOME models and their plain-BART twins.
+
+``write_text_corpus`` writes a real-text corpus (ACL papers, cut short) with a byte-level
+BPE trained on it, through the corpus format's own writer, so that segmentation,
+target assignment and salient sentences run on text as they do on GovReport.
+"""
+
+import os
+from typing import Dict, List, Sequence
+
+import numpy as np
+import torch
+from fairseq import options, tasks
+from fairseq.data import data_utils
+from fairseq.models.bart import BARTModel
+
+import pagesum_plugin  # noqa: F401  (registers the tasks, models and criteria)
+from builders.bpe import build_gpt2_bpe
+from builders.corpora import acl_papers
+from pagesum_plugin.corpus.codec import TextCodec
+from pagesum_plugin.corpus.format import CorpusMeta, SplitWriter
+from pagesum_plugin.corpus.readers import example_from_raw
+from pagesum_plugin.corpus.sentences import split_sentences
+from pagesum_plugin.corpus.tokenizers import build_dictionary, build_tokenizer
+
+SMALL_SEGMENTS = ["--min-tokens", "40", "--max-tokens", "80"]  # segments that a short text has several of
+
+
+def paper_examples(n: int, offset: int = 0, sentences: int = 24) -> List[dict]:
+    """``n`` papers as ``{"id", "text", "summary"}``, each cut to its first ``sentences`` sentences."""
+    examples = []
+    for paper in acl_papers(n, offset):
+        body = [s for section in paper["sections"] for s in split_sentences(section["text"])][:sentences]
+        examples.append({"id": paper["id"], "text": " ".join(body), "summary": paper["summary"]})
+    return examples
+
+
+def write_text_corpus(data_dir: str, splits: Dict[str, List[dict]], vocab_size: int = 600) -> TextCodec:
+    """A data directory of ``{"id", "text", "summary"}`` examples with a GPT-2 BPE trained on them."""
+    os.makedirs(data_dir, exist_ok=True)
+    texts = [e["text"] for examples in splits.values() for e in examples]
+    texts += [e["summary"] for examples in splits.values() for e in examples]
+    files = build_gpt2_bpe(data_dir, texts, vocab_size=vocab_size)
+    tokenizer = build_tokenizer("gpt2", encoder_json=files.encoder_json, vocab_bpe=files.vocab_bpe)
+    codec = TextCodec(tokenizer, build_dictionary(tokenizer, files.dict_txt))
+    for split, examples in splits.items():
+        writer = SplitWriter(data_dir, split, len(codec.dictionary))
+        for example in examples:
+            document = codec.encode_document(example_from_raw(example["text"], example["id"], example["summary"]))
+            summary = " ".join(example["summary"].split())
+            writer.add(example["id"], summary, document, codec.encode_summary(summary))
+        writer.close()
+    CorpusMeta(tokenizer="gpt2", dataset="synthetic", view="segments", dictionary_size=len(codec.dictionary),
+               splits=list(splits)).save(data_dir)
+    return codec
+
+
+def build_awesome(data_dir: str, *extra_args: str, arch: str = "awesome_tiny", seed: int = 0):
+    """(args, task, AwesomeModel) over ``data_dir`` with the segmented_summarization task, in eval mode."""
+    argv = [
+        data_dir, "--task", "segmented_summarization", "--arch", arch,
+        "--criterion", "label_smoothed_cross_entropy", "--optimizer", "adam",
+        "--dropout", "0.0", "--cpu", *extra_args,
+    ]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    task = tasks.setup_task(args)
+    torch.manual_seed(seed)
+    return args, task, task.build_model(args).eval()
+
+
+def randomize_memories(model, scale: float = 0.5, seed: int = 0):
+    """Memory read projections start at zero (the layer equals BART's); tests that need the
+    memories to matter give them random weights."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".memory." in name and "read_attn.out_proj" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
+    return model
+
+
+def awesome_bart_twin(args, task, model) -> BARTModel:
+    """A stock fairseq BARTModel holding exactly the weights of a memory-free AWESOME model."""
+    bart = BARTModel.build_model(args, task)
+    bart.load_state_dict(model.state_dict(), strict=True)
+    return bart.eval()
+
+
+def segment_batch(segment_lists: Sequence[Sequence[Sequence[int]]], dictionary) -> torch.Tensor:
+    """Content ids per segment per document -> (batch, max_segments, seg_len) ``<s> ... </s>`` rows."""
+    bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
+    width = max(len(s) for doc in segment_lists for s in doc) + 2
+    count = max(len(doc) for doc in segment_lists)
+    out = torch.full((len(segment_lists), count, width), pad, dtype=torch.long)
+    for i, doc in enumerate(segment_lists):
+        for j, seg in enumerate(doc):
+            out[i, j, : len(seg) + 2] = torch.tensor([bos, *seg, eos])
+    return out
+
+
+def segment_sample(segment_lists, summary_lists, dictionary) -> dict:
+    """A batch as the segmented_summarization dataset collates it, from content ids."""
+    bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
+    src = segment_batch(segment_lists, dictionary)
+    targets = [[torch.tensor([bos, *s, eos]) for s in doc] for doc in summary_lists]
+    width = max(len(t) for doc in targets for t in doc)
+    target = torch.full((len(targets), src.size(1), width), pad, dtype=torch.long)
+    prev = target.clone()
+    for i, doc in enumerate(targets):
+        for j, t in enumerate(doc):
+            target[i, j, : len(t)] = t
+            prev[i, j, : len(t)] = torch.cat([t[-1:], t[:-1]])
+    full = [torch.tensor([bos, *[w for s in doc for w in s], eos]) for doc in summary_lists]
+    return {
+        "id": torch.arange(len(segment_lists)), "nsentences": len(segment_lists),
+        "ntokens": int(target.ne(pad).sum()),
+        "net_input": {"src_tokens": src, "src_lengths": src.ne(pad).sum(dim=(1, 2))},
+        "segment_target": target, "segment_prev_output_tokens": prev,
+        "target": data_utils.collate_tokens(full, pad, eos),
+    }
+
+
+def random_segments(rng: np.random.RandomState, n: int, low: int, high: int, min_len: int = 4, max_len: int = 10):
+    return [rng.randint(low, high, size=rng.randint(min_len, max_len + 1)).tolist() for _ in range(n)]

@@ -1,0 +1,143 @@
+"""Tiny HEPOS models built through fairseq's own parser, flat inputs, and dense references."""
+
+import contextlib
+from typing import Optional, Sequence, Tuple
+
+import torch
+from fairseq import options, tasks
+from fairseq.data import data_utils
+from fairseq.modules import MultiheadAttention
+
+import pagesum_plugin  # noqa: F401  (registers the task and the models)
+
+# window, bucket and block sizes small enough that short test inputs span several of them
+SMALL_PATTERNS = ["--window-size", "8", "--lsh-bucket-size", "8", "--sinkhorn-block-size", "8"]
+ENCODER_VARIANTS = ("full", "window", "lsh", "sinkhorn")
+
+
+@contextlib.contextmanager
+def single_thread():
+    """Run tiny models on one CPU thread: at these sizes extra threads cost more than they
+    save, and far more on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+class HistoryNGramBlocker(torch.nn.Module):
+    """fairseq's own Python n-gram blocker, given only the tokens generated so far (what its
+    CUDA kernel sees) instead of the whole padded buffer."""
+
+    def __init__(self, stock):
+        super().__init__()
+        self.stock = stock
+
+    def forward(self, tokens, lprobs, bsz, beam_size, step):
+        return self.stock._no_repeat_ngram(tokens[:, : step + 1], lprobs, bsz, beam_size, step)
+
+
+def build_hepos(data_dir: str, *extra_args: str, seed: int = 0):
+    """(args, task, HeposModel) for a hepos_tiny model over ``data_dir``, in eval mode."""
+    parser = options.get_training_parser()
+    argv = [
+        data_dir,
+        "--task", "paged_summarization",
+        "--arch", "hepos_tiny",
+        "--criterion", "label_smoothed_cross_entropy",
+        "--optimizer", "adam",
+        "--dropout", "0.0",
+        "--cpu",
+        *extra_args,
+    ]
+    args = options.parse_args_and_arch(parser, argv)
+    task = tasks.setup_task(args)
+    torch.manual_seed(seed)
+    model = task.build_model(args)
+    return args, task, model.eval()
+
+
+def vocab(dictionary) -> Tuple[int, int]:
+    """Ids of ordinary words: after the specials, before the padding symbols of the dictionary."""
+    return dictionary.nspecial, len(dictionary) - 8
+
+
+def random_texts(rng: torch.Generator, lengths: Sequence[int], dictionary):
+    low, high = vocab(dictionary)
+    return [torch.randint(low, high, (n,), generator=rng).tolist() for n in lengths]
+
+
+def flat_batch(texts: Sequence[Sequence[int]], dictionary) -> torch.Tensor:
+    """Content ids per example -> (batch, 1, len) src_tokens ``<s> ... </s>``, right-padded,
+    as the task's flat view delivers them."""
+    bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
+    width = max(len(t) for t in texts) + 2
+    out = torch.full((len(texts), 1, width), pad, dtype=torch.long)
+    for i, text in enumerate(texts):
+        out[i, 0, : len(text) + 2] = torch.tensor([bos, *text, eos])
+    return out
+
+
+def decoder_io(summaries: Sequence[Sequence[int]], dictionary) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(target, prev_output_tokens), each (batch, tgt_len): ``<s> s </s>`` and ``</s> <s> s``."""
+    bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
+    targets = [torch.tensor([bos, *s, eos]) for s in summaries]
+    return (
+        data_utils.collate_tokens(targets, pad, eos),
+        data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True),
+    )
+
+
+def sample_of(src_tokens: torch.Tensor, pad: int) -> dict:
+    return {"id": torch.arange(src_tokens.size(0)),
+            "net_input": {"src_tokens": src_tokens, "src_lengths": src_tokens.ne(pad).sum((1, 2))}}
+
+
+def make_source_sensitive(model, dictionary, seed: int = 0):
+    """Make a random model's outputs depend strongly on its input, so that beam search ends
+    different examples at different steps: cross-attention amplified, </s> its own direction."""
+    with torch.no_grad():
+        for layer in model.decoder.layers:
+            layer.encoder_attn.out_proj.weight.mul_(50.0)
+        weight = model.decoder.output_projection.weight  # tied with the embeddings
+        weight[dictionary.eos()] = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(seed)) * 0.1
+    return model
+
+
+def attention_like(module: MultiheadAttention, cls, *args, **kwargs):
+    """A ``cls`` attention holding exactly ``module``'s projections."""
+    other = cls(module.embed_dim, module.num_heads, *args, **kwargs)
+    other.load_state_dict(module.state_dict(), strict=False)
+    return other.eval()
+
+
+def stock_attention(embed_dim: int, num_heads: int, seed: int, **kwargs) -> MultiheadAttention:
+    torch.manual_seed(seed)
+    return MultiheadAttention(embed_dim, num_heads, **kwargs).eval()
+
+
+def dense_attention(q, k, v, allowed: torch.Tensor, key_padding_mask: Optional[torch.Tensor] = None):
+    """softmax(q k^T) v over the allowed (query, key) pairs only: the reference for every pattern.
+
+    q, k, v: (batch, heads, len_q / len_k, head_dim), q scaled; allowed: bool, broadcastable to
+    (batch, heads, len_q, len_k)."""
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float()
+    if key_padding_mask is not None:
+        allowed = allowed & ~key_padding_mask[:, None, None, :]
+    probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    return torch.einsum("bhqk,bhkd->bhqd", probs, v.float())
+
+
+def per_head(module: MultiheadAttention, x: torch.Tensor, which: str) -> torch.Tensor:
+    """(len, batch, dim) -> the module's projected (batch, heads, len, head_dim); queries scaled."""
+    proj = {"q": module.q_proj, "k": module.k_proj, "v": module.v_proj}[which]
+    y = proj(x) * (module.scaling if which == "q" else 1.0)
+    return y.view(x.size(0), x.size(1), module.num_heads, module.head_dim).permute(1, 2, 0, 3)
+
+
+def merge_heads(module: MultiheadAttention, out: torch.Tensor) -> torch.Tensor:
+    """(batch, heads, len, head_dim) -> the module's output (len, batch, dim)."""
+    batch, heads, length, head_dim = out.shape
+    return module.out_proj(out.permute(2, 0, 1, 3).reshape(length, batch, heads * head_dim).to(module.out_proj.weight.dtype))

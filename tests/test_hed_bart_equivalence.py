@@ -1,0 +1,127 @@
+"""HED on a cluster of one document is plain BART on <s> doc </s>, and it starts from BART's weights."""
+
+import os
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+from fairseq.models.bart import BARTModel
+from fairseq.sequence_generator import SequenceGenerator
+
+from builders.hed import build_hed, cluster_batch, decoder_input, random_cluster, sharpen_cross_attention, vocab
+from builders.models import bart_twin, save_bart_checkpoint
+from pagesum_plugin.generation import PageSumSequenceGenerator
+
+
+@pytest.fixture(scope="module")
+def hed(copy_task_dir):
+    return build_hed(copy_task_dir)
+
+
+def one_document_clusters(task, seed, n=3):
+    rng = torch.Generator().manual_seed(seed)
+    return [random_cluster(rng, 1, *vocab(task.dictionary), min_len=3, max_len=14) for _ in range(n)]
+
+
+def log_probs(model, src_tokens, prev):
+    logits, _ = model(src_tokens, None, prev)
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def bart_log_probs(bart, src_tokens, prev, pad):
+    logits, _ = bart(src_tokens, src_tokens.ne(pad).sum(1), prev)
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def test_one_document_cluster_equals_fairseq_bart_log_probs(hed):
+    args, task, model = hed
+    bart = bart_twin(args, task, model)
+    src = cluster_batch(one_document_clusters(task, 1), task.dictionary)  # (3, 1, len)
+    _, prev = decoder_input([[5, 6, 7, 8], [9, 10], [11, 12, 13]], task.dictionary)
+    reference = bart_log_probs(bart, src[:, 0], prev, task.dictionary.pad())
+    torch.testing.assert_close(log_probs(model, src, prev), reference, atol=1e-5, rtol=0)
+
+
+class FixedStockBlocker(torch.nn.Module):
+    """fairseq's own Python n-gram blocker, given only the tokens generated so far."""
+
+    def __init__(self, stock):
+        super().__init__()
+        self.stock = stock
+
+    def forward(self, tokens, lprobs, bsz, beam_size, step):
+        return self.stock._no_repeat_ngram(tokens[:, : step + 1], lprobs, bsz, beam_size, step)
+
+
+SEARCH_SETTINGS = [
+    dict(beam_size=1, max_len_b=12),
+    dict(beam_size=4, max_len_b=12),
+    dict(beam_size=4, len_penalty=2.0, min_len=6, max_len_b=10),
+    dict(beam_size=3, min_len=3, max_len_b=9, no_repeat_ngram_size=2),
+]
+
+
+@pytest.mark.parametrize("settings", SEARCH_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_one_document_beam_search_equals_fairseq_stock_generator_on_bart(copy_task_dir, settings):
+    args, task, model = build_hed(copy_task_dir)
+    sharpen_cross_attention(model, task.dictionary)
+    bart = bart_twin(args, task, model)
+    src = cluster_batch(one_document_clusters(task, 2), task.dictionary)
+    sample = {"id": torch.arange(3), "net_input": {"src_tokens": src, "src_lengths": src.ne(1).sum((1, 2))}}
+    ours = PageSumSequenceGenerator([model], task.dictionary, **settings).generate([model], sample)
+
+    # the project's lengths count summary tokens (the forced <s> is not one); <s> never comes again
+    in_stock_terms = {**settings, "min_len": settings.get("min_len", 1) + 1, "max_len_b": settings["max_len_b"] + 1}
+    stock = SequenceGenerator([bart], task.dictionary, tokens_to_suppress=("<s>",), **in_stock_terms)
+    if stock.repeat_ngram_blocker is not None:
+        stock.repeat_ngram_blocker = FixedStockBlocker(stock.repeat_ngram_blocker)
+    bart_src = src[:, 0]
+    bart_sample = {"net_input": {"src_tokens": bart_src, "src_lengths": bart_src.ne(task.dictionary.pad()).sum(1)}}
+    reference = stock.generate([bart], bart_sample, prefix_tokens=bart_src.new_full((3, 1), task.dictionary.bos()))
+
+    for ours_hypos, ref_hypos in zip(ours, reference):
+        assert len(ours_hypos) == len(ref_hypos)
+        for h, r in zip(ours_hypos, ref_hypos):
+            assert torch.equal(h["tokens"], r["tokens"])
+            torch.testing.assert_close(h["score"], r["score"], atol=1e-5, rtol=0)
+            torch.testing.assert_close(h["positional_scores"], r["positional_scores"], atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def bart_checkpoint(hed, tmp_path_factory):
+    """A stock BART with BART's 1,024 encoder positions, saved as fairseq releases it."""
+    args, task, _ = hed
+    bart_args = type(args)(**{**vars(args), "arch": "bart_base", "max_source_positions": 1024})
+    torch.manual_seed(5)
+    bart = BARTModel.build_model(bart_args, task).eval()
+    path = os.path.join(str(tmp_path_factory.mktemp("bart")), "model.pt")
+    save_bart_checkpoint(path, bart, encoder_embed_dim=64)
+    return bart, path
+
+
+def load_into_hed(copy_task_dir, path):
+    args, task, model = build_hed(copy_task_dir)
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    model.load_state_dict(state["model"], strict=True, model_cfg=None)  # fairseq's loading path
+    return args, task, model.eval()
+
+
+def test_a_bart_checkpoint_loads_with_its_1024_positions_tiled_to_4096(copy_task_dir, bart_checkpoint):
+    bart, path = bart_checkpoint
+    _, _, model = load_into_hed(copy_task_dir, path)
+    table, bart_table = model.encoder.embed_positions.weight, bart.encoder.embed_positions.weight
+    assert table.shape[0] == 4096 + 2 and bart_table.shape[0] == 1024 + 2
+    offset = 2  # fairseq's learned positions start after the padding index
+    for copy in range(4):
+        rows = slice(offset + 1024 * copy, offset + 1024 * (copy + 1))
+        assert torch.equal(table[rows], bart_table[offset:])
+    assert torch.equal(table[:offset], bart_table[:offset])
+
+
+def test_a_bart_checkpoint_loaded_into_hed_reads_one_document_as_bart_does(copy_task_dir, bart_checkpoint):
+    bart, path = bart_checkpoint
+    _, task, model = load_into_hed(copy_task_dir, path)
+    src = cluster_batch(one_document_clusters(task, 3), task.dictionary)
+    _, prev = decoder_input([[5, 6], [7, 8, 9], [10]], task.dictionary)
+    reference = bart_log_probs(bart, src[:, 0], prev, task.dictionary.pad())
+    torch.testing.assert_close(log_probs(model, src, prev), reference, atol=1e-5, rtol=0)

@@ -1,0 +1,153 @@
+"""HED's hierarchical cross-attention (Section 4.2, Eq. 3-5), in every head of every layer."""
+
+import pytest
+import torch
+
+from builders.hed import (
+    build_hed,
+    cluster_batch,
+    decoder_input,
+    document_sizes,
+    random_cluster,
+    reference_cross_attention,
+    vocab,
+)
+from pagesum_plugin.modules.hed_attention import document_lengths, hierarchical_softmax
+
+SIZES = [[5, 3, 9], [7], [2, 6, 4, 3]]  # tokens per document (SOD included) of three clusters
+
+
+def document_map(sizes_per_cluster):
+    """(batch, src_len) document of every key, -1 on padding."""
+    width = max(sum(sizes) for sizes in sizes_per_cluster)
+    rows = [[n for n, size in enumerate(sizes) for _ in range(size)] for sizes in sizes_per_cluster]
+    return torch.tensor([row + [-1] * (width - len(row)) for row in rows])
+
+
+@pytest.fixture(scope="module")
+def attended():
+    """Random scores for 6 queries of each of three clusters, and their weights."""
+    doc_map = document_map(SIZES)
+    scores = torch.randn(len(SIZES), 6, doc_map.size(1), generator=torch.Generator().manual_seed(0)) * 3
+    weights, doc_weights = hierarchical_softmax(scores, doc_map, document_lengths(doc_map))
+    return scores, doc_map, weights, doc_weights
+
+
+def spans(sizes):
+    return [(sum(sizes[:n]), sum(sizes[: n + 1])) for n in range(len(sizes))]
+
+
+def test_eq3_within_a_document_the_weights_are_the_softmax_of_its_scores(attended):
+    scores, _, weights, _ = attended
+    for b, sizes in enumerate(SIZES):
+        for start, end in spans(sizes):
+            share = weights[b, :, start:end]
+            torch.testing.assert_close(share / share.sum(-1, keepdim=True), torch.softmax(scores[b, :, start:end], -1))
+
+
+def test_eq4_document_weights_are_the_softmax_of_the_start_token_scores(attended):
+    scores, _, _, doc_weights = attended
+    for b, sizes in enumerate(SIZES):
+        sod_scores = torch.stack([scores[b, :, start] for start, _ in spans(sizes)], -1)
+        torch.testing.assert_close(doc_weights[b, :, : len(sizes)], torch.softmax(sod_scores, -1))
+
+
+def test_eq5_key_weights_are_document_weight_times_within_document_weight(attended):
+    scores, _, weights, doc_weights = attended
+    for b, sizes in enumerate(SIZES):
+        n = sum(sizes)
+        expected, expected_s = reference_cross_attention(scores[b, :, :n], sizes)
+        torch.testing.assert_close(weights[b, :, :n], expected)
+        torch.testing.assert_close(doc_weights[b, :, : len(sizes)], expected_s)
+
+
+def test_the_weights_sum_to_one_over_the_keys(attended):
+    _, _, weights, doc_weights = attended
+    torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:2]))
+    torch.testing.assert_close(doc_weights.sum(-1), torch.ones(doc_weights.shape[:2]))
+
+
+def test_each_documents_share_of_the_weights_is_its_document_weight(attended):
+    _, doc_map, weights, doc_weights = attended
+    for n in range(doc_weights.size(2)):
+        share = (weights * doc_map.eq(n).unsqueeze(1)).sum(-1)  # (batch, queries)
+        torch.testing.assert_close(share, doc_weights[:, :, n])
+
+
+def test_padding_keys_and_missing_documents_get_no_weight(attended):
+    _, doc_map, weights, doc_weights = attended
+    assert bool((weights * doc_map.lt(0).unsqueeze(1)).eq(0).all())
+    for b, sizes in enumerate(SIZES):
+        assert bool(doc_weights[b, :, len(sizes):].eq(0).all())
+
+
+def test_scores_far_apart_stay_finite():
+    """A document whose scores sit 200 below another's: no overflow, no NaN, weights exact."""
+    doc_map = document_map([[3, 4]])
+    scores = torch.tensor([[[0.0, -1.0, 2.0, -200.0, -201.0, -199.0, -200.5]]])
+    weights, doc_weights = hierarchical_softmax(scores, doc_map, document_lengths(doc_map))
+    expected, expected_s = reference_cross_attention(scores[0], [3, 4])
+    torch.testing.assert_close(weights[0], expected)
+    torch.testing.assert_close(doc_weights[0], expected_s)
+
+
+@pytest.fixture(scope="module")
+def hed(copy_task_dir):
+    return build_hed(copy_task_dir, "--decoder-layers", "3")
+
+
+def test_every_head_of_every_decoder_layer_attends_hierarchically(hed):
+    """Each layer's cross-attention output equals Eq. 3-5 written out per head and document."""
+    _, task, model = hed
+    rng = torch.Generator().manual_seed(3)
+    clusters = [random_cluster(rng, n, *vocab(task.dictionary)) for n in (3, 1, 4)]
+    src = cluster_batch(clusters, task.dictionary)
+    _, prev = decoder_input([[5, 6, 7], [8, 9], [10, 11, 12, 13]], task.dictionary)
+    calls = []
+    handles = [layer.encoder_attn.register_forward_hook(
+        lambda m, args, kwargs, out: calls.append((m, kwargs, out[0])), with_kwargs=True)
+        for layer in model.decoder.layers]
+    try:
+        model(src, None, prev)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert len(calls) == len(model.decoder.layers)
+    for attention, kwargs, output in calls:
+        heads, head_dim = attention.num_heads, attention.head_dim
+        query, key = kwargs["query"], kwargs["key"]  # (tgt_len, batch, dim), (src_len, batch, dim)
+        for b, cluster in enumerate(clusters):
+            sizes = document_sizes(cluster)
+            n = sum(sizes)
+            q = (attention.q_proj(query[:, b]) * attention.scaling).view(-1, heads, head_dim)
+            k = attention.k_proj(key[:n, b]).view(n, heads, head_dim)
+            v = attention.v_proj(key[:n, b]).view(n, heads, head_dim)
+            per_head = []
+            for h in range(heads):
+                weights, _ = reference_cross_attention(q[:, h] @ k[:, h].T, sizes)
+                per_head.append(weights @ v[:, h])  # (tgt_len, head_dim)
+            expected = attention.out_proj(torch.cat(per_head, -1))
+            torch.testing.assert_close(output[:, b], expected, atol=1e-5, rtol=0)
+
+
+def test_the_model_reports_the_last_layers_document_weights_as_page_weights(hed):
+    _, task, model = hed
+    rng = torch.Generator().manual_seed(4)
+    clusters = [random_cluster(rng, n, *vocab(task.dictionary)) for n in (2, 4)]
+    src = cluster_batch(clusters, task.dictionary)
+    _, prev = decoder_input([[5, 6, 7], [8, 9]], task.dictionary)
+    encoder_out = model.encoder(src)
+    _, extra = model.decoder(prev, encoder_out=encoder_out)
+    page_weights = extra["page_weights"]  # (batch, max_docs, tgt_len)
+    assert page_weights.shape == (2, 4, prev.size(1))
+
+    last = model.decoder.layers[-1].encoder_attn
+    captured = {}
+    handle = last.register_forward_pre_hook(lambda m, args, kwargs: captured.update(kwargs), with_kwargs=True)
+    model.decoder(prev, encoder_out=encoder_out)
+    handle.remove()
+    _, doc_weights = last.token_weights(captured["query"], captured["key"], captured["key_padding_mask"])
+    expected = doc_weights.mean(0).transpose(1, 2)  # (heads, batch, tgt, docs) -> (batch, docs, tgt)
+    torch.testing.assert_close(page_weights, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(page_weights.sum(1), torch.ones(2, prev.size(1)))
+    assert bool(page_weights[0, 2:].eq(0).all()), "a cluster of two documents: the other slots get 0"
