@@ -15,7 +15,7 @@ TOLERANCE = 1e-6
 
 @pytest.fixture(scope="module")
 def reference_scorer():
-    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeLsum"], use_stemmer=True)
+    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
 
 
 def _lines(text):
@@ -93,7 +93,7 @@ def test_corpus_rouge_is_mean_f1_times_100_over_split_sentences(reference_scorer
     refs = [p["summary"] for p in papers]
     hyps = [p["sections"][0]["text"] for p in papers]
     result = rouge.corpus_rouge(hyps, refs)
-    assert set(result) == {"rouge1", "rouge2", "rougeLsum"}
+    assert set(result) == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
     for metric in rouge.METRICS:
         expected = np.mean([reference_scorer.score(_lines(r), _lines(h))[metric].fmeasure for r, h in zip(refs, hyps)])
         assert result[metric] == pytest.approx(100 * expected, abs=1e-4)
@@ -103,7 +103,7 @@ def test_sentence_splitting_changes_only_rougeLsum():
     text = "PageSum reads pages. It mixes them at each step. Locality helps."
     split = rouge.corpus_rouge([text], [text.replace(". ", " . ")])
     unsplit = rouge.corpus_rouge([text], [text.replace(". ", " . ")], split_sentences=False)
-    assert split["rouge1"] == unsplit["rouge1"] and split["rouge2"] == unsplit["rouge2"]
+    assert all(split[m] == unsplit[m] for m in ("rouge1", "rouge2", "rougeL"))
     assert rouge.prepare(text).count("\n") == 2
 
 

@@ -145,7 +145,7 @@ def assert_experiment_ran(out_dir, name, init="bart.large.cnn", data_name=None):
     assert len(weights) == N_TEST
     scores = json.loads((run_dir / "scores.json").read_text())
     assert scores["examples"] == N_TEST
-    assert set(scores["scores"]) == {"rouge1", "rouge2", "rougeLsum"}
+    assert set(scores["scores"]) == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
     commands = (out_dir / "commands.sh").read_text()
     for command in ("pagesum-preprocess", "fairseq-hydra-train", "fairseq-generate", "pagesum-score"):
         assert command in commands

@@ -107,7 +107,7 @@ def test_hed_recipe_runs_every_stage_on_the_documents_of_each_cluster(dry_runs):
     for record in records:  # the documents' weights (Eq. 4) of every generated token
         assert all(abs(sum(row) - 1) < 1e-4 for row in record["page_weights"])
     scores = json.loads((run_dir / "scores.json").read_text())
-    assert scores["examples"] == N_TEST and set(scores["scores"]) == {"rouge1", "rouge2", "rougeLsum"}
+    assert scores["examples"] == N_TEST and set(scores["scores"]) == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
     commands = (out_dir / "commands.sh").read_text()
     for command in ("pagesum-preprocess", "fairseq-hydra-train", "fairseq-generate", "pagesum-score"):
         assert command in commands

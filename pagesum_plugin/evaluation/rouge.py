@@ -1,6 +1,7 @@
-"""ROUGE-1, ROUGE-2 and summary-level ROUGE-L, identical to ``rouge-score`` but fast.
+"""ROUGE-1, ROUGE-2, sentence-level ROUGE-L and summary-level ROUGE-Lsum, identical to
+``rouge-score`` but fast.
 
-``rouge_score.rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeLsum"],
+``rouge_score.rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"],
 use_stemmer=True)`` spends its time in two places: Porter-stemming the same words
 again and again, and filling pure-Python LCS tables for every pair of sentences.
 This module keeps rouge-score's exact definitions (tokenizer, n-gram clipping,
@@ -31,7 +32,7 @@ from rouge_score.scoring import fmeasure
 
 from pagesum_plugin.corpus.sentences import split_sentences
 
-METRICS = ("rouge1", "rouge2", "rougeLsum")
+METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")  # rougeL: sentence-level, rougeLsum: summary-level
 
 # Below this many examples a process pool costs more than it saves.
 MIN_EXAMPLES_PER_WORKER = 32
@@ -141,6 +142,17 @@ def _union_lcs_positions(ref: List[int], hyp_sents: List[List[int]], hyp_ids: np
     return sorted(union)
 
 
+def _lcs_f1(ref_tokens: List[str], hyp_tokens: List[str]) -> float:
+    """Sentence-level ROUGE-L F1 (rouge-score's rougeL): one LCS over the whole texts."""
+    if not ref_tokens or not hyp_tokens:
+        return 0.0
+    vocab: Dict[str, int] = {}
+    ref = np.array([vocab.setdefault(t, len(vocab)) for t in ref_tokens])
+    hyp = np.array([[vocab.setdefault(t, len(vocab)) for t in hyp_tokens]])  # (1, n): one "sentence"
+    lcs = int(_lcs_tables(ref, hyp)[-1, 0, -1])
+    return fmeasure(lcs / len(hyp_tokens), lcs / len(ref_tokens))
+
+
 def _summary_lcs_f1(ref_sents: List[List[str]], hyp_sents: List[List[str]]) -> float:
     """Summary-level ROUGE-L F1 (rougeLsum) as in rouge-score / ROUGE-1.5.5."""
     m = sum(map(len, ref_sents))
@@ -182,6 +194,7 @@ def score_pair(reference: str, hypothesis: str) -> Dict[str, float]:
     return {
         "rouge1": _ngram_f1(ref_tokens, hyp_tokens, 1),
         "rouge2": _ngram_f1(ref_tokens, hyp_tokens, 2),
+        "rougeL": _lcs_f1(ref_tokens, hyp_tokens),
         "rougeLsum": _summary_lcs_f1(ref_sents, hyp_sents),
     }
 

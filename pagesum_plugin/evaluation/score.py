@@ -16,12 +16,14 @@ from pagesum_plugin.evaluation import rouge
 from pagesum_plugin.evaluation.perl_rouge import perl_rouge
 from pagesum_plugin.evaluation.significance import approximate_randomization, bootstrap_ci
 
-LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeLsum": "ROUGE-L (summary-level)"}
+LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L (sentence-level)",
+          "rougeLsum": "ROUGE-Lsum (summary-level)"}
 
 DESCRIPTION = """\
 Scores one-line-per-example hypothesis files against reference files.
 
-Default metric: ROUGE-1, ROUGE-2 and summary-level ROUGE-L (rougeLsum), F1 x 100,
+Default metric: ROUGE-1, ROUGE-2, sentence-level ROUGE-L (rougeL: one LCS over the whole
+summary, as HED's paper reports it) and summary-level ROUGE-L (rougeLsum, as PageSum's), F1 x 100,
 computed exactly as rouge-score's RougeScorer(use_stemmer=True): text is lowercased,
 every character outside [a-z0-9] separates tokens (so punctuation and non-ASCII
 letters are dropped, as in ROUGE-1.5.5), words longer than 3 characters are Porter
