@@ -5,11 +5,8 @@
 #              (or name each split with ARXIV_TRAIN, ARXIV_VALID, ARXIV_TEST)
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_var ARXIV_DIR "the arXiv folder (train.txt, val.txt, test.txt)"
+require_dataset arxiv
 check_shared_settings
 
-EXP_FORMAT=arxiv
-EXP_TRAIN=$(raw_split "$ARXIV_DIR" train.txt ARXIV_TRAIN)
-EXP_VALID=$(raw_split "$ARXIV_DIR" val.txt ARXIV_VALID)
-EXP_TEST=$(raw_split "$ARXIV_DIR" test.txt ARXIV_TEST)
+use_dataset arxiv
 run_experiment arxiv_discourse

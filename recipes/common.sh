@@ -245,3 +245,33 @@ raw_split() {
     local dir=$1 name=$2 var=$3
     echo "${!var:-$dir/$name}"
 }
+
+# require_dataset NAME: the dataset's folder variable (<NAME>_DIR) must be set.
+require_dataset() {
+    case "$1" in
+        arxiv) require_var ARXIV_DIR "the arXiv folder (train.txt, val.txt, test.txt)" ;;
+        pubmed) require_var PUBMED_DIR "the PubMed folder (train.txt, val.txt, test.txt)" ;;
+        govreport) require_var GOVREPORT_DIR "the GovReport folder (train.jsonl, valid.jsonl, test.jsonl)" ;;
+        multinews) require_var MULTINEWS_DIR "the Multi-News folder (train.src, train.tgt, val.src, ...)" ;;
+        *) die "unknown dataset '$1'" ;;
+    esac
+}
+
+# use_dataset NAME: EXP_FORMAT and the three split files of the dataset's own release layout
+# (each overridable by <NAME>_TRAIN, <NAME>_VALID, <NAME>_TEST).
+use_dataset() {
+    local name=$1 prefix dir
+    prefix=$(echo "$name" | tr '[:lower:]' '[:upper:]')
+    dir="${prefix}_DIR"
+    local train valid test
+    case "$name" in
+        arxiv | pubmed) train=train.txt valid=val.txt test=test.txt ;;
+        govreport) train=train.jsonl valid=valid.jsonl test=test.jsonl ;;
+        multinews) train=train.src valid=val.src test=test.src ;;
+        *) die "unknown dataset '$name'" ;;
+    esac
+    EXP_FORMAT=$name
+    EXP_TRAIN=$(raw_split "${!dir}" "$train" "${prefix}_TRAIN")
+    EXP_VALID=$(raw_split "${!dir}" "$valid" "${prefix}_VALID")
+    EXP_TEST=$(raw_split "${!dir}" "$test" "${prefix}_TEST")
+}

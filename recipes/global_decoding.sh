@@ -12,25 +12,14 @@
 DATASETS=${DATASETS:-arxiv multinews}
 for dataset in $DATASETS; do
     case "$dataset" in
-        arxiv) require_var ARXIV_DIR "the arXiv folder (train.txt, val.txt, test.txt)" ;;
-        multinews) require_var MULTINEWS_DIR "the Multi-News folder (train.src, train.tgt, ...)" ;;
+        arxiv | multinews) require_dataset "$dataset" ;;
         *) die "DATASETS may hold arxiv and multinews, got '$dataset'" ;;
     esac
 done
 check_shared_settings
 
 for dataset in $DATASETS; do
-    if [ "$dataset" = arxiv ]; then
-        EXP_FORMAT=arxiv
-        EXP_TRAIN=$(raw_split "$ARXIV_DIR" train.txt ARXIV_TRAIN)
-        EXP_VALID=$(raw_split "$ARXIV_DIR" val.txt ARXIV_VALID)
-        EXP_TEST=$(raw_split "$ARXIV_DIR" test.txt ARXIV_TEST)
-    else
-        EXP_FORMAT=multinews
-        EXP_TRAIN=$(raw_split "$MULTINEWS_DIR" train.src MULTINEWS_TRAIN)
-        EXP_VALID=$(raw_split "$MULTINEWS_DIR" val.src MULTINEWS_VALID)
-        EXP_TEST=$(raw_split "$MULTINEWS_DIR" test.src MULTINEWS_TEST)
-    fi
+    use_dataset "$dataset"
     EXP_DATA_NAME=global_decoding_$dataset
     for decoding in ${DECODINGS:-global page}; do
         case "$decoding" in

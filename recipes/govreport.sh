@@ -7,7 +7,7 @@
 #   GOVREPORT_PAGES  20 (default) or 7
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_var GOVREPORT_DIR "the GovReport folder (train.jsonl, valid.jsonl, test.jsonl)"
+require_dataset govreport
 check_shared_settings
 GOVREPORT_PAGES=${GOVREPORT_PAGES:-20}
 case "$GOVREPORT_PAGES" in
@@ -15,8 +15,5 @@ case "$GOVREPORT_PAGES" in
     *) die "GOVREPORT_PAGES must be 20 or 7 (the paper's two settings), got '$GOVREPORT_PAGES'" ;;
 esac
 
-EXP_FORMAT=govreport
-EXP_TRAIN=$(raw_split "$GOVREPORT_DIR" train.jsonl GOVREPORT_TRAIN)
-EXP_VALID=$(raw_split "$GOVREPORT_DIR" valid.jsonl GOVREPORT_VALID)
-EXP_TEST=$(raw_split "$GOVREPORT_DIR" test.jsonl GOVREPORT_TEST)
+use_dataset govreport
 run_experiment "govreport_${GOVREPORT_PAGES}x1024"

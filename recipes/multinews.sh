@@ -6,11 +6,8 @@
 #                  MULTINEWS_TEST; the .tgt file is found next to it)
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_var MULTINEWS_DIR "the Multi-News folder (train.src, train.tgt, val.src, ...)"
+require_dataset multinews
 check_shared_settings
 
-EXP_FORMAT=multinews
-EXP_TRAIN=$(raw_split "$MULTINEWS_DIR" train.src MULTINEWS_TRAIN)
-EXP_VALID=$(raw_split "$MULTINEWS_DIR" val.src MULTINEWS_VALID)
-EXP_TEST=$(raw_split "$MULTINEWS_DIR" test.src MULTINEWS_TEST)
+use_dataset multinews
 run_experiment multinews

@@ -10,15 +10,11 @@
 #   MULTINEWS_DIR  the Multi-News release: train.src/.tgt, val.src/.tgt, test.src/.tgt
 #                  (or name each source file with MULTINEWS_TRAIN, MULTINEWS_VALID,
 #                  MULTINEWS_TEST; the .tgt file is found next to it)
-# Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh. Here ARCH
-# defaults to hed_bart_large; BATCH_SIZE does not apply (the config holds one cluster per
-# update, as the paper trains; with NUM_GPUS=N an update sees N clusters).
+# Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh. The YAML holds
+# one cluster per update, as the paper trains.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_var MULTINEWS_DIR "the Multi-News folder (train.src, train.tgt, val.src, ...)"
+require_dataset multinews
 check_shared_settings
 
-EXP_FORMAT=multinews
-EXP_TRAIN=$(raw_split "$MULTINEWS_DIR" train.src MULTINEWS_TRAIN)
-EXP_VALID=$(raw_split "$MULTINEWS_DIR" val.src MULTINEWS_VALID)
-EXP_TEST=$(raw_split "$MULTINEWS_DIR" test.src MULTINEWS_TEST)
+use_dataset multinews
 run_experiment multinews_hed

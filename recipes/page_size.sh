@@ -7,13 +7,10 @@
 #   PAGE_SIZES  a subset of "128x32 256x16 512x8 1024x4" (default: all four)
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_var ARXIV_DIR "the arXiv folder (train.txt, val.txt, test.txt)"
+require_dataset arxiv
 check_shared_settings
 
-EXP_FORMAT=arxiv
-EXP_TRAIN=$(raw_split "$ARXIV_DIR" train.txt ARXIV_TRAIN)
-EXP_VALID=$(raw_split "$ARXIV_DIR" val.txt ARXIV_VALID)
-EXP_TEST=$(raw_split "$ARXIV_DIR" test.txt ARXIV_TEST)
+use_dataset arxiv
 EXP_DATA_NAME=page_size  # one corpus: each size is a view of it
 for size in ${PAGE_SIZES:-128x32 256x16 512x8 1024x4}; do
     [[ "$size" =~ ^([0-9]+)x([0-9]+)$ ]] || die "PAGE_SIZES entries look like 512x8, got '$size'"

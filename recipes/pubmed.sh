@@ -5,11 +5,8 @@
 #               (or name each split with PUBMED_TRAIN, PUBMED_VALID, PUBMED_TEST)
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_var PUBMED_DIR "the PubMed folder (train.txt, val.txt, test.txt)"
+require_dataset pubmed
 check_shared_settings
 
-EXP_FORMAT=pubmed
-EXP_TRAIN=$(raw_split "$PUBMED_DIR" train.txt PUBMED_TRAIN)
-EXP_VALID=$(raw_split "$PUBMED_DIR" val.txt PUBMED_VALID)
-EXP_TEST=$(raw_split "$PUBMED_DIR" test.txt PUBMED_TEST)
+use_dataset pubmed
 run_experiment pubmed
