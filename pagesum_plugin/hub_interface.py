@@ -135,7 +135,7 @@ class PageSumHubInterface(nn.Module):
         return {
             "summary": summary,
             "tokens": self.codec.symbols(hypo["tokens"]),
-            "page_weights": hypo["page_weights"].cpu(),
+            "page_weights": None if hypo["page_weights"] is None else hypo["page_weights"].cpu(),
         }
 
     @torch.no_grad()

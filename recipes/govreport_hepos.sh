@@ -9,12 +9,9 @@
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh. Here INIT
 # defaults to bart.large.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_var GOVREPORT_DIR "the GovReport folder (train.jsonl, valid.jsonl, test.jsonl)"
+require_dataset govreport
 INIT=${INIT:-bart.large}
 check_shared_settings
 
-EXP_FORMAT=govreport
-EXP_TRAIN=$(raw_split "$GOVREPORT_DIR" train.jsonl GOVREPORT_TRAIN)
-EXP_VALID=$(raw_split "$GOVREPORT_DIR" valid.jsonl GOVREPORT_VALID)
-EXP_TEST=$(raw_split "$GOVREPORT_DIR" test.jsonl GOVREPORT_TEST)
+use_dataset govreport
 run_experiment govreport_hepos

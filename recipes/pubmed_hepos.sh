@@ -9,12 +9,9 @@
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh. Here INIT
 # defaults to bart.large.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_var PUBMED_DIR "the PubMed folder (train.txt, val.txt, test.txt)"
+require_dataset pubmed
 INIT=${INIT:-bart.large}
 check_shared_settings
 
-EXP_FORMAT=pubmed
-EXP_TRAIN=$(raw_split "$PUBMED_DIR" train.txt PUBMED_TRAIN)
-EXP_VALID=$(raw_split "$PUBMED_DIR" val.txt PUBMED_VALID)
-EXP_TEST=$(raw_split "$PUBMED_DIR" test.txt PUBMED_TEST)
+use_dataset pubmed
 run_experiment pubmed_hepos

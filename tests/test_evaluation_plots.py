@@ -98,6 +98,7 @@ def encoder():
     return encode
 
 
+@pytest.mark.slow  # encodes real papers with the sentence-embedding model
 def test_spatial_locality_neighbours_are_more_similar_than_the_average_pair(jsonl, encoder, tmp_path, capsys,
                                                                           monkeypatch):
     monkeypatch.setattr(analysis, "minilm_encoder", lambda device="cpu": encoder)

@@ -12,6 +12,8 @@ from omegaconf import OmegaConf
 
 from builders.cli import BIN_DIR, REPO_ROOT
 
+pytestmark = pytest.mark.slow  # runs every recipe script (PLAN=1)
+
 RECIPES = Path(REPO_ROOT) / "recipes"
 CONFIGS = RECIPES / "config"
 ALL_DATA = dict(ARXIV_DIR="/data/arxiv", PUBMED_DIR="/data/pubmed", GOVREPORT_DIR="/data/govreport",

@@ -29,18 +29,18 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
         net_output = model(**sample["net_input"])
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        entropy_sum, top_weight_sum = page_weight_sums(
-            net_output[1]["page_weights"], sample["target"].ne(self.padding_idx)
-        )
         logging_output = {
             "loss": loss.data,
             "nll_loss": nll_loss.data,
             "ntokens": sample["ntokens"],
             "nsentences": sample["target"].size(0),
             "sample_size": sample_size,
-            "page_entropy_sum": entropy_sum,
-            "top_page_weight_sum": top_weight_sum,
         }
+        if net_output[1].get("page_weights") is not None:  # models that mix pages
+            entropy_sum, top_weight_sum = page_weight_sums(
+                net_output[1]["page_weights"], sample["target"].ne(self.padding_idx)
+            )
+            logging_output.update(page_entropy_sum=entropy_sum, top_page_weight_sum=top_weight_sum)
         if self.report_accuracy:
             n_correct, total = self.compute_accuracy(model, net_output, sample)
             logging_output["n_correct"] = n_correct.data
@@ -51,7 +51,7 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     def reduce_metrics(cls, logging_outputs) -> None:
         super().reduce_metrics(logging_outputs)
         positions = sum(log.get("ntokens", 0) for log in logging_outputs)  # non-padding summary tokens
-        if positions > 0:
+        if positions > 0 and any("page_entropy_sum" in log for log in logging_outputs):
             entropy = sum(log.get("page_entropy_sum", 0.0) for log in logging_outputs)
             top = sum(log.get("top_page_weight_sum", 0.0) for log in logging_outputs)
             metrics.log_scalar("page_entropy", entropy / positions, positions, round=3)

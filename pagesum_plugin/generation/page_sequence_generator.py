@@ -51,14 +51,14 @@ class PageSumSequenceGenerator(SequenceGenerator):
             prefix_tokens = src_tokens.new_full((src_tokens.size(0), 1), self.bos)
         page_counts = real_pages(src_tokens, self.pad).sum(dim=1)  # (batch,)
         kept_pages = None
+        mixes_pages = getattr(self.model.single_model, "mixes_pages", False)
         page_decoding = getattr(self.model.single_model, "page_decoding", "page")
-        if 0 < self.top_pages < src_tokens.size(1) and page_decoding == "page":
+        if 0 < self.top_pages < src_tokens.size(1) and mixes_pages and page_decoding == "page":
             kept_pages = self._most_confident_pages(src_tokens, self.top_pages)  # (batch, k)
             pruned = src_tokens.gather(1, kept_pages[:, :, None].expand(-1, -1, src_tokens.size(2)))
             sample = {**sample, "net_input": {**sample["net_input"], "src_tokens": pruned}}
         finalized = self._generate_counting_summary_tokens(sample, prefix_tokens, constraints, bos_token)
 
-        mixes_pages = getattr(self.model.single_model, "mixes_pages", False)
         for i, hypos in enumerate(finalized):
             num_pages = int(page_counts[i])
             for hypo in hypos:

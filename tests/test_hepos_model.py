@@ -1,0 +1,155 @@
+"""The hepos model: BART when nothing is sparse, and consistent whatever is."""
+
+import copy
+
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from builders.hepos import (
+    ENCODER_VARIANTS,
+    SMALL_PATTERNS,
+    HistoryNGramBlocker,
+    build_hepos,
+    decoder_io,
+    flat_batch,
+    make_source_sensitive,
+    random_texts,
+    sample_of,
+    single_thread,
+)
+from builders.models import bart_twin
+from pagesum_plugin.generation import PageSumSequenceGenerator
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    with single_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def stride_one(copy_task_dir):
+    """HEPOS with s_h = 1 and full encoder attention: BART, computed the HEPOS way."""
+    return build_hepos(copy_task_dir, "--hepos-stride", "1")
+
+
+def log_probs(model, src_tokens, prev):
+    logits, _ = model(src_tokens, None, prev)
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def test_stride_one_equals_fairseq_bart_log_probs_up_to_1024_tokens(stride_one):
+    args, task, model = stride_one
+    bart = bart_twin(args, task, model)
+    d = task.dictionary
+    src = flat_batch(random_texts(torch.Generator().manual_seed(1), [1022, 400, 37], d), d)  # (3, 1, 1024)
+    _, prev = decoder_io([[5, 6, 7, 8], [9, 10], [11, 12, 13]], d)
+    bart_src = src[:, 0]
+    reference = log_probs(bart, bart_src, prev)
+    torch.testing.assert_close(log_probs(model, src, prev), reference, atol=1e-5, rtol=0)
+    torch.testing.assert_close(log_probs(model, bart_src, prev), reference, atol=1e-5, rtol=0)  # plain 2-D input
+
+
+SEARCH_SETTINGS = [
+    dict(beam_size=1, max_len_b=10),
+    dict(beam_size=4, max_len_b=12),
+    dict(beam_size=4, len_penalty=2.0, min_len=5, max_len_b=10),
+    dict(beam_size=3, len_penalty=0.5, max_len_b=12, no_repeat_ngram_size=2),
+]
+
+
+@pytest.mark.parametrize("settings", SEARCH_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_stride_one_beam_search_equals_fairseq_stock_generator_on_bart(copy_task_dir, settings):
+    args, task, model = build_hepos(copy_task_dir, "--hepos-stride", "1")
+    bart = bart_twin(args, task, model)
+    d = task.dictionary
+    sample = sample_of(flat_batch(random_texts(torch.Generator().manual_seed(2), [30, 700, 12], d), d), d.pad())
+    ours = PageSumSequenceGenerator([model], d, **settings).generate([model], sample)
+
+    # the project's lengths count summary tokens (not the forced <s>), and <s> never comes again
+    in_stock_terms = {**settings, "min_len": settings.get("min_len", 1) + 1, "max_len_b": settings["max_len_b"] + 1}
+    stock = SequenceGenerator([bart], d, tokens_to_suppress=("<s>",), **in_stock_terms)
+    if stock.repeat_ngram_blocker is not None:
+        stock.repeat_ngram_blocker = HistoryNGramBlocker(stock.repeat_ngram_blocker)
+    bart_src = sample["net_input"]["src_tokens"][:, 0]
+    bart_sample = {"net_input": {"src_tokens": bart_src, "src_lengths": bart_src.ne(d.pad()).sum(1)}}
+    reference = stock.generate([bart], bart_sample, prefix_tokens=bart_src.new_full((3, 1), d.bos()))
+
+    for ours_hypos, ref_hypos in zip(ours, reference):
+        assert len(ours_hypos) == len(ref_hypos)
+        for h, r in zip(ours_hypos, ref_hypos):
+            assert torch.equal(h["tokens"], r["tokens"])
+            torch.testing.assert_close(h["score"], r["score"], atol=1e-5, rtol=0)
+            torch.testing.assert_close(h["positional_scores"], r["positional_scores"], atol=1e-5, rtol=0)
+            assert h["page_weights"] is None
+
+
+VARIANTS = [("--encoder-attention", e) for e in ENCODER_VARIANTS] + [
+    ("--cross-attention", "full"), ("--cross-attention", "linformer"), ("--cross-attention", "hepos")]
+
+
+def variant_model(data_dir, flag, value):
+    return build_hepos(data_dir, flag, value, *SMALL_PATTERNS, "--hepos-stride", "3")
+
+
+@pytest.mark.parametrize("flag,value", VARIANTS, ids=lambda x: x)
+def test_incremental_decoding_equals_the_full_forward_pass(copy_task_dir, flag, value):
+    _, task, model = variant_model(copy_task_dir, flag, value)
+    d = task.dictionary
+    src = flat_batch(random_texts(torch.Generator().manual_seed(3), [41, 17, 30], d), d)
+    _, prev = decoder_io([[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]], d)
+    full = log_probs(model, src, prev)
+
+    encoder_out = model.encoder(src)
+    state = {}
+    real = prev.ne(d.pad())
+    for t in range(prev.size(1)):
+        logits, _ = model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)
+        step = torch.log_softmax(logits.float(), dim=-1)[:, 0]
+        torch.testing.assert_close(step[real[:, t]], full[real[:, t], t], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("flag,value", VARIANTS, ids=lambda x: x)
+def test_batched_equals_one_at_a_time(copy_task_dir, flag, value):
+    _, task, model = variant_model(copy_task_dir, flag, value)
+    d = task.dictionary
+    texts = random_texts(torch.Generator().manual_seed(4), [41, 17, 30], d)
+    summaries = [[5, 6, 7, 8, 9], [11, 12], [13, 14, 15]]
+    _, prev = decoder_io(summaries, d)
+    batched = log_probs(model, flat_batch(texts, d), prev)
+    for i, (text, summary) in enumerate(zip(texts, summaries)):
+        _, alone_prev = decoder_io([summary], d)
+        alone = log_probs(model, flat_batch([text], d), alone_prev)
+        torch.testing.assert_close(batched[i, : alone.size(1)], alone[0], atol=1e-5, rtol=0)
+
+
+def test_beams_sharing_one_encoder_output_decode_as_beams_with_their_own(copy_task_dir):
+    _, task, model = build_hepos(copy_task_dir, *SMALL_PATTERNS, "--encoder-attention", "sinkhorn")
+    d = task.dictionary
+    make_source_sensitive(model, d)
+    unshared = copy.deepcopy(model)
+    unshared.set_beam_size = lambda beam: None  # the encoder output is repeated per beam
+    sample = sample_of(flat_batch(random_texts(torch.Generator().manual_seed(5), [40, 9, 25, 33], d), d), d.pad())
+    settings = dict(beam_size=4, max_len_b=20, len_penalty=1.5)
+    shared_hypos = PageSumSequenceGenerator([model], d, **settings).generate([model], sample)
+    own_hypos = PageSumSequenceGenerator([unshared], d, **settings).generate([unshared], sample)
+    lengths = {len(hypos[0]["tokens"]) for hypos in shared_hypos}
+    assert len(lengths) > 1, "examples must finish at different steps, so that finished ones are dropped"
+    for a, b in zip(shared_hypos, own_hypos):
+        for h, r in zip(a, b):
+            assert torch.equal(h["tokens"], r["tokens"])
+            torch.testing.assert_close(h["positional_scores"], r["positional_scores"], atol=1e-5, rtol=0)
+
+
+def test_encoder_reads_one_flat_sequence(stride_one):
+    _, task, model = stride_one
+    pages = torch.full((1, 2, 5), task.dictionary.bos())
+    with pytest.raises(ValueError, match="--view flat"):
+        model.encoder(pages)
+
+
+def test_encoder_refuses_a_source_longer_than_its_positions(stride_one):
+    _, task, model = stride_one
+    with pytest.raises(ValueError, match="--max-source-positions 1024"):
+        model.encoder(torch.full((1, 1, 1025), 5))
