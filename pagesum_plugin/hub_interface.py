@@ -68,6 +68,8 @@ class PageSumHubInterface(nn.Module):
             # A plain string has no sections or source documents: it is read spatially.
             config = replace(config, view="spatial")
         document_ids = self.codec.encode_document(example_from_raw(document))
+        if hasattr(self.task, "document_inputs"):  # a segment-by-segment task reads documents its own way
+            return [torch.from_numpy(ids) for ids in self.task.document_inputs(document_ids)]
         pages = assemble_pages(document_ids, config, self.dictionary.bos(), self.dictionary.eos())
         return [torch.from_numpy(page) for page in pages]
 
@@ -108,7 +110,8 @@ class PageSumHubInterface(nn.Module):
         given = dict(beam=beam, lenpen=lenpen, min_len=min_len, max_len_b=max_len_b,
                      no_repeat_ngram_size=no_repeat_ngram_size)
         settings = replace(self.task.generation_defaults, **{k: v for k, v in given.items() if v is not None})
-        generator = PageSumSequenceGenerator(
+        generator_cls = getattr(self.task, "sequence_generator_cls", PageSumSequenceGenerator)
+        generator = generator_cls(
             [self.model],
             self.dictionary,
             beam_size=settings.beam,

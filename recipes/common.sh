@@ -47,7 +47,8 @@ PAGESUM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USER_DIR=${USER_DIR:-$PAGESUM_ROOT/pagesum_plugin}
 CONFIG_DIR=$PAGESUM_ROOT/recipes/config
 RECIPE=${RECIPE:-$(basename "$0" .sh)}
-PYTHON=${PYTHON:-python3}
+# the Python that has pagesum installed: the one beside pagesum-preprocess when it is on PATH
+PYTHON=${PYTHON:-$(p=$(command -v pagesum-preprocess) && echo "$(dirname "$p")/python" || echo python3)}
 
 die() {
     echo "$RECIPE: $*" >&2
@@ -211,15 +212,17 @@ run_experiment() {
     local name=$1
     EXP_CONFIG=${2:-$name}
     [ -f "$CONFIG_DIR/$EXP_CONFIG.yaml" ] || die "no settings for experiment $name: $CONFIG_DIR/$EXP_CONFIG.yaml"
+    if stage_enabled preprocess; then  # every file is checked before anything runs
+        require_path -f "$EXP_TRAIN" "$name training split"
+        require_path -f "$EXP_VALID" "$name validation split"
+        require_path -f "$EXP_TEST" "$name test split"
+    fi
     set_batch_flags
     # experiments that differ only in the model share one preprocessed copy of the data
     local data="$OUT_DIR/${EXP_DATA_NAME:-$name}/data" run_dir="$OUT_DIR/$name/$INIT"
     [ "${PLAN:-0}" = 1 ] && echo "# experiment: $name"
     [ "${PLAN:-0}" = 1 ] || echo "$RECIPE: experiment $name -> $OUT_DIR/$name" >&2
     if stage_enabled preprocess; then
-        require_path -f "$EXP_TRAIN" "$name training split"
-        require_path -f "$EXP_VALID" "$name validation split"
-        require_path -f "$EXP_TEST" "$name test split"
         preprocess_stage "$data"
     fi
     if stage_enabled train; then

@@ -1,0 +1,258 @@
+"""Datasets of the AWESOME tasks, read from the stored corpus.
+
+``SegmentedSummarizationDataset``: every example is its segments (the ``segments`` view
+with the cached Algorithm 1 segment ids; with salient sentences, each segment's input
+carries those of the other segments, see ``salient.py``) and every segment's target
+(``cache.SegmentTargets``). A batch::
+
+    net_input.src_tokens      (batch, max_segments, seg_len)  segments in order, then
+                              all-padding segments (the page layout of the plugin)
+    segment_target            (batch, max_segments, tgt_len)  <s> segment summary </s>
+    segment_prev_output_tokens (batch, max_segments, tgt_len) </s> <s> segment summary
+    target                    (batch, full_len)               <s> whole summary </s>
+
+``SalientExtractionDataset``: every example is its sentences, each ``<s> sentence </s>``,
+and their oracle labels.
+"""
+
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+from fairseq.data import FairseqDataset, data_utils
+
+from ..corpus.format import CorpusSplit, EncodedDocument
+from ..corpus.views import ViewConfig, assemble_pages, plan_pages
+from ..data.paged_dataset import collate_pages, summary_target
+from .cache import SegmentTargets
+from .documents import unit_ids
+from .salient import SalientHeaders, augmented_input
+
+
+def segment_inputs(document: EncodedDocument, streams: np.ndarray, view: ViewConfig, bos: int, eos: int,
+                   salient: Optional[np.ndarray] = None, headers: Optional[SalientHeaders] = None,
+                   max_input_tokens: int = 1024) -> List[np.ndarray]:
+    """One document's segment inputs ``<s> ... </s>``: the segments view's pages for the
+    given per-unit segment ids (``streams``), or, with ``salient`` (per-unit bool), each
+    segment introduced by its header and followed by the other segments' salient sentences."""
+    if salient is None:
+        return assemble_pages(document, view, bos, eos, streams)
+    units = unit_ids(document)
+    chosen = np.flatnonzero(salient)
+    inputs = []
+    for j in range(int(streams[-1]) + 1):
+        content = np.concatenate([units[u] for u in np.flatnonzero(streams == j)])[: view.window]
+        past = [units[u] for u in chosen if streams[u] < j]
+        future = [units[u] for u in chosen if streams[u] > j]
+        inputs.append(augmented_input(content, past, future, headers, max_input_tokens, bos, eos))
+    return inputs
+
+
+def kept_segments(sizes: np.ndarray, budget: Optional[int]) -> int:
+    """How many leading segments fit in ``budget`` content tokens (at least one)."""
+    if budget is None:
+        return len(sizes)
+    return max(1, int(np.searchsorted(np.cumsum(sizes), budget, side="right")))
+
+
+class SegmentedSummarizationDataset(FairseqDataset):
+    def __init__(self, corpus: CorpusSplit, view: ViewConfig, dictionary, segment_ids: np.ndarray,
+                 targets: SegmentTargets, salient: Optional[np.ndarray] = None,
+                 headers: Optional[SalientHeaders] = None, max_input_tokens: int = 1024,
+                 max_summary_tokens: int = 1024, max_document_tokens: Optional[int] = None,
+                 shuffle: bool = True, seed: int = 1):
+        if view.view != "segments":
+            raise ValueError(f"segmented summarization reads the segments view, not {view.view!r}")
+        if salient is not None and headers is None:
+            raise ValueError("salient sentences need the headers that introduce them")
+        self.corpus, self.view, self.dictionary = corpus, view, dictionary
+        self.segment_ids, self.targets = segment_ids, targets
+        self.salient, self.headers = salient, headers
+        self.max_input_tokens, self.max_summary_tokens = max_input_tokens, max_summary_tokens
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 1
+        self.example_ids = corpus.example_ids()
+
+        plan = plan_pages(corpus.structure, view, segment_ids)
+        if not np.array_equal(plan.page_counts, np.diff(targets.example_segments)):
+            raise ValueError("the cached targets do not match the cached segments: segment the split again")
+        sizes = plan.page_length  # (n_segments,) content tokens
+        firsts = plan.example_pages[:-1]
+        self.segment_counts = np.array([kept_segments(sizes[a:b], max_document_tokens)
+                                        for a, b in zip(firsts, plan.example_pages[1:])], dtype=np.int64)
+        kept = np.arange(len(sizes)) - np.repeat(firsts, plan.page_counts) < np.repeat(self.segment_counts,
+                                                                                      plan.page_counts)
+        input_sizes = np.minimum(sizes + 2 + (0 if salient is None else max_input_tokens), max_input_tokens)
+        target_sizes = np.minimum(targets.lengths + 2, max_summary_tokens)
+        example = np.repeat(np.arange(len(self.segment_counts)), plan.page_counts)
+        self.src_sizes = np.bincount(example[kept], weights=input_sizes[kept], minlength=len(self)).astype(np.int64)
+        self.tgt_sizes = np.bincount(example[kept], weights=target_sizes[kept], minlength=len(self)).astype(np.int64)
+        # each segment is encoded and decoded on its own: positions are bounded by the longest
+        self.longest_input = np.zeros(len(self), dtype=np.int64)
+        np.maximum.at(self.longest_input, example[kept], input_sizes[kept])
+        self.longest_target = np.zeros(len(self), dtype=np.int64)
+        np.maximum.at(self.longest_target, example[kept], target_sizes[kept])
+        self.example_tokens = self.src_sizes + self.tgt_sizes
+
+    def __len__(self) -> int:
+        return len(self.segment_counts)
+
+    # ---- one example ------------------------------------------------------------------
+
+    def segment_inputs(self, index: int) -> List[np.ndarray]:
+        """Every kept segment's input ids ``<s> ... </s>``."""
+        units = slice(self.corpus.structure.example_units[index], self.corpus.structure.example_units[index + 1])
+        return segment_inputs(
+            self.corpus.document(index), self.segment_ids[units], self.view, self.dictionary.bos(),
+            self.dictionary.eos(), None if self.salient is None else self.salient[units], self.headers,
+            self.max_input_tokens,
+        )[: int(self.segment_counts[index])]
+
+    def __getitem__(self, index: int) -> Dict:
+        bos, eos = self.dictionary.bos(), self.dictionary.eos()
+        count = int(self.segment_counts[index])
+        targets = self.targets.of_example(index)[:count]
+        return {
+            "id": index,
+            "segments": [torch.from_numpy(ids) for ids in self.segment_inputs(index)],
+            "segment_targets": [summary_target(ids, bos, eos, self.max_summary_tokens) for ids in targets],
+            "target": summary_target(self.corpus.summary(index), bos, eos, self.max_summary_tokens),
+        }
+
+    def collater(self, samples: List[Dict], pad_to_multiple: int = 1) -> Dict:
+        if len(samples) == 0:
+            return {}
+        pad, eos = self.dictionary.pad(), self.dictionary.eos()
+        src_tokens = collate_pages([s["segments"] for s in samples], pad, pad_to_multiple)
+        segment_target = collate_pages([s["segment_targets"] for s in samples], pad)  # (batch, max_segments, tgt_len)
+        shifted = [[torch.cat([t[-1:], t[:-1]]) for t in s["segment_targets"]] for s in samples]  # </s> <s> ...
+        segment_prev = collate_pages(shifted, pad)
+        targets = [s["target"] for s in samples]
+        return {
+            "id": torch.LongTensor([s["id"] for s in samples]),
+            "example_ids": [self.example_ids[s["id"]] for s in samples],
+            "nsentences": len(samples),
+            "ntokens": int(segment_target.ne(pad).sum()),  # what the loss counts
+            "net_input": {
+                "src_tokens": src_tokens,  # (batch, max_segments, seg_len)
+                "src_lengths": src_tokens.ne(pad).sum(dim=(1, 2)),  # (batch,)
+            },
+            "segment_target": segment_target,
+            "segment_prev_output_tokens": segment_prev,
+            "target": data_utils.collate_tokens(targets, pad, eos),  # (batch, full_len)
+        }
+
+    # ---- sizes and order ----------------------------------------------------------------
+
+    def num_tokens(self, index: int) -> int:
+        return int(self.example_tokens[index])
+
+    def num_tokens_vec(self, indices):
+        return self.example_tokens[indices]
+
+    def size(self, index: int):
+        """What fairseq compares with the model's max positions: the longest segment input and target."""
+        return (int(self.longest_input[index]), int(self.longest_target[index]))
+
+    @property
+    def sizes(self):
+        return np.vstack((self.longest_input, self.longest_target)).T
+
+    def ordered_indices(self):
+        if self.shuffle:
+            with data_utils.numpy_seed(self.seed, self.epoch):
+                order = [np.random.permutation(len(self))]
+        else:
+            order = [np.arange(len(self))]
+        order.append(self.example_tokens)
+        return np.lexsort(order)
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    @property
+    def can_reuse_epoch_itr_across_epochs(self):
+        return False
+
+    @property
+    def supports_prefetch(self):
+        return False
+
+
+class SalientExtractionDataset(FairseqDataset):
+    """Sentences of each example with their labels; the collater packs every sentence of
+    the batch into rows: src_tokens (n_sentences, sent_len), sentence_counts (batch,)."""
+
+    def __init__(self, corpus: CorpusSplit, dictionary, labels: Optional[np.ndarray], max_sentence_tokens: int = 64,
+                 max_sentences: Optional[int] = None, shuffle: bool = True, seed: int = 1):
+        self.corpus, self.dictionary, self.labels = corpus, dictionary, labels
+        self.max_sentence_tokens, self.shuffle, self.seed, self.epoch = max_sentence_tokens, shuffle, seed, 1
+        s = corpus.structure
+        counts = np.diff(s.example_units)
+        self.sentence_counts = counts if max_sentences is None else np.minimum(counts, max_sentences)
+        lengths = np.minimum(s.unit_length + s.head_plain - s.head_spaced + 2, max_sentence_tokens)
+        spans = list(zip(s.example_units[:-1], self.sentence_counts))
+        self.src_sizes = np.array([lengths[a: a + n].sum() for a, n in spans], dtype=np.int64)  # batching cost
+        self.longest_sentence = np.array([lengths[a: a + n].max() for a, n in spans], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.sentence_counts)
+
+    def __getitem__(self, index: int) -> Dict:
+        document = self.corpus.document(index)
+        bos, eos = self.dictionary.bos(), self.dictionary.eos()
+        n = int(self.sentence_counts[index])
+        # every sentence reads on its own: the first word without its leading space
+        heads = np.split(document.heads, np.cumsum(document.head_plain)[:-1])
+        sentences = []
+        for u, spaced in enumerate(unit_ids(document)[:n]):
+            ids = np.concatenate([heads[u], spaced[document.head_spaced[u]:]])[: self.max_sentence_tokens - 2]
+            sentences.append(torch.from_numpy(np.concatenate([[bos], ids, [eos]]).astype(np.int64)))
+        first = self.corpus.structure.example_units[index]
+        labels = None if self.labels is None else torch.from_numpy(self.labels[first: first + n].astype(np.float32))
+        return {"id": index, "sentences": sentences, "labels": labels}
+
+    def collater(self, samples: List[Dict], pad_to_multiple: int = 1) -> Dict:
+        if len(samples) == 0:
+            return {}
+        pad = self.dictionary.pad()
+        sentences = [s for sample in samples for s in sample["sentences"]]
+        src_tokens = data_utils.collate_tokens(sentences, pad, pad_to_multiple=pad_to_multiple)  # (n_sentences, len)
+        batch = {
+            "id": torch.LongTensor([s["id"] for s in samples]),
+            "nsentences": len(samples),
+            "ntokens": len(sentences),  # sentences scored
+            "net_input": {
+                "src_tokens": src_tokens,
+                "sentence_counts": torch.LongTensor([len(s["sentences"]) for s in samples]),  # (batch,)
+            },
+        }
+        if samples[0]["labels"] is not None:
+            batch["target"] = torch.cat([s["labels"] for s in samples])  # (n_sentences,)
+        return batch
+
+    def num_tokens(self, index: int) -> int:
+        return int(self.src_sizes[index])
+
+    def num_tokens_vec(self, indices):
+        return self.src_sizes[indices]
+
+    def size(self, index: int):
+        """What fairseq compares with the encoder's max positions: the longest sentence."""
+        return int(self.longest_sentence[index])
+
+    @property
+    def sizes(self):
+        return self.longest_sentence
+
+    def ordered_indices(self):
+        if self.shuffle:
+            with data_utils.numpy_seed(self.seed, self.epoch):
+                return np.random.permutation(len(self))
+        return np.argsort(self.src_sizes, kind="stable")
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    @property
+    def supports_prefetch(self):
+        return False

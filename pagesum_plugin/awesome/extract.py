@@ -1,0 +1,76 @@
+"""Salient sentences predicted by a trained extractor, once, into the data directory.
+
+    python -m pagesum_plugin.awesome.extract DATA --path CHECKPOINT [--splits train valid test]
+        [--threshold 0.5] [--cpu]
+
+A sentence is salient when the extractor gives it a probability above ``--threshold``.
+Writes ``{split}.salient.extractor.npy`` (see ``cache.py``), read by
+``--salient-sentences extractor``; where oracle labels exist, prints the extractor's
+precision, recall and F1 against them.
+"""
+
+import argparse
+import sys
+
+import numpy as np
+import torch
+from fairseq import checkpoint_utils
+
+from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
+from ..criterions.salient_extraction import sentence_probabilities
+from .cache import salient_path
+
+PROG = "python -m pagesum_plugin.awesome.extract"
+
+
+@torch.no_grad()
+def predict_split(model, task, split: str, threshold: float, device: torch.device, batch_size: int) -> np.ndarray:
+    """(n_units,) uint8: 1 where the extractor's probability exceeds ``threshold``."""
+    corpus = CorpusSplit(task.cfg.data, split)
+    dataset = task.extraction_dataset(corpus)
+    picked = []
+    for first in range(0, len(dataset), batch_size):
+        batch = dataset.collater([dataset[i] for i in range(first, min(first + batch_size, len(dataset)))])
+        net_input = {k: v.to(device) for k, v in batch["net_input"].items()}
+        logits, padding = model(**net_input)
+        picked.append((sentence_probabilities(logits, padding) > threshold).cpu().numpy())
+    return np.concatenate(picked).astype(np.uint8) if picked else np.zeros(0, dtype=np.uint8)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    parser.add_argument("data", help="data directory written by pagesum-preprocess")
+    parser.add_argument("--path", required=True, help="the extractor's checkpoint (fairseq-train --task salient_extraction)")
+    parser.add_argument("--splits", nargs="+", help="splits to label (default: every split of the corpus)")
+    parser.add_argument("--threshold", type=float, default=0.5, help="probability above which a sentence is salient")
+    parser.add_argument("--batch-size", type=int, default=1, help="documents per batch")
+    parser.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is visible")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
+    try:
+        meta = CorpusMeta.load(args.data)
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
+        model = models[0].to(device).eval()
+        for split in args.splits or meta.splits:
+            labels = predict_split(model, task, split, args.threshold, device, args.batch_size)
+            np.save(salient_path(args.data, split, "extractor"), labels)
+            line = f"{PROG}: {split}: {int(labels.sum())} of {len(labels)} sentences salient"
+            oracle = salient_path(args.data, split, "oracle")
+            if oracle.exists():
+                gold = np.load(oracle).astype(bool)
+                tp = int((gold & labels.astype(bool)).sum())
+                p, r = tp / max(int(labels.sum()), 1), tp / max(int(gold.sum()), 1)
+                line += f"; against the oracle P {100 * p:.2f} R {100 * r:.2f} F1 {200 * p * r / max(p + r, 1e-12):.2f}"
+            print(line + f" -> {salient_path(args.data, split, 'extractor')}")
+    except (CorpusFormatError, ValueError, OSError) as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Target assignment (Appendix A.2 of the AWESOME paper): every sentence of the reference
+summary goes to the document segment that gives it the highest ROUGE-1 + ROUGE-2 F1.
+
+ROUGE is the project's scorer (``evaluation/rouge.py``: rouge-score's tokenizer and
+stemmer, clipped n-gram counts); F1 is symmetric, so it does not matter which side is
+called the reference. Ties go to the earlier segment. A segment that receives no
+sentence has an empty target: the model learns to end its summary at once, and the
+document's summary skips it.
+"""
+
+from typing import List, Sequence
+
+import numpy as np
+from rouge_score.scoring import fmeasure
+
+from ..evaluation.rouge import _ngrams, tokenize
+
+
+def _f1(candidate, reference) -> float:
+    overlap = sum(min(count, reference[gram]) for gram, count in candidate.items())
+    return fmeasure(overlap / max(sum(candidate.values()), 1), overlap / max(sum(reference.values()), 1))
+
+
+def assign_sentences(summary_sentences: Sequence[str], segment_texts: Sequence[str]) -> np.ndarray:
+    """(n_sentences,) the segment of every summary sentence."""
+    if not segment_texts:
+        raise ValueError("a document needs at least one segment")
+    segments = [(_ngrams(tokens, 1), _ngrams(tokens, 2)) for tokens in map(tokenize, segment_texts)]
+    assignment = np.zeros(len(summary_sentences), dtype=np.int64)
+    for i, sentence in enumerate(summary_sentences):
+        tokens = tokenize(sentence)
+        unigrams, bigrams = _ngrams(tokens, 1), _ngrams(tokens, 2)
+        scores = [_f1(unigrams, seg_1) + _f1(bigrams, seg_2) for seg_1, seg_2 in segments]
+        assignment[i] = int(np.argmax(scores))  # the first maximum: ties go to the earlier segment
+    return assignment
+
+
+def segment_summaries(summary_sentences: Sequence[str], assignment: np.ndarray, num_segments: int) -> List[str]:
+    """The target text of every segment: its sentences in summary order ('' when none)."""
+    texts: List[List[str]] = [[] for _ in range(num_segments)]
+    for sentence, segment in zip(summary_sentences, assignment):
+        texts[int(segment)].append(sentence)
+    return [" ".join(parts) for parts in texts]

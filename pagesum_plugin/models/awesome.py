@@ -1,0 +1,405 @@
+"""AWESOME (Cao and Wang): a BART that summarizes a long document segment by segment,
+carrying external memories of the segments and summaries read so far.
+
+One forward pass is one segment of every document of a batch: ``src_tokens`` is
+(rows, seg_len) (or (rows, 1, seg_len), one page per row as the page generator lays
+it out) and ``prev_output_tokens`` (rows, tgt_len) is that segment's summary, shifted.
+The document's summary is the concatenation of its segments' summaries.
+
+Memories (``--memory``, Sec. 3.1, see ``modules/memory.py``):
+
+* ``attentive`` (default): in the last 3 encoder and decoder layers an extra
+  cross-attention after self-attention reads ``m`` memory slots, which a gated write
+  (Eq. 9-12) updates after each segment;
+* ``compressive``: in the first 3 layers self-attention reads concat(memory, input),
+  half the slots holding history compressed with ratio ``--compression-rate`` (Eq. 1-8);
+* ``none``: plain BART, segment by segment (Se3).
+
+The encoder memory reads the document's earlier segments; the decoder memory the
+summaries of those segments (the references in training, the generated summaries in
+decoding). ``forward(..., memory=SegmentMemory())`` reads the memory that the previous
+call left and leaves this segment's write pending in it; see ``modules/memory.py``
+for why writes are lazy and where the gradients stop.
+"""
+
+import argparse
+import logging
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from omegaconf import OmegaConf
+from torch import Tensor
+
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.bart import BARTModel
+from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
+from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
+
+from ..modules.memory import (
+    MEMORY_KINDS,
+    MemoryDecoderLayer,
+    MemoryEncoderLayer,
+    MemorySlots,
+    PendingWrite,
+    SegmentMemory,
+    build_memory,
+)
+
+logger = logging.getLogger(__name__)
+
+MEMORY_SIDES = ("both", "encoder", "decoder")
+MEMORY_DEPTH = 3  # layers that hold a memory by default (Sec. 3.1, "selective installation")
+
+
+def memory_layer_ids(args, side: str, num_layers: int) -> Tuple[int, ...]:
+    """0-based layers of ``side`` ("encoder" or "decoder") that hold a memory."""
+    kind = getattr(args, "memory", "attentive")
+    if kind == "none" or getattr(args, "memory_in", "both") not in ("both", side):
+        return ()
+    if getattr(args, "memory_layers", None):
+        ids = tuple(sorted({int(i) for i in str(args.memory_layers).split(",") if i.strip()}))
+        if any(i < 0 or i >= num_layers for i in ids):
+            raise ValueError(f"--memory-layers {args.memory_layers}: the {side} has layers 0..{num_layers - 1}")
+        return ids
+    depth = min(MEMORY_DEPTH, num_layers)
+    if kind == "compressive":  # the first layers (Sec. 3.1)
+        return tuple(range(depth))
+    return tuple(range(num_layers - depth, num_layers))  # attentive: the last layers
+
+
+def _new_memory(args, embed_dim: int, heads: int):
+    return build_memory(args.memory, embed_dim, heads, args.memory_slots, args.compression_rate,
+                        args.dropout, args.attention_dropout)
+
+
+def _initial_slots(memory, rows: int, like: Tensor) -> MemorySlots:
+    if memory.kind == "compressive":
+        return memory.initial_slots(rows, like)
+    return memory.initial_slots(rows)
+
+
+def _resolve(memory, pending: Optional[PendingWrite], rows: int, like: Tensor) -> MemorySlots:
+    if memory.kind == "compressive":
+        return memory.resolve(pending, rows, like)
+    return memory.resolve(pending, rows)
+
+
+class AwesomeEncoder(TransformerEncoder):
+    """BART's encoder over one segment per row, with memories in some layers."""
+
+    def __init__(self, args, dictionary, embed_tokens):
+        # build_encoder_layer runs inside the parent's __init__ and needs these
+        self.memory_layer_ids = memory_layer_ids(args, "encoder", args.encoder_layers)
+        self._layers_built = 0
+        super().__init__(args, dictionary, embed_tokens)
+
+    def build_encoder_layer(self, args):
+        index, self._layers_built = self._layers_built, self._layers_built + 1
+        if index not in self.memory_layer_ids:
+            return super().build_encoder_layer(args)
+        return MemoryEncoderLayer(
+            TransformerConfig.from_namespace(args),
+            _new_memory(args, args.encoder_embed_dim, args.encoder_attention_heads),
+        )
+
+    @property
+    def memories(self) -> list:
+        return [layer.memory for layer in self.layers if isinstance(layer, MemoryEncoderLayer)]
+
+    def forward(
+        self,
+        src_tokens: Tensor,
+        src_lengths: Optional[Tensor] = None,
+        return_all_hiddens: bool = False,
+        token_embeddings: Optional[Tensor] = None,
+        encoder_memory: Optional[List[MemorySlots]] = None,
+        decoder_memory: Optional[List[MemorySlots]] = None,
+    ):
+        """src_tokens: (rows, seg_len) or (rows, 1, seg_len). ``encoder_memory``: the slots
+        every memory layer reads (default: the initial memory); ``decoder_memory`` is passed
+        on to the decoder in the output, where beam search reorders it with the rows."""
+        if src_tokens.dim() == 3:
+            if src_tokens.size(1) != 1:
+                raise ValueError(f"AWESOME reads one segment per row, got src_tokens {tuple(src_tokens.shape)}")
+            src_tokens = src_tokens[:, 0]
+            src_tokens = src_tokens[:, : int(src_tokens.ne(self.padding_idx).sum(1).max())]
+        rows = src_tokens.size(0)
+        memories = self.memories
+        if encoder_memory is None:
+            encoder_memory = [_initial_slots(m, rows, self.embed_tokens.weight) for m in memories]
+
+        padding = src_tokens.eq(self.padding_idx)  # (rows, seg_len)
+        has_pads = padding.any()
+        x, embedding = self.forward_embedding(src_tokens, token_embeddings)
+        x = x * (1 - padding.unsqueeze(-1).type_as(x) * has_pads.type_as(x))
+        x = x.transpose(0, 1)  # (seg_len, rows, dim)
+
+        states = [x] if return_all_hiddens else []
+        written = []  # per memory layer: (seg_len, rows, dim)
+        slots = iter(encoder_memory)
+        for layer in self.layers:
+            if isinstance(layer, MemoryEncoderLayer):
+                x, states_to_write = layer(x, padding if has_pads else None, memory_slots=next(slots))
+                written.append(states_to_write)
+            else:
+                x = layer(x, encoder_padding_mask=padding if has_pads else None)
+            if return_all_hiddens:
+                states.append(x)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+
+        decoder_memory = decoder_memory or []
+        return {
+            "encoder_out": [x],  # (seg_len, rows, dim)
+            "encoder_padding_mask": [padding],  # (rows, seg_len)
+            "encoder_embedding": [embedding],  # (rows, seg_len, dim)
+            "encoder_states": states,
+            "fc_results": [],
+            "src_tokens": [],
+            "src_lengths": [src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)],
+            "memory_states": written,
+            "decoder_memory": [s.values for s in decoder_memory],  # each (rows, m, dim)
+            "decoder_memory_empty": [s.empty for s in decoder_memory],  # each (rows, m)
+        }
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
+        reordered = super().reorder_encoder_out(encoder_out, new_order)
+        reordered["memory_states"] = []  # only the segment's own forward pass writes them
+        for key in ("decoder_memory", "decoder_memory_empty"):
+            reordered[key] = [t.index_select(0, new_order) for t in encoder_out.get(key, [])]
+        return reordered
+
+
+class AwesomeDecoder(TransformerDecoder):
+    """BART's decoder with memories of earlier segments' summaries in some layers."""
+
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        self.memory_layer_ids = memory_layer_ids(args, "decoder", args.decoder_layers)
+        self._layers_built = 0
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn, output_projection)
+
+    def build_decoder_layer(self, args, no_encoder_attn=False):
+        index, self._layers_built = self._layers_built, self._layers_built + 1
+        if index not in self.memory_layer_ids:
+            return super().build_decoder_layer(args, no_encoder_attn)
+        return MemoryDecoderLayer(
+            TransformerConfig.from_namespace(args),
+            _new_memory(args, args.decoder_embed_dim, args.decoder_attention_heads),
+            no_encoder_attn=no_encoder_attn,
+        )
+
+    @property
+    def memories(self) -> list:
+        return [layer.memory for layer in self.layers if isinstance(layer, MemoryDecoderLayer)]
+
+    def extract_features_scriptable(
+        self,
+        prev_output_tokens: Tensor,
+        encoder_out: Optional[Dict[str, List[Tensor]]],
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        full_context_alignment: bool = False,
+        alignment_layer: Optional[int] = None,
+        alignment_heads: Optional[int] = None,
+    ):
+        """fairseq's decoder pass, with every memory layer given its slots. Returns the
+        features (rows, tgt_len, dim) and, besides fairseq's "attn" and "inner_states",
+        "memory_states": per memory layer the states it writes, (tgt_len, rows, dim)."""
+        rows = prev_output_tokens.size(0)
+        if alignment_layer is None:
+            alignment_layer = self.num_layers - 1
+        enc = encoder_out["encoder_out"][0] if encoder_out and encoder_out["encoder_out"] else None
+        padding_mask = encoder_out["encoder_padding_mask"][0] if encoder_out and encoder_out["encoder_padding_mask"] else None
+        memory_slots = self._memory_slots(encoder_out, rows)
+
+        positions = None
+        if self.embed_positions is not None:
+            positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+            if positions is not None:
+                positions = positions[:, -1:]
+        prev_output_tokens = prev_output_tokens.contiguous()
+        x = self.embed_scale * self.embed_tokens(prev_output_tokens)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if positions is not None:
+            x += positions
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        x = x.transpose(0, 1)  # (tgt_len, rows, dim)
+
+        self_attn_padding_mask = None
+        if prev_output_tokens.eq(self.padding_idx).any():
+            self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)  # (rows, tgt_len)
+
+        attn: Optional[Tensor] = None
+        inner_states: List[Optional[Tensor]] = [x]
+        written: List[Tensor] = []
+        slots = iter(memory_slots)
+        for idx, layer in enumerate(self.layers):
+            self_attn_mask = self.buffered_future_mask(x) if incremental_state is None and not full_context_alignment else None
+            needs_attn = bool(idx == alignment_layer)
+            if isinstance(layer, MemoryDecoderLayer):
+                x, layer_attn, states_to_write = layer(
+                    x, enc, padding_mask, incremental_state, self_attn_mask=self_attn_mask,
+                    self_attn_padding_mask=self_attn_padding_mask, need_attn=needs_attn,
+                    need_head_weights=needs_attn, memory_slots=next(slots),
+                )
+                written.append(states_to_write)
+            else:
+                x, layer_attn, _ = layer(
+                    x, enc, padding_mask, incremental_state, self_attn_mask=self_attn_mask,
+                    self_attn_padding_mask=self_attn_padding_mask, need_attn=needs_attn,
+                    need_head_weights=needs_attn,
+                )
+            inner_states.append(x)
+            if layer_attn is not None and idx == alignment_layer:
+                attn = layer_attn.float().to(x)
+        if attn is not None:
+            if alignment_heads is not None:
+                attn = attn[:alignment_heads]
+            attn = attn.mean(dim=0)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)  # (rows, tgt_len, dim)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x, {"attn": [attn], "inner_states": inner_states, "memory_states": written}
+
+    def _memory_slots(self, encoder_out, rows: int) -> List[MemorySlots]:
+        """The slots the encoder passed on (reordered with the beams), or the initial memory."""
+        values = (encoder_out or {}).get("decoder_memory", [])
+        if values:
+            return [MemorySlots(v, e) for v, e in zip(values, encoder_out["decoder_memory_empty"])]
+        return [_initial_slots(m, rows, self.embed_tokens.weight) for m in self.memories]
+
+
+@register_model("awesome")
+class AwesomeModel(BARTModel):
+    """BART, segment by segment, with encoder and decoder memories (see the module docstring)."""
+
+    @staticmethod
+    def add_args(parser):
+        BARTModel.add_args(parser)
+        parser.add_argument("--memory", choices=MEMORY_KINDS,
+                            help="external memory: attentive (Eq. 9-12), compressive (Eq. 1-8) or none")
+        parser.add_argument("--memory-slots", type=int, metavar="M", help="memory slots per layer (m)")
+        parser.add_argument("--memory-layers", type=str, metavar="I,J,..",
+                            help="0-based layers that hold a memory (default: the last 3 for attentive, "
+                            "the first 3 for compressive memory)")
+        parser.add_argument("--memory-in", choices=MEMORY_SIDES,
+                            help="memories in the encoder, the decoder or both (Table 10 ablations)")
+        parser.add_argument("--compression-rate", type=int, metavar="R", help="compressive memory's ratio r")
+
+    @classmethod
+    def build_model(cls, args, task):
+        if OmegaConf.is_config(args):
+            # fairseq-hydra-train passes an OmegaConf node, whose extra keys fairseq's
+            # TransformerConfig would drop; a Namespace carries them to the layers.
+            args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+        if not hasattr(args, "task"):
+            args.task = None  # BART's checkpoint upgrade reads it; a hydra model config does not hold it
+        _awesome_defaults(args, slots=args.encoder_embed_dim)  # m = d, as in the paper, if no architecture set it
+        return super().build_model(args, task)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return AwesomeEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return AwesomeDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False))
+
+    def read_memory(self, memory: Optional[SegmentMemory], rows: int) -> Tuple[List[MemorySlots], List[MemorySlots]]:
+        """The slots every memory layer reads for this segment: the pending writes applied
+        (in the current graph), or the initial memories before the first segment."""
+        like = self.encoder.embed_tokens.weight
+        encoder_writes = memory.encoder if memory is not None and memory.encoder is not None else None
+        decoder_writes = memory.decoder if memory is not None and memory.decoder is not None else None
+        encoder_slots = [_resolve(m, encoder_writes[i] if encoder_writes else None, rows, like)
+                         for i, m in enumerate(self.encoder.memories)]
+        decoder_slots = [_resolve(m, decoder_writes[i] if decoder_writes else None, rows, like)
+                         for i, m in enumerate(self.decoder.memories)]
+        return encoder_slots, decoder_slots
+
+    def forward(
+        self,
+        src_tokens: Tensor,
+        src_lengths: Optional[Tensor],
+        prev_output_tokens: Tensor,
+        memory: Optional[SegmentMemory] = None,
+        features_only: bool = False,
+        return_all_hiddens: bool = False,
+        **unused,
+    ):
+        """One segment per row: src_tokens (rows, seg_len), prev_output_tokens (rows, tgt_len).
+        With ``memory``, reads what it holds and leaves this segment's write in it."""
+        rows = src_tokens.size(0)
+        encoder_slots, decoder_slots = self.read_memory(memory, rows)
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+                                   encoder_memory=encoder_slots, decoder_memory=decoder_slots)
+        x, extra = self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only)
+        if memory is not None:
+            source_padding = encoder_out["encoder_padding_mask"][0]  # (rows, seg_len)
+            summary_padding = prev_output_tokens.eq(self.decoder.padding_idx)  # (rows, tgt_len)
+            memory.encoder = [
+                PendingWrite(slots.detach(), states.transpose(0, 1).detach(), source_padding)
+                for slots, states in zip(encoder_slots, encoder_out["memory_states"])
+            ]
+            memory.decoder = [
+                PendingWrite(slots.detach(), states.transpose(0, 1).detach(), summary_padding)
+                for slots, states in zip(decoder_slots, extra["memory_states"])
+            ]
+        return x, extra
+
+    def set_beam_size(self, beam):
+        """BART's beamable-attention shortcut makes encoder reordering a no-op; the decoder
+        memory travels with the encoder output and must be reordered, so keep it off."""
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = name + "." if name != "" else ""
+        fresh = self.state_dict()
+        missing = [k for k in fresh if ".memory." in k and prefix + k not in state_dict]
+        if missing and len(missing) == sum(".memory." in k for k in fresh):
+            # A plain BART checkpoint: the memories are the only new modules.
+            logger.info(f"initializing {len(missing)} memory parameters fresh (not in the checkpoint)")
+            for key in missing:
+                state_dict[prefix + key] = fresh[key].clone()
+        # Anything else missing or unexpected is left for strict loading to report by name.
+
+
+def _awesome_defaults(args, slots: int):
+    args.memory = getattr(args, "memory", "attentive")
+    args.memory_slots = getattr(args, "memory_slots", None) or slots
+    args.memory_layers = getattr(args, "memory_layers", None)
+    args.memory_in = getattr(args, "memory_in", "both")
+    args.compression_rate = getattr(args, "compression_rate", None) or 5
+
+
+@register_model_architecture("awesome", "awesome_bart_large")
+def awesome_bart_large(args):
+    _awesome_defaults(args, slots=1024)  # m = 1024 (Sec. 3.1)
+    bart_large_architecture(args)
+
+
+@register_model_architecture("awesome", "awesome_bart_base")
+def awesome_bart_base(args):
+    _awesome_defaults(args, slots=768)
+    bart_base_architecture(args)
+
+
+@register_model_architecture("awesome", "awesome_tiny")
+def awesome_tiny(args):
+    """pagesum_tiny's dimensions, with 8 memory slots: for tests and CPU demos."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
+    args.encoder_layers = getattr(args, "encoder_layers", 2)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
+    args.decoder_layers = getattr(args, "decoder_layers", 2)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    _awesome_defaults(args, slots=8)
+    bart_base_architecture(args)

@@ -1,0 +1,411 @@
+"""External memories of AWESOME (Cao and Wang; Sec. 3.1): what a layer carries from one
+document segment to the next, and the encoder and decoder layers that read it.
+
+Layout. A layer's memory is ``MemorySlots``: ``values`` (rows, m, dim) and ``empty``
+(rows, m) bool, True where a slot holds nothing yet (the compressive memory fills up
+over segments; the attentive memory is always full). Rows are documents (or beams).
+
+Writing is lazy. After segment t a layer stores a ``PendingWrite``: the slots it read
+(M^{t-1}) and the segment's states (H^t), both detached. The write itself (Eq. 1-6 or
+9-12) runs when segment t+1 reads the memory, inside segment t+1's graph. So:
+
+* gradients stop at the segment activations: no loss reaches an earlier segment's
+  encoder or decoder (the ``SG`` of Eq. 2 and 12);
+* the write's own weights (the gate, the compression) are trained by the loss of the
+  segment that reads what they wrote;
+* each segment's graph holds one write per memory layer, whatever the segment count,
+  so the peak memory of training does not grow with the document.
+
+``SegmentMemory`` carries the pending writes of all memory layers of a batch from one
+segment to the next; the model reads and advances it in place, as fairseq passes its
+incremental decoding state.
+"""
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from fairseq.modules import LayerNorm, MultiheadAttention
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+
+MEMORY_KINDS = ("attentive", "compressive", "none")
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass
+class MemorySlots:
+    values: Tensor  # (rows, m, dim)
+    empty: Tensor  # (rows, m) bool, True where a slot holds nothing yet
+
+    def index_select(self, rows: Tensor) -> "MemorySlots":
+        return MemorySlots(self.values.index_select(0, rows), self.empty.index_select(0, rows))
+
+    def detach(self) -> "MemorySlots":
+        return MemorySlots(self.values.detach(), self.empty)
+
+    def key_padding_mask(self) -> Optional[Tensor]:
+        """(rows, m) for attention, or None when every slot is filled (the common case)."""
+        return self.empty if bool(self.empty.any()) else None
+
+
+@dataclass
+class PendingWrite:
+    """One layer's memory between two segments: the slots the last segment read (None: the
+    initial memory) and that segment's states, all detached."""
+
+    slots: Optional[MemorySlots]
+    states: Tensor  # (rows, len, dim)
+    padding: Tensor  # (rows, len) bool
+
+    def index_select(self, rows: Tensor) -> "PendingWrite":
+        return PendingWrite(
+            None if self.slots is None else self.slots.index_select(rows),
+            self.states.index_select(0, rows),
+            self.padding.index_select(0, rows),
+        )
+
+
+class SegmentMemory:
+    """The pending writes of every memory layer of a batch (encoder, then decoder), carried
+    from one segment to the next. Empty before the first segment."""
+
+    def __init__(self):
+        self.encoder: Optional[List[PendingWrite]] = None
+        self.decoder: Optional[List[PendingWrite]] = None
+
+    @property
+    def started(self) -> bool:
+        return self.encoder is not None or self.decoder is not None
+
+    def select(self, rows: Tensor) -> None:
+        """Keep only ``rows`` (documents that have another segment), in that order."""
+        if self.encoder is not None:
+            self.encoder = [write.index_select(rows) for write in self.encoder]
+        if self.decoder is not None:
+            self.decoder = [write.index_select(rows) for write in self.decoder]
+
+
+# --------------------------------------------------------------------------- Eq. 9-12
+
+
+class GatedMemoryUpdate(nn.Module):
+    """The attentive memory's write (Eq. 9-12, after MART):
+
+        S = Attn(M, SG(H), SG(H))          queries: the slots; keys and values: the segment
+        U = tanh(W_u1 M + W_u2 S)
+        G = sigmoid(W_g1 M + W_g2 S)
+        M' = G * U + (1 - G) * M
+
+    Each sum of two projections carries one bias (that of ``W_*2``)."""
+
+    def __init__(self, embed_dim: int, heads: int, attention_dropout: float = 0.0):
+        super().__init__()
+        self.attn = MultiheadAttention(embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True)
+        self.w_u1 = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.w_u2 = nn.Linear(embed_dim, embed_dim)
+        self.w_g1 = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.w_g2 = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, memory: Tensor, states: Tensor, padding: Optional[Tensor] = None) -> Tensor:
+        """memory: (rows, m, dim) M^{t-1}; states: (rows, len, dim) H^t; padding: (rows, len)
+        bool. Returns M^t (rows, m, dim)."""
+        states = states.detach()  # SG(H)
+        s, _ = self.attn(
+            query=memory.transpose(0, 1),  # (m, rows, dim)
+            key=states.transpose(0, 1),  # (len, rows, dim)
+            value=states.transpose(0, 1),
+            key_padding_mask=padding if padding is not None and bool(padding.any()) else None,
+            need_weights=False,
+        )
+        s = s.transpose(0, 1)  # (rows, m, dim)
+        update = torch.tanh(self.w_u1(memory) + self.w_u2(s))
+        gate = torch.sigmoid(self.w_g1(memory) + self.w_g2(s))
+        return gate * update + (1 - gate) * memory
+
+
+class AttentiveMemory(nn.Module):
+    """A learned initial memory M^0, the gated write, and the extra cross-attention that
+    reads M^{t-1} after a layer's self-attention (with its residual and layer norm).
+
+    The read's output projection starts at zero, so a layer with a fresh memory computes
+    exactly what the BART layer it extends computed: fine-tuning starts from BART."""
+
+    kind = "attentive"
+
+    def __init__(self, embed_dim: int, heads: int, slots: int, dropout: float = 0.0, attention_dropout: float = 0.0):
+        super().__init__()
+        self.slots = slots
+        self.initial = nn.Parameter(torch.empty(slots, embed_dim))
+        nn.init.normal_(self.initial, mean=0.0, std=embed_dim ** -0.5)
+        self.update = GatedMemoryUpdate(embed_dim, heads, attention_dropout)
+        self.read_attn = MultiheadAttention(embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True)
+        nn.init.zeros_(self.read_attn.out_proj.weight)
+        nn.init.zeros_(self.read_attn.out_proj.bias)
+        self.read_layer_norm = LayerNorm(embed_dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def initial_slots(self, rows: int) -> MemorySlots:
+        values = self.initial.unsqueeze(0).expand(rows, -1, -1)  # (rows, m, dim)
+        return MemorySlots(values, values.new_zeros(rows, self.slots, dtype=torch.bool))
+
+    def resolve(self, pending: Optional[PendingWrite], rows: int) -> MemorySlots:
+        """M^{t-1}: the initial memory, or the pending write applied (in this graph)."""
+        if pending is None:
+            return self.initial_slots(rows)
+        previous = pending.slots if pending.slots is not None else self.initial_slots(rows)
+        values = self.update(previous.values, pending.states, pending.padding)
+        return MemorySlots(values, values.new_zeros(rows, self.slots, dtype=torch.bool))
+
+    def read(self, x: Tensor, slots: MemorySlots, normalize_before: bool,
+             incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None) -> Tensor:
+        """x: (len, rows, dim) -> (len, rows, dim): x + Attn(x, M, M), normalized as the layer is."""
+        residual = x
+        if normalize_before:
+            x = self.read_layer_norm(x)
+        memory = slots.values.transpose(0, 1)  # (m, rows, dim)
+        x, _ = self.read_attn(query=x, key=memory, value=memory, key_padding_mask=slots.key_padding_mask(),
+                              incremental_state=incremental_state, static_kv=True, need_weights=False)
+        x = residual + self.dropout(x)
+        if not normalize_before:
+            x = self.read_layer_norm(x)
+        return x
+
+
+# --------------------------------------------------------------------------- Eq. 1-6
+
+
+class CompressiveMemory(nn.Module):
+    """Compressive memory (Eq. 1-8, after the Compressive Transformer): the first half of the
+    slots holds compressed history, the second half the most recent self-attention inputs;
+    self-attention reads concat(M^{t-1}, H) as keys and values.
+
+    A segment's states enter the recent half (Eq. 2); what they push out is compressed by a
+    convolution of kernel and stride ``rate`` (Eq. 3) and enters the compressed half
+    (Eq. 5), whose oldest entries fall out. Both halves hold their newest entries last; a
+    half that is not yet full has its empty slots first. When the pushed-out part is not
+    a multiple of ``rate``, its newest ``len % rate`` states are dropped."""
+
+    kind = "compressive"
+
+    def __init__(self, embed_dim: int, slots: int, rate: int = 5):
+        super().__init__()
+        if slots < 2 or slots % 2:
+            raise ValueError(f"compressive memory needs an even number of slots, got {slots}")
+        self.slots, self.rate = slots, rate
+        self.compress = nn.Conv1d(embed_dim, embed_dim, kernel_size=rate, stride=rate)
+
+    def initial_slots(self, rows: int, like: Tensor) -> MemorySlots:
+        values = like.new_zeros(rows, self.slots, like.size(-1))
+        return MemorySlots(values, torch.ones(rows, self.slots, dtype=torch.bool, device=like.device))
+
+    def resolve(self, pending: Optional[PendingWrite], rows: int, like: Tensor) -> MemorySlots:
+        if pending is None:
+            return self.initial_slots(rows, like)
+        previous = pending.slots if pending.slots is not None else self.initial_slots(rows, like)
+        return self.update(previous, pending.states, pending.padding)
+
+    def update(self, slots: MemorySlots, states: Tensor, padding: Tensor) -> MemorySlots:
+        """Eq. 1-6 for every row. slots: M^{t-1}; states: (rows, len, dim) H^t_inp; padding: (rows, len)."""
+        half = self.slots // 2
+        states = states.detach()  # SG(H)
+        values, empty = [], []
+        for row in range(states.size(0)):
+            full = ~slots.empty[row]
+            compressed = slots.values[row, :half][full[:half]]  # (<= m/2, dim) M_c^{t-1}    (1)
+            recent = slots.values[row, half:][full[half:]]  # (<= m/2, dim) M_u^{t-1}
+            recent = torch.cat([recent, states[row][~padding[row]]])  # M'_u               (2)
+            pushed = recent[: max(recent.size(0) - half, 0)]
+            recent = recent[-half:]  # M_u^t                                              (4)
+            usable = pushed.size(0) // self.rate * self.rate
+            if usable:
+                squeezed = self.compress(pushed[:usable].t().unsqueeze(0)).squeeze(0).t()  # M'_c (3)
+                compressed = torch.cat([compressed, squeezed])[-half:]  # M_c^t           (5)
+            row_values, row_empty = zip(_right_aligned(compressed, half), _right_aligned(recent, half))
+            values.append(torch.cat(row_values))  # M^t = concat(M_c^t, M_u^t)            (6)
+            empty.append(torch.cat(row_empty))
+        return MemorySlots(torch.stack(values), torch.stack(empty))
+
+    @staticmethod
+    def keys(slots: MemorySlots, x: Tensor, padding: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+        """Eq. 7: the self-attention's keys and values concat(M^{t-1}, H) (m + len, rows, dim),
+        and their (rows, m + len) padding mask."""
+        keys = torch.cat([slots.values.transpose(0, 1).to(x), x])
+        if padding is None:
+            padding = slots.empty.new_zeros(x.size(1), x.size(0))
+        return keys, torch.cat([slots.empty, padding], dim=1)
+
+
+def _right_aligned(entries: Tensor, size: int) -> Tuple[Tensor, Tensor]:
+    """(n <= size, dim) -> (size, dim) values with the entries last, and (size,) empty flags."""
+    missing = size - entries.size(0)
+    values = F.pad(entries, (0, 0, missing, 0))
+    empty = torch.arange(size, device=entries.device) < missing
+    return values, empty
+
+
+def build_memory(kind: str, embed_dim: int, heads: int, slots: int, rate: int, dropout: float,
+                 attention_dropout: float) -> nn.Module:
+    if kind == "attentive":
+        return AttentiveMemory(embed_dim, heads, slots, dropout, attention_dropout)
+    if kind == "compressive":
+        return CompressiveMemory(embed_dim, slots, rate)
+    raise ValueError(f"unknown memory {kind!r}; choose from {', '.join(MEMORY_KINDS)}")
+
+
+# --------------------------------------------------------------------------- layers
+
+
+class MemoryEncoderLayer(TransformerEncoderLayerBase):
+    """A BART encoder layer with an external memory.
+
+    attentive:   self-attention -> memory cross-attention -> FFN; writes H_self (Eq. 12);
+    compressive: self-attention over concat(M, H) (Eq. 7-8) -> FFN; writes H_inp (Eq. 2).
+    """
+
+    def __init__(self, cfg, memory: nn.Module):
+        super().__init__(cfg)
+        self.memory = memory
+
+    def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor] = None,
+                memory_slots: Optional[MemorySlots] = None) -> Tuple[Tensor, Tensor]:
+        """x: (len, rows, dim); returns the layer output and the states the memory writes,
+        both (len, rows, dim)."""
+        if attn_mask is not None:
+            attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4)
+        compressive = self.memory.kind == "compressive"
+        written = x  # H_inp
+        residual = x
+        if self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+        if compressive:
+            keys, key_padding = CompressiveMemory.keys(memory_slots, x, encoder_padding_mask)
+            if attn_mask is not None:
+                attn_mask = torch.cat([attn_mask.new_zeros(attn_mask.size(0), self.memory.slots), attn_mask], dim=1)
+        else:
+            keys, key_padding = x, encoder_padding_mask
+        x, _ = self.self_attn(query=x, key=keys, value=keys, key_padding_mask=key_padding, need_weights=False,
+                              attn_mask=attn_mask)
+        x = self.residual_connection(self.dropout_module(x), residual)
+        if not self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+        if not compressive:
+            written = x  # H_self
+            x = self.memory.read(x, memory_slots, self.normalize_before)
+
+        residual = x
+        if self.normalize_before:
+            x = self.final_layer_norm(x)
+        x = self.activation_fn(self.fc1(x))
+        x = self.activation_dropout_module(x)
+        x = self.fc2(x)
+        x = self.residual_connection(self.dropout_module(x), residual)
+        if not self.normalize_before:
+            x = self.final_layer_norm(x)
+        return x, written
+
+
+class MemoryDecoderLayer(TransformerDecoderLayerBase):
+    """A BART decoder layer with an external memory of the summaries of earlier segments.
+
+    attentive:   self-attention -> memory cross-attention -> encoder attention -> FFN;
+    compressive: self-attention over concat(M, H) -> encoder attention -> FFN. During
+                 incremental decoding the memory's keys and values are placed in the
+                 self-attention's cache before the first step, so that every step's keys
+                 are concat(M, summary so far), reordered with the beams like the rest.
+    """
+
+    def __init__(self, cfg, memory: nn.Module, no_encoder_attn: bool = False):
+        super().__init__(cfg, no_encoder_attn=no_encoder_attn)
+        if self.cross_self_attention or self.c_attn is not None or self.attn_ln is not None or \
+                self.ffn_layernorm is not None or self.w_resid is not None:
+            raise ValueError("memory decoder layers support BART's layer options only")
+        self.memory = memory
+
+    def forward(
+        self,
+        x: Tensor,
+        encoder_out: Optional[Tensor] = None,
+        encoder_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        self_attn_mask: Optional[Tensor] = None,
+        self_attn_padding_mask: Optional[Tensor] = None,
+        need_attn: bool = False,
+        need_head_weights: bool = False,
+        memory_slots: Optional[MemorySlots] = None,
+    ):
+        """x: (tgt_len, rows, dim). Returns the output (tgt_len, rows, dim), the encoder
+        attention (or None) and the states the memory writes (tgt_len, rows, dim)."""
+        if need_head_weights:
+            need_attn = True
+        compressive = self.memory.kind == "compressive"
+        written = x  # H_inp
+        residual = x
+        if self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+        if compressive and incremental_state is not None:
+            self._cache_memory_keys(memory_slots, incremental_state)
+            keys, key_padding = x, self_attn_padding_mask
+        elif compressive:
+            keys, key_padding = CompressiveMemory.keys(memory_slots, x, self_attn_padding_mask)
+            if self_attn_mask is not None:  # (tgt, tgt) causal -> (tgt, m + tgt) bool, like the padding mask
+                causal = self_attn_mask != 0  # True where a position may not be attended
+                self_attn_mask = torch.cat([causal.new_zeros(x.size(0), self.memory.slots), causal], dim=1)
+        else:
+            keys, key_padding = x, self_attn_padding_mask
+        x, _ = self.self_attn(query=x, key=keys, value=keys, key_padding_mask=key_padding,
+                              incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask)
+        x = self.residual_connection(self.dropout_module(x), residual)
+        if not self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+        if not compressive:
+            written = x  # H_self
+            x = self.memory.read(x, memory_slots, self.normalize_before, incremental_state)
+
+        attn = None
+        if self.encoder_attn is not None and encoder_out is not None:
+            residual = x
+            if self.normalize_before:
+                x = self.encoder_attn_layer_norm(x)
+            x, attn = self.encoder_attn(
+                query=x, key=encoder_out, value=encoder_out, key_padding_mask=encoder_padding_mask,
+                incremental_state=incremental_state, static_kv=True,
+                need_weights=need_attn or (not self.training and self.need_attn), need_head_weights=need_head_weights,
+            )
+            x = self.residual_connection(self.dropout_module(x), residual)
+            if not self.normalize_before:
+                x = self.encoder_attn_layer_norm(x)
+
+        residual = x
+        if self.normalize_before:
+            x = self.final_layer_norm(x)
+        x = self.activation_fn(self.fc1(x))
+        x = self.activation_dropout_module(x)
+        x = self.fc2(x)
+        x = self.residual_connection(self.dropout_module(x), residual)
+        if not self.normalize_before:
+            x = self.final_layer_norm(x)
+        return x, attn, written
+
+    def _cache_memory_keys(self, slots: MemorySlots, incremental_state) -> None:
+        """Before the first decoding step, put the memory's keys and values where the
+        self-attention keeps those of earlier steps: (rows, heads, m, head_dim)."""
+        if "prev_key" in (self.self_attn._get_input_buffer(incremental_state) or {}):
+            return
+        attn = self.self_attn
+        rows, m, _ = slots.values.shape
+        memory = slots.values.transpose(0, 1)  # (m, rows, dim)
+
+        def heads(projected: Tensor) -> Tensor:  # (m, rows, dim) -> (rows, heads, m, head_dim)
+            return projected.contiguous().view(m, rows, attn.num_heads, attn.head_dim).permute(1, 2, 0, 3)
+
+        attn._set_input_buffer(incremental_state, {
+            "prev_key": heads(attn.k_proj(memory)),
+            "prev_value": heads(attn.v_proj(memory)),
+            "prev_key_padding_mask": slots.empty,
+        })

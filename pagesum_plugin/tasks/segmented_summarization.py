@@ -1,0 +1,293 @@
+"""AWESOME's tasks.
+
+``segmented_summarization``: the ``paged_summarization`` task on the ``segments`` view,
+with the segments cut by Algorithm 1 and every segment's own target (both cached by
+``python -m pagesum_plugin.awesome.segment``), optionally the salient sentences of the
+other segments in every segment's input (``--salient-sentences``). A training step
+runs the segments of a batch in order, carrying the memories from one to the next with
+stopped gradients, and back-propagates each segment's loss before the next segment
+runs, so the peak memory of a step does not grow with the number of segments.
+Decoding is segment by segment too (``awesome.generator``).
+
+``salient_extraction``: sentences with their oracle labels, for the extractor that
+picks the salient sentences (``models/extractor.py``).
+"""
+
+import contextlib
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Dict, Iterator, List, Optional
+
+import numpy as np
+import torch
+from fairseq import metrics
+from fairseq.data import Dictionary
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.optim.amp_optimizer import AMPOptimizer
+from fairseq.tasks import FairseqTask, register_task
+from omegaconf import II
+
+from ..awesome.cache import load_salient, load_segmentation, salient_path, segmentation_settings
+from ..awesome.data import SalientExtractionDataset, SegmentedSummarizationDataset, segment_inputs
+from ..awesome.documents import segment_example, unit_texts
+from ..awesome.generator import SegmentSequenceGenerator
+from ..awesome.salient import SalientHeaders
+from ..awesome.segmentation import (
+    DEFAULT_EMBEDDING_MODEL,
+    LENGTH_RULE,
+    MAX_TOKENS,
+    MIN_TOKENS,
+    EmbeddingModelUnavailable,
+    load_sentence_encoder,
+    model_tag,
+)
+from ..corpus.format import CorpusSplit, EncodedDocument, load_dictionary
+from ..corpus.views import ViewConfig
+from ..evaluation.rouge import corpus_rouge
+from ..modules.memory import SegmentMemory
+from ..modules.page_mixing import real_pages
+from .paged_summarization import PagedSummarizationConfig, PagedSummarizationTask
+
+logger = logging.getLogger(__name__)
+
+SALIENT_CHOICES = ChoiceEnum(["none", "oracle", "extractor"])
+# Per segment, in summary tokens: a segment that no reference sentence went to has an empty
+# target, so its summary may end at once; the paper does not state its decoding lengths.
+SEGMENT_LENGTHS = dict(min_len=0, max_len_b=256)
+
+
+@dataclass
+class SegmentedSummarizationConfig(PagedSummarizationConfig):
+    segmentation: str = field(
+        default=model_tag(DEFAULT_EMBEDDING_MODEL),
+        metadata={"help": "the cached segmentation to read: the tag that `python -m pagesum_plugin.awesome.segment` "
+                  "printed (the embedding model's name, or 'length' for the length rule alone)"},
+    )
+    salient_sentences: SALIENT_CHOICES = field(
+        default="none",
+        metadata={"help": "global salient content by text concatenation: the salient sentences of the other "
+                  "segments from the greedy ROUGE oracle, or from the trained extractor (none: segments alone)"},
+    )
+    max_input_tokens: int = field(
+        default=1024, metadata={"help": "tokens of a segment's input with its salient sentences, specials included"}
+    )
+    max_document_tokens: Optional[int] = field(
+        default=None, metadata={"help": "keep a document's leading segments while they hold at most this many "
+                                "tokens (the paper trains on up to 51,200)"}
+    )
+
+
+@register_task("segmented_summarization", dataclass=SegmentedSummarizationConfig)
+class SegmentedSummarizationTask(PagedSummarizationTask):
+    cfg: SegmentedSummarizationConfig
+
+    def __init__(self, cfg: SegmentedSummarizationConfig, dictionary: Dictionary, meta):
+        super().__init__(cfg, dictionary, meta)
+        self.view = ViewConfig(view="segments", max_segment_tokens=MAX_TOKENS + 2)
+        # decoding settings apply to every segment: the dataset's search, per-segment lengths
+        self.generation_defaults = replace(self.generation_defaults, **SEGMENT_LENGTHS)
+        self._encoder = None  # the sentence embedding model, loaded when a raw document needs it
+
+    def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
+        corpus = CorpusSplit(self.cfg.data, split)
+        num_units = len(corpus.structure.unit_length)
+        segment_ids, targets = load_segmentation(self.cfg.data, split, self.cfg.segmentation, num_units)
+        max_tokens = segmentation_settings(self.cfg.data, split, self.cfg.segmentation).get("max_tokens", MAX_TOKENS)
+        self.view = ViewConfig(view="segments", max_segment_tokens=max_tokens + 2)
+        salient, headers = None, None
+        if self.cfg.salient_sentences != "none":
+            salient = load_salient(self.cfg.data, split, self.cfg.salient_sentences, num_units)
+            headers = SalientHeaders.from_codec(self.codec)
+        dataset = SegmentedSummarizationDataset(
+            corpus, self.view, self.dictionary, segment_ids, targets, salient, headers,
+            max_input_tokens=self.cfg.max_input_tokens, max_summary_tokens=self.max_summary_tokens,
+            max_document_tokens=self.cfg.max_document_tokens,
+            shuffle=(split == getattr(self.cfg, "train_subset", "train")), seed=self.cfg.seed,
+        )
+        self.datasets[split] = dataset
+        logger.info(f"{split}: {len(dataset)} examples, {int(dataset.segment_counts.sum())} segments "
+                    f"(segmentation {self.cfg.segmentation}, salient sentences: {self.cfg.salient_sentences})")
+
+    # ---- one segment at a time ------------------------------------------------------------
+
+    def segment_steps(self, sample: Dict, memory: SegmentMemory) -> Iterator[Dict]:
+        """The batch's segments in order, each a sample for the criterion of the documents
+        that have it; ``memory`` keeps the same documents, in the same order."""
+        pad = self.dictionary.pad()
+        src_tokens = sample["net_input"]["src_tokens"]  # (batch, max_segments, seg_len)
+        segment_counts = real_pages(src_tokens, pad).sum(dim=1)  # (batch,)
+        active = torch.arange(src_tokens.size(0), device=src_tokens.device)
+        for t in range(int(segment_counts.max())):
+            still = segment_counts.index_select(0, active) > t
+            if not bool(still.all()):
+                memory.select(still.nonzero(as_tuple=True)[0])
+                active = active[still]
+            source = _trim(src_tokens[active, t], pad)  # (rows, seg_len)
+            target = _trim(sample["segment_target"][active, t], pad)  # (rows, tgt_len): <s> ... </s>
+            prev = sample["segment_prev_output_tokens"][active, t][:, : target.size(1)].contiguous()  # </s> <s> ...
+            yield {
+                "id": sample["id"][active],
+                "nsentences": len(active),
+                "ntokens": int(target.ne(pad).sum()),
+                "net_input": {"src_tokens": source, "src_lengths": source.ne(pad).sum(dim=1),
+                              "prev_output_tokens": prev, "memory": memory},
+                "target": target,
+            }
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        model.train()
+        model.set_num_updates(update_num)
+        memory = SegmentMemory()
+        autocast = torch.autocast("cuda") if isinstance(optimizer, AMPOptimizer) else contextlib.nullcontext()
+        total, logs = None, []
+        for step in self.segment_steps(sample, memory):
+            with torch.autograd.profiler.record_function("forward"), autocast:
+                loss, sample_size, logging_output = criterion(model, step)
+            if ignore_grad:
+                loss *= 0
+            with torch.autograd.profiler.record_function("backward"):
+                optimizer.backward(loss)  # this segment's graph is freed before the next one is built
+            total = loss.detach() if total is None else total + loss.detach()
+            logs.append(logging_output)
+        merged = _sum_logs(logs, sample)
+        return total, merged["sample_size"], merged
+
+    def valid_step(self, sample, model, criterion):
+        model.eval()
+        memory = SegmentMemory()
+        with torch.no_grad():
+            results = [criterion(model, step) for step in self.segment_steps(sample, memory)]
+        total = sum(loss for loss, _, _ in results)
+        logging_output = _sum_logs([log for _, _, log in results], sample)
+        if self.cfg.eval_rouge:
+            hypos = self.inference_step(self._rouge_generator, [model], sample)
+            hyp_texts = [self.codec.decode(h[0]["tokens"]) for h in hypos]
+            ref_texts = [self.codec.decode(t) for t in sample["target"]]
+            for name, mean in corpus_rouge(hyp_texts, ref_texts, workers=1).items():
+                logging_output[f"_rouge_{name}_sum"] = mean * len(hyp_texts)
+            logging_output["_rouge_count"] = len(hyp_texts)
+        return total, logging_output["sample_size"], logging_output
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        documents = sum(log.get("ndocuments", 0) for log in logging_outputs)
+        if documents:
+            segments = sum(log.get("nsegments", 0) for log in logging_outputs)
+            metrics.log_scalar("segments_per_doc", segments / documents, documents, round=2)
+
+    # ---- generation ---------------------------------------------------------------------
+
+    sequence_generator_cls = SegmentSequenceGenerator
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        return super().build_generator(models, args, seq_gen_cls=seq_gen_cls or self.sequence_generator_cls,
+                                       extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
+
+    def document_inputs(self, document: EncodedDocument, salient: Optional[np.ndarray] = None) -> List[np.ndarray]:
+        """The segment inputs of a document given as text (``summarize()``): segmented as the
+        training data was (Algorithm 1 with the same embedding model and lengths, or the
+        length rule when the model cannot be loaded here), with the salient sentences
+        ``salient`` (per-unit bool) when the model was trained with them."""
+        settings = self._segmentation_settings()
+        embeddings = None
+        encode = self._sentence_encoder(settings)
+        if encode is not None:
+            embeddings = encode(unit_texts(self.codec, document))
+        streams = segment_example(document, embeddings, settings.get("min_tokens", MIN_TOKENS),
+                                  settings.get("max_tokens", MAX_TOKENS))
+        headers = SalientHeaders.from_codec(self.codec) if salient is not None else None
+        view = ViewConfig(view="segments", max_segment_tokens=settings.get("max_tokens", MAX_TOKENS) + 2)
+        return segment_inputs(document, streams, view, self.dictionary.bos(), self.dictionary.eos(), salient,
+                              headers, self.cfg.max_input_tokens)
+
+    def _segmentation_settings(self) -> dict:
+        for split in self.meta.splits or ["train"]:
+            settings = segmentation_settings(self.cfg.data, split, self.cfg.segmentation)
+            if settings:
+                return settings
+        return {}
+
+    def _sentence_encoder(self, settings: dict):
+        name = settings.get("embedding_model", LENGTH_RULE)
+        if name == LENGTH_RULE:
+            return None
+        if self._encoder is None:
+            try:
+                self._encoder = load_sentence_encoder(name)
+            except EmbeddingModelUnavailable as err:
+                logger.warning(f"{err}: documents are segmented by the length rule alone")
+                self._encoder = False
+        return self._encoder or None
+
+
+def _trim(tokens: torch.Tensor, pad: int) -> torch.Tensor:
+    """(rows, len) right-padded -> without the columns that are padding in every row."""
+    return tokens[:, : int(tokens.ne(pad).sum(dim=1).max())].contiguous()
+
+
+def _sum_logs(logs: List[Dict], sample: Dict) -> Dict:
+    """One logging output for the batch: the segments' outputs summed, counted in documents."""
+    merged: Dict = {}
+    for log in logs:
+        for key, value in log.items():
+            merged[key] = merged.get(key, 0) + value
+    merged["nsegments"] = merged.get("nsentences", 0)
+    merged["nsentences"] = merged["ndocuments"] = sample["nsentences"]
+    return merged
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+@dataclass
+class SalientExtractionConfig(FairseqDataclass):
+    data: str = field(default="", metadata={"help": "data directory written by pagesum-preprocess"})
+    max_sentence_tokens: int = field(default=64, metadata={"help": "tokens per sentence, <s> and </s> included"})
+    max_sentences: Optional[int] = field(
+        default=None, metadata={"help": "train on a document's first N sentences only (default: all)"}
+    )
+    seed: int = II("common.seed")
+
+
+@register_task("salient_extraction", dataclass=SalientExtractionConfig)
+class SalientExtractionTask(FairseqTask):
+    """Sentences of the stored corpus with their greedy-oracle labels
+    (``python -m pagesum_plugin.awesome.label`` writes them)."""
+
+    cfg: SalientExtractionConfig
+
+    def __init__(self, cfg: SalientExtractionConfig, dictionary: Dictionary):
+        super().__init__(cfg)
+        self.dictionary = dictionary
+
+    @classmethod
+    def setup_task(cls, cfg: SalientExtractionConfig, **kwargs):
+        return cls(cfg, load_dictionary(cfg.data))
+
+    def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
+        corpus = CorpusSplit(self.cfg.data, split)
+        labels = load_salient(self.cfg.data, split, "oracle", len(corpus.structure.unit_length))
+        self.datasets[split] = self.extraction_dataset(corpus, labels, training=True)
+        logger.info(f"{split}: {len(corpus)} examples, labels from {salient_path(self.cfg.data, split, 'oracle')}")
+
+    def extraction_dataset(self, corpus: CorpusSplit, labels=None, training: bool = False) -> SalientExtractionDataset:
+        return SalientExtractionDataset(
+            corpus, self.dictionary, labels, self.cfg.max_sentence_tokens,
+            max_sentences=self.cfg.max_sentences if training else None,
+            shuffle=training and corpus.split == getattr(self.cfg, "train_subset", "train"), seed=self.cfg.seed,
+        )
+
+    def get_batch_iterator(self, dataset, required_batch_size_multiple=1, **kwargs):
+        # batch rows are documents of varying sentence counts; none may be dropped
+        return super().get_batch_iterator(dataset, required_batch_size_multiple=1, **kwargs)
+
+    def max_positions(self):
+        return None
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary

@@ -1,0 +1,235 @@
+"""AWESOME's memories: the writes of Eq. 1-6 and 9-12 on hand-computed tensors, and where
+the gradients of training stop."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from fairseq.criterions import build_criterion
+
+from builders.awesome import build_awesome, randomize_memories, segment_sample
+from pagesum_plugin.modules.memory import (
+    CompressiveMemory,
+    GatedMemoryUpdate,
+    MemorySlots,
+    PendingWrite,
+    SegmentMemory,
+)
+
+
+# --------------------------------------------------------------------------- Eq. 9-12
+
+
+def gated_update(dim: int = 2, heads: int = 1) -> GatedMemoryUpdate:
+    """Identity attention projections; W_u1 = I, W_u2 = 2I, W_g1 = I/2, W_g2 = -I; biases b_u, b_g."""
+    update = GatedMemoryUpdate(dim, heads)
+    eye = torch.eye(dim)
+    with torch.no_grad():
+        for proj in (update.attn.q_proj, update.attn.k_proj, update.attn.v_proj, update.attn.out_proj):
+            proj.weight.copy_(eye)
+            proj.bias.zero_()
+        update.w_u1.weight.copy_(eye)
+        update.w_u2.weight.copy_(2 * eye)
+        update.w_u2.bias.copy_(torch.tensor([0.1, -0.2]))
+        update.w_g1.weight.copy_(0.5 * eye)
+        update.w_g2.weight.copy_(-eye)
+        update.w_g2.bias.copy_(torch.tensor([0.3, 0.0]))
+    return update.eval()
+
+
+def test_gated_update_matches_eq_9_to_12_by_hand():
+    update = gated_update()
+    memory = torch.tensor([[[0.5, -1.0], [2.0, 0.0]]])  # (1 row, m=2, d=2)
+    # Two equal states and a padded one: every slot's attention averages the equal states,
+    # so S = [1, 2] for both slots whatever the scores (Eq. 12).
+    states = torch.tensor([[[1.0, 2.0], [1.0, 2.0], [50.0, -50.0]]])
+    padding = torch.tensor([[False, False, True]])
+    new = update(memory, states, padding)
+    s = (1.0, 2.0)
+    b_u, b_g = (0.1, -0.2), (0.3, 0.0)
+    for slot in range(2):
+        for k in range(2):
+            m = float(memory[0, slot, k])
+            u = math.tanh(m + 2 * s[k] + b_u[k])  # Eq. 10
+            g = 1 / (1 + math.exp(-(0.5 * m - s[k] + b_g[k])))  # Eq. 11
+            assert new[0, slot, k].item() == pytest.approx(g * u + (1 - g) * m, abs=1e-6)  # Eq. 9
+
+
+def test_gated_update_attends_with_the_slots_as_queries():
+    update = gated_update()
+    memory = torch.tensor([[[1.0, 0.0], [0.0, 3.0]]])
+    states = torch.tensor([[[2.0, 0.0], [0.0, 2.0]]])
+    new = update(memory, states)
+    scores = memory[0] @ states[0].t() / math.sqrt(2)  # (m, len): queries M, keys H
+    s = torch.softmax(scores, dim=1) @ states[0]  # values H
+    u = torch.tanh(memory[0] + 2 * s + torch.tensor([0.1, -0.2]))
+    g = torch.sigmoid(0.5 * memory[0] - s + torch.tensor([0.3, 0.0]))
+    torch.testing.assert_close(new[0], g * u + (1 - g) * memory[0], atol=1e-6, rtol=0)
+
+
+def test_the_gated_update_stops_the_gradient_at_the_segment_states():
+    update = gated_update()
+    memory = torch.randn(2, 2, 2, requires_grad=True)
+    states = torch.randn(2, 3, 2, requires_grad=True)
+    update(memory, states).sum().backward()
+    assert states.grad is None  # SG(H)
+    assert memory.grad is not None and update.w_g2.weight.grad is not None
+
+
+# --------------------------------------------------------------------------- Eq. 1-6
+
+
+def averaging_compressive(slots: int = 4, rate: int = 2, dim: int = 2) -> CompressiveMemory:
+    """compress() = the mean of every ``rate`` consecutive vectors."""
+    memory = CompressiveMemory(dim, slots, rate)
+    with torch.no_grad():
+        memory.compress.weight.copy_(torch.eye(dim).unsqueeze(-1).expand(dim, dim, rate) / rate)
+        memory.compress.bias.zero_()
+    return memory
+
+
+def vectors(*values):
+    return [torch.tensor([v, -v]) for v in values]
+
+
+def test_compressive_update_matches_eq_1_to_6_by_hand():
+    memory = averaging_compressive(slots=4, rate=2)
+    c1, c2, u1, u2 = vectors(1.0, 2.0, 3.0, 4.0)
+    h1, h2, h3, h4 = vectors(10.0, 20.0, 30.0, 40.0)
+    full = MemorySlots(torch.stack([c1, c2, u1, u2]).unsqueeze(0), torch.zeros(1, 4, dtype=torch.bool))
+    new = memory.update(full, torch.stack([h1, h2, h3, h4]).unsqueeze(0), torch.zeros(1, 4, dtype=torch.bool))
+    # (2) M'_u = [u1 u2 h1 h2 h3 h4]; (3) M'_c = compress([u1 u2 h1 h2]) = [(u1+u2)/2, (h1+h2)/2]
+    # (4) M_u = [h3 h4]; (5) M_c = [c1 c2 (u1+u2)/2 (h1+h2)/2][-2:]; (6) M = [M_c, M_u]
+    expected = torch.stack([(u1 + u2) / 2, (h1 + h2) / 2, h3, h4])
+    torch.testing.assert_close(new.values[0], expected)
+    assert not new.empty.any()
+
+
+def test_compressive_update_keeps_old_compressed_history_while_it_fits():
+    memory = averaging_compressive(slots=4, rate=2)
+    c2, u1, u2 = vectors(2.0, 3.0, 4.0)
+    h1, h2 = vectors(10.0, 20.0)
+    slots = MemorySlots(torch.stack([torch.zeros(2), c2, u1, u2]).unsqueeze(0), torch.tensor([[True, False, False, False]]))
+    new = memory.update(slots, torch.stack([h1, h2]).unsqueeze(0), torch.zeros(1, 2, dtype=torch.bool))
+    # M'_u = [u1 u2 h1 h2] pushes out [u1 u2] -> one compressed vector after c2
+    torch.testing.assert_close(new.values[0], torch.stack([c2, (u1 + u2) / 2, h1, h2]))
+    assert not new.empty.any()
+
+
+def test_compressive_memory_fills_up_from_empty_and_ignores_padding():
+    memory = averaging_compressive(slots=4, rate=2)
+    h1, h2, h3 = vectors(10.0, 20.0, 30.0)
+    empty = memory.initial_slots(1, torch.zeros(1, 2))
+    assert empty.empty.all()
+    states = torch.stack([h1, torch.full((2,), 99.0), h2]).unsqueeze(0)
+    new = memory.update(empty, states, torch.tensor([[False, True, False]]))
+    torch.testing.assert_close(new.values[0, 2:], torch.stack([h1, h2]))  # the padded state never enters
+    assert new.empty.tolist() == [[True, True, False, False]]
+    newer = memory.update(new, h3.view(1, 1, 2), torch.zeros(1, 1, dtype=torch.bool))
+    # [h1 h2 h3] pushes out h1 alone: less than one compression window, so it is dropped
+    torch.testing.assert_close(newer.values[0, 2:], torch.stack([h2, h3]))
+    assert newer.empty.tolist() == [[True, True, False, False]]
+
+
+def test_compressive_update_stops_the_gradient_at_the_states_but_trains_the_compression():
+    memory = averaging_compressive(slots=4, rate=2)
+    states = torch.randn(1, 6, 2, requires_grad=True)
+    pending = PendingWrite(None, states, torch.zeros(1, 6, dtype=torch.bool))
+    resolved = memory.resolve(pending, 1, torch.zeros(1, 2))
+    resolved.values.sum().backward()
+    assert states.grad is None
+    assert memory.compress.weight.grad is not None and memory.compress.weight.grad.abs().sum() > 0
+
+
+# --------------------------------------------------------------------------- training
+
+
+@pytest.fixture(scope="module", params=["attentive", "compressive"])
+def memory_model(request, copy_task_dir):
+    args, task, model = build_awesome(copy_task_dir, "--memory", request.param)
+    return args, task, randomize_memories(model).train()
+
+
+def two_segments(task, seed=0, lengths=(6, 6)):
+    rng = np.random.RandomState(seed)
+    low, high = task.dictionary.nspecial, len(task.dictionary) - 8
+    segments = [rng.randint(low, high, size=n).tolist() for n in lengths]
+    summaries = [rng.randint(low, high, size=4).tolist() for _ in lengths]
+    return segment_sample([segments], [summaries], task.dictionary)
+
+
+def test_no_gradient_flows_from_a_segment_into_the_previous_segment(memory_model):
+    args, task, model = memory_model
+    sample = two_segments(task, lengths=(20, 6))  # long enough for the compressive memory to compress
+    memory = SegmentMemory()
+    steps = task.segment_steps(sample, memory)
+    first = next(steps)
+    logits1, extra1 = model(**first["net_input"])
+    activations = [logits1, *extra1["inner_states"], *extra1["memory_states"]]
+    second = next(steps)
+    logits2, _ = model(**second["net_input"])
+    loss2 = torch.nn.functional.cross_entropy(logits2.view(-1, logits2.size(-1)), second["target"].view(-1))
+    grads = torch.autograd.grad(loss2, activations, allow_unused=True, retain_graph=True)
+    assert all(g is None for g in grads), "segment 2's loss reached segment 1's activations"
+    # ... but segment 1 reaches segment 2 through the memory, whose write is trained by segment 2's loss
+    write_params = [p for n, p in model.named_parameters() if ".memory." in n and ("update" in n or "compress" in n)]
+    write_grads = torch.autograd.grad(loss2, write_params, allow_unused=True)
+    assert any(g is not None and g.abs().sum() > 0 for g in write_grads)
+
+
+def test_a_segment_reads_what_the_previous_segment_wrote(memory_model):
+    args, task, model = memory_model
+    losses = []
+    for seed in (0, 1):
+        sample = two_segments(task, seed=0)
+        other = two_segments(task, seed=seed)
+        sample["net_input"]["src_tokens"][:, 0] = other["net_input"]["src_tokens"][:, 0]  # segment 1 differs
+        memory = SegmentMemory()
+        steps = task.segment_steps(sample, memory)
+        model.eval()
+        with torch.no_grad():
+            model(**next(steps)["net_input"])
+            second = next(steps)
+            losses.append(model(**second["net_input"])[0])
+        model.train()
+    assert not torch.allclose(losses[0], losses[1])
+
+
+def autograd_graph_size(output: torch.Tensor) -> int:
+    seen, stack = set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return len(seen)
+
+
+def test_the_graph_of_a_training_step_does_not_grow_with_the_segment_count(memory_model):
+    args, task, model = memory_model
+    criterion = build_criterion(args, task)
+    rng = np.random.RandomState(3)
+    low, high = task.dictionary.nspecial, len(task.dictionary) - 8
+    n = 8
+    segments = [rng.randint(low, high, size=7).tolist() for _ in range(n)]  # equal shapes: equal graphs
+    summaries = [rng.randint(low, high, size=5).tolist() for _ in range(n)]
+    sample = segment_sample([segments], [summaries], task.dictionary)
+    sizes, saved = [], []
+    for step in task.segment_steps(sample, SegmentMemory()):
+        stored = []
+
+        def pack(tensor, stored=stored):
+            stored.append(tensor.numel() * tensor.element_size())
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            loss, _, _ = criterion(model, step)
+        sizes.append(autograd_graph_size(loss))
+        saved.append(sum(stored))
+        loss.backward()  # as the task's train_step does, segment by segment
+    # The first segment has no write to apply and a compressive memory fills up over the
+    # first writes; from then on every segment's graph is the same, however many follow.
+    assert len(set(sizes[2:])) == 1 and max(sizes) == sizes[-1], f"graph nodes per segment: {sizes}"
+    assert len(set(saved[2:])) == 1 and max(saved) == saved[-1], f"bytes saved for backward per segment: {saved}"

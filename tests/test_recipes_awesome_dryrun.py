@@ -1,0 +1,115 @@
+"""recipes/govreport_awesome.sh end to end with DRY_RUN=1: the same command lines as a real run,
+on a tiny GovReport-format corpus, a tiny BART and two updates per training; and its plan."""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from builders.bpe import build_gpt2_bpe
+from builders.cli import BIN_DIR, REPO_ROOT
+from builders.corpora import acl_papers, write_govreport
+from pagesum_plugin.corpus.format import CorpusMeta
+
+pytestmark = pytest.mark.slow  # the recipe end to end
+
+N_TRAIN, N_VALID, N_TEST = 3, 2, 2
+RECIPE = os.path.join(REPO_ROOT, "recipes", "govreport_awesome.sh")
+CONFIGS = os.path.join(REPO_ROOT, "recipes", "config")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """The tiny corpus in GovReport's layout, and ``$BART_DIR`` with a tiny BART as bart.large."""
+    from builders.models import bart_twin, build_tiny, save_bart_checkpoint
+
+    papers = acl_papers(N_TRAIN + N_VALID + N_TEST, offset=40)
+    root = tmp_path_factory.mktemp("awesome_recipe")
+    splits = {"train": papers[:N_TRAIN], "valid": papers[N_TRAIN:N_TRAIN + N_VALID],
+              "test": papers[N_TRAIN + N_VALID:]}
+    for split, rows in splits.items():
+        write_govreport(root / "govreport" / f"{split}.jsonl", rows)
+    bart_dir = root / "bart"
+    texts = [p["summary"] for p in papers] + [s["text"] for p in papers for s in p["sections"]]
+    bpe = build_gpt2_bpe(bart_dir, texts, vocab_size=600)
+    dict_only = bart_dir / "dict_only"
+    dict_only.mkdir()
+    shutil.copyfile(bpe.dict_txt, dict_only / "dict.txt")
+    CorpusMeta(tokenizer="none").save(dict_only)
+    bart = bart_twin(*build_tiny(str(dict_only)))
+    (bart_dir / "bart.large").mkdir()
+    shutil.copyfile(bpe.dict_txt, bart_dir / "bart.large" / "dict.txt")
+    save_bart_checkpoint(str(bart_dir / "bart.large" / "model.pt"), bart)
+    return str(root / "govreport"), str(bart_dir)
+
+
+def recipe_env(govreport_dir, bart_dir, **env_vars):
+    env = dict(
+        os.environ,
+        PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""),
+        GOVREPORT_DIR=govreport_dir, BART_DIR=bart_dir, NUM_GPUS="0", WORKERS="1", GEN_BATCH_SIZE="2",
+        ARCH="awesome_tiny", EXTRACTOR_ARCH="awesome_extractor_tiny", OMP_NUM_THREADS="1",
+    )
+    env.update(env_vars)
+    return env
+
+
+@pytest.fixture(scope="module")
+def dry_run(inputs, tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("awesome_out")
+    result = subprocess.run(["bash", RECIPE], env=recipe_env(*inputs, DRY_RUN="1", OUT_DIR=str(out_dir)),
+                            capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return out_dir
+
+
+def test_every_stage_ran_and_read_what_the_one_before_wrote(dry_run):
+    data = dry_run / "govreport_awesome" / "data"
+    run_dir = dry_run / "govreport_awesome" / "bart.large"
+    meta = CorpusMeta.load(data)
+    assert (meta.view, meta.stats["train"]["examples"]) == ("segments", N_TRAIN)
+    for split in ("train", "valid", "test"):
+        for name in (f"{split}.segments.all-minilm-l6-v2.npy", f"{split}.targets.all-minilm-l6-v2.npz",
+                     f"{split}.salient.oracle.npy", f"{split}.salient.extractor.npy"):
+            assert (data / name).exists(), name
+    assert np.load(data / "train.salient.oracle.npy").sum() > 0
+    extractor_log = (run_dir / "extractor" / "train.log").read_text()
+    assert "initializing the extractor's sentence scorer fresh" in extractor_log and "done training" in extractor_log
+    log = (run_dir / "train.log").read_text()
+    assert "memory parameters fresh" in log and "bart.large/model.pt" in log and "done training" in log
+    hypotheses = (run_dir / "test.hyp.txt").read_text(encoding="utf-8").splitlines()
+    assert len(hypotheses) == N_TEST
+    scores = json.loads((run_dir / "scores.json").read_text())
+    assert scores["examples"] == N_TEST and set(scores["scores"]) == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
+    commands = (dry_run / "commands.sh").read_text()
+    for command in ("pagesum-preprocess", "pagesum_plugin.awesome.segment", "pagesum_plugin.awesome.label",
+                    "pagesum_plugin.awesome.extract", "fairseq-hydra-train", "fairseq-generate", "pagesum-score"):
+        assert command in commands
+
+
+def test_the_plan_takes_every_setting_from_the_yamls(inputs):
+    env = recipe_env(*inputs, PLAN="1", OUT_DIR="/out", NUM_GPUS="1")
+    del env["ARCH"], env["EXTRACTOR_ARCH"]
+    result = subprocess.run(["bash", RECIPE], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(line) for line in result.stdout.splitlines() if not line.startswith("#")]
+    trains = [c for c in commands if c[0] == "fairseq-hydra-train"]
+    assert [c[c.index("--config-name") + 1] for c in trains] == ["govreport_awesome_extractor", "govreport_awesome"]
+    for train in trains:  # the extractor first; both from bart.large, 8 documents per update on one GPU
+        overrides = dict(a.split("=", 1) for a in train if "=" in a)
+        assert overrides["optimization.update_freq"] == "[8]" and overrides["dataset.batch_size"] == "1"
+        assert overrides["checkpoint.finetune_from_model"].endswith("bart.large/model.pt")
+    config = OmegaConf.load(os.path.join(CONFIGS, "govreport_awesome.yaml"))
+    assert (config.optimization.lr[0], config.lr_scheduler.warmup_updates, config.optimization.max_epoch) == (5e-5, 300, 3)
+    assert config.dataset.batch_size * config.optimization.update_freq[0] == 8
+    assert (config.task.max_document_tokens, config.task.salient_sentences, config.model.memory) == (
+        51200, "extractor", "attentive")
+    generate = next(c for c in commands if c[0] == "fairseq-generate")
+    assert generate[generate.index("--task") + 1] == "segmented_summarization"
+    assert generate[generate.index("--min-len") + 1] == "0"  # a segment may have no summary
