@@ -109,7 +109,7 @@ def make_source_sensitive(model, dictionary, seed: int = 0):
 def attention_like(module: MultiheadAttention, cls, *args, **kwargs):
     """A ``cls`` attention holding exactly ``module``'s projections."""
     other = cls(module.embed_dim, module.num_heads, *args, **kwargs)
-    other.load_state_dict(module.state_dict(), strict=False)
+    other.load_state_dict({**other.state_dict(), **module.state_dict()})  # its own new weights stay as built
     return other.eval()
 
 
