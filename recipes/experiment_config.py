@@ -38,8 +38,9 @@ def view_flags(config, target: str) -> list:
 
 def dry_run_overrides(config) -> list:
     overrides = ["optimization.max_update=2", "optimization.max_epoch=2"]
-    if "lr_scheduler" in config and "warmup_updates" in config.lr_scheduler:
-        overrides.append("lr_scheduler.warmup_updates=2")
+    warmup = config.get("lr_scheduler", {}).get("warmup_updates")
+    if warmup:  # shortened, never added: a schedule without warmup keeps none
+        overrides.append(f"lr_scheduler.warmup_updates={min(int(warmup), 2)}")
     # only the sizes the experiment sets: Hydra refuses a key the YAML does not hold
     overrides += [f"task.{key}={value}" for key, value in DRY_RUN_SIZES.items() if key in config.task]
     return overrides
