@@ -26,6 +26,9 @@
 #   PLAN=1        print the commands instead of running them (no file checks)
 #   DRY_RUN=1     same command lines with tiny settings: short pages and summaries, two
 #                 updates, beam 2; proves that every stage runs and that they chain
+#   SETTINGS      named alternatives to the YAML's values, comma-separated, from
+#                 recipes/config/settings/: fairseq (fairseq's BART fine-tuning values in
+#                 place of the authors'), adafactor (Adafactor in place of Adam)
 #   TRAIN_ARGS    extra Hydra overrides for fairseq-hydra-train (e.g. optimization.clip_norm=0.1)
 #   GEN_ARGS      extra flags appended to fairseq-generate
 #   PYTHON        the Python that has pagesum installed (default: python3)
@@ -105,6 +108,12 @@ check_shared_settings() {
     GEN_BATCH_SIZE=${GEN_BATCH_SIZE:-4}
     WORKERS=${WORKERS:-$(nproc)}
     [ -z "${BATCH_SIZE:-}" ] || require_count BATCH_SIZE
+    SETTINGS=${SETTINGS:-}
+    local name
+    for name in ${SETTINGS//,/ }; do
+        [ -f "$PAGESUM_ROOT/recipes/config/settings/$name.yaml" ] ||
+            die "SETTINGS: no settings named '$name' (see recipes/config/settings/)"
+    done
     require_path -f "$BART_DIR/$INIT/model.pt" "the $INIT checkpoint"
     require_path -f "$BART_DIR/$INIT/dict.txt" "the $INIT dictionary"
     require_path -f "$GPT2_BPE_DIR/encoder.json" "GPT-2's encoder.json (set GPT2_BPE_DIR)"
@@ -164,6 +173,8 @@ train_stage() {
         dataset.batch_size="$BATCH" "optimization.update_freq=[$UPDATE_FREQ]" "${DEVICE_OVERRIDES[@]}"
     )
     if [ -n "${ARCH:-}" ]; then overrides+=(model._name="$ARCH"); fi
+    # shellcheck disable=SC2207  # the overrides are a word list
+    [ -n "${SETTINGS:-}" ] && overrides+=($(config settings-overrides "$SETTINGS"))
     # shellcheck disable=SC2207  # the overrides are a word list
     [ "${DRY_RUN:-0}" = 1 ] && overrides+=($(config dry-run-overrides))
     # shellcheck disable=SC2086  # PAGESUM_LAUNCHER and TRAIN_ARGS are word lists

@@ -3,17 +3,23 @@
     python recipes/experiment_config.py CONFIG.yaml view-flags preprocess|generate
     python recipes/experiment_config.py CONFIG.yaml effective-batch
     python recipes/experiment_config.py CONFIG.yaml dry-run-overrides
+    python recipes/experiment_config.py CONFIG.yaml settings-overrides NAME[,NAME...]
 
 ``view-flags`` turns the ``task:`` section's view settings into command-line flags (for
 ``pagesum-preprocess``, which records them as the corpus's default view, and for
 ``fairseq-generate``); ``effective-batch`` is documents per update on one device
 (``dataset.batch_size`` x ``optimization.update_freq``); ``dry-run-overrides`` are the Hydra
-overrides that shrink a run to toy size without changing its command line.
+overrides that shrink a run to toy size without changing its command line;
+``settings-overrides`` are those of named alternatives in ``recipes/config/settings/``
+(``fairseq``: fairseq's BART fine-tuning values; ``adafactor``: Adafactor for Adam).
 """
 
 import sys
+from pathlib import Path
 
 from omegaconf import OmegaConf
+
+SETTINGS_DIR = Path(__file__).resolve().parent / "config" / "settings"
 
 VIEW_KEYS = ("view", "num_pages", "max_pages", "max_page_tokens", "max_source_tokens", "spatial_split",
              "max_summary_tokens")
@@ -46,6 +52,17 @@ def dry_run_overrides(config) -> list:
     return overrides
 
 
+def settings_overrides(names: str) -> list:
+    overrides = []
+    for name in filter(None, names.split(",")):
+        path = SETTINGS_DIR / f"{name}.yaml"
+        if not path.exists():
+            known = ", ".join(sorted(p.stem for p in SETTINGS_DIR.glob("*.yaml")))
+            sys.exit(f"SETTINGS: no settings named {name!r} (known: {known})")
+        overrides += OmegaConf.to_container(OmegaConf.load(path), resolve=False)["overrides"]  # kept as written: ${...} is for Hydra
+    return overrides
+
+
 def main(path: str, what: str, *args: str) -> None:
     config = OmegaConf.load(path)
     if what == "view-flags":
@@ -54,6 +71,8 @@ def main(path: str, what: str, *args: str) -> None:
         print(int(config.dataset.batch_size) * int(config.optimization.update_freq[0]))
     elif what == "dry-run-overrides":
         print(" ".join(dry_run_overrides(config)))
+    elif what == "settings-overrides":
+        print(" ".join(settings_overrides(args[0])))
     else:
         sys.exit(f"unknown query {what!r}")
 

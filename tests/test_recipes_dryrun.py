@@ -18,6 +18,7 @@ import pytest
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_papers, write_cohan, write_govreport, write_multinews
 from builders.cli import BIN_DIR, REPO_ROOT
+from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 from pagesum_plugin.corpus.format import CorpusMeta
 
 pytestmark = pytest.mark.slow  # every recipe end to end
@@ -103,16 +104,20 @@ def dry_runs(raw_dirs, bart_dir, tmp_path_factory):
     runs = {
         "arxiv": ("arxiv", dict(ARXIV_DIR=arxiv)),
         "arxiv_discourse": ("arxiv_discourse", dict(ARXIV_DIR=arxiv)),
-        "pubmed": ("pubmed", dict(PUBMED_DIR=arxiv)),  # PubMed shares arXiv's layout (Cohan et al., 2018)
+        # PubMed shares arXiv's layout (Cohan et al., 2018), and multinews_spatial Multi-News's
+        # files: their later stages run arxiv's and multinews's command lines with another YAML
+        # (tests/test_recipes_config.py checks the plan of each)
+        "pubmed": ("pubmed", dict(PUBMED_DIR=arxiv, STAGES="preprocess")),
         "multinews": ("multinews", dict(MULTINEWS_DIR=multinews)),
-        "multinews_spatial": ("multinews_spatial", dict(MULTINEWS_DIR=multinews)),
-        "govreport": ("govreport", dict(GOVREPORT_DIR=govreport)),
+        "multinews_spatial": ("multinews_spatial", dict(MULTINEWS_DIR=multinews, STAGES="preprocess")),
+        "govreport": ("govreport", dict(GOVREPORT_DIR=govreport, SETTINGS="adafactor")),
         "govreport_7": ("govreport", dict(GOVREPORT_DIR=govreport, GOVREPORT_PAGES="7", STAGES="preprocess")),
         # the other page sizes and page-wise decoding run the same command lines (see
         # tests/test_recipes_config.py for the plan of all of them)
         "page_size": ("page_size", dict(ARXIV_DIR=arxiv, PAGE_SIZES="128x32")),
         "global_decoding": ("global_decoding", dict(ARXIV_DIR=arxiv, MULTINEWS_DIR=multinews, DECODINGS="global")),
-        "arxiv_bart_large": ("arxiv", dict(ARXIV_DIR=arxiv, INIT="bart.large", STAGES="preprocess train")),
+        "arxiv_bart_large": ("arxiv", dict(ARXIV_DIR=arxiv, INIT="bart.large", STAGES="preprocess train",
+                                           SETTINGS="fairseq")),
     }
     out_dirs = {name: tmp_path_factory.mktemp(name) for name in runs}
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -155,14 +160,21 @@ def assert_experiment_ran(out_dir, name, init="bart.large.cnn", data_name=None):
 @pytest.mark.parametrize("recipe, input_format, locality, pages", [
     ("arxiv", "arxiv", "spatial", 7),
     ("arxiv_discourse", "arxiv", "discourse", 8),
-    ("pubmed", "pubmed", "spatial", 7),
     ("multinews", "multinews", "document", 7),
-    ("multinews_spatial", "multinews", "spatial", 7),
 ])
 def test_recipe_runs_every_stage_on_its_native_format(recipe, input_format, locality, pages, dry_runs):
     meta = assert_experiment_ran(finished(dry_runs, recipe), recipe)
     assert (meta.view, meta.dataset) == (locality, input_format)
     assert meta.stats["train"]["pages_per_example_max"] <= pages
+
+
+@pytest.mark.parametrize("recipe, input_format, locality", [
+    ("pubmed", "pubmed", "spatial"),
+    ("multinews_spatial", "multinews", "spatial"),
+])
+def test_recipe_reads_its_native_format_into_its_view(recipe, input_format, locality, dry_runs):
+    meta = CorpusMeta.load(finished(dry_runs, recipe) / recipe / "data")
+    assert (meta.view, meta.dataset, meta.stats["test"]["examples"]) == (locality, input_format, N_TEST)
 
 
 def test_govreport_recipe_runs_with_20_pages_and_prepares_7(dry_runs):
@@ -194,9 +206,35 @@ def test_bart_large_init_fine_tunes_from_bart_large(dry_runs):
     assert "done training" in log
 
 
-def checkpoint_cfg(run_dir):
-    from pagesum_plugin.checkpoints.safety import load_checkpoint_file
+def test_pagesum_fine_tunes_with_the_authors_settings_where_the_paper_is_silent(dry_runs):
+    cfg = checkpoint_cfg(finished(dry_runs, "arxiv") / "arxiv" / "bart.large.cnn")
+    assert (cfg["optimization"]["clip_norm"], cfg["optimizer"]["weight_decay"]) == (0.0, 0.0)
+    assert (cfg["model"]["attention_dropout"], cfg["criterion"]["ignore_prefix_size"]) == (0.0, 1)
+    assert (cfg["checkpoint"]["save_interval_updates"], cfg["dataset"]["validate_interval_updates"]) == (1000, 1000)
 
+
+def test_settings_fairseq_restores_fairseqs_bart_fine_tuning_values(dry_runs):
+    cfg = checkpoint_cfg(finished(dry_runs, "arxiv_bart_large") / "arxiv" / "bart.large")
+    assert (cfg["optimization"]["clip_norm"], cfg["optimizer"]["weight_decay"]) == (0.1, 0.01)
+    assert (cfg["model"]["attention_dropout"], cfg["criterion"]["ignore_prefix_size"]) == (0.1, 0)
+
+
+def test_govreport_trains_with_activation_checkpointing_and_settings_adafactor_swaps_the_optimizer(dry_runs):
+    cfg = checkpoint_cfg(finished(dry_runs, "govreport") / "govreport_20x1024" / "bart.large.cnn")
+    assert cfg["model"]["checkpoint_activations"] is True
+    assert cfg["common"]["fp16"] is False, "half precision is for GPUs; the recipe turns it off on CPU"
+    assert cfg["optimizer"]["_name"] == "adafactor" and "adam_betas" not in cfg["optimizer"]
+
+
+def test_an_unknown_settings_name_stops_the_recipe_before_it_runs(tmp_path):
+    env = {"PATH": BIN_DIR + os.pathsep + os.environ["PATH"], "ARXIV_DIR": str(tmp_path), "OUT_DIR": str(tmp_path),
+           "BART_DIR": str(tmp_path), "NUM_GPUS": "0", "PLAN": "1", "SETTINGS": "fairseq,sgd"}
+    result = subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", "arxiv.sh")], capture_output=True, text=True,
+                            env=env)
+    assert result.returncode != 0 and "SETTINGS: no settings named 'sgd'" in result.stderr
+
+
+def checkpoint_cfg(run_dir):
     return load_checkpoint_file(str(run_dir / "checkpoints" / "checkpoint_best.pt"))["cfg"]
 
 
