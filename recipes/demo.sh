@@ -7,7 +7,9 @@
 #   pagesum-score (model and Lead-3) -> pagesum-plot page-importance -> a short report.
 #
 # Everything goes to outputs/demo/. The same commands as recipes/<dataset>.sh, at a size
-# that runs in minutes on two cores. Options (environment):
+# that runs in minutes on two cores. The console shows one line (or progress bar) per
+# stage, then the report; every tool's full output goes to outputs/demo/logs/, and a stage
+# that fails prints the end of its log. Options (environment):
 #   LOCALITY        discourse (default: one page per section) or spatial
 #   TRAIN_MINUTES   wall-clock budget of training (default: 6)
 #   VOCAB_SIZE      sentencepiece vocabulary (default: 4000)
@@ -28,11 +30,21 @@ case "$LOCALITY" in
 esac
 [[ "$TRAIN_MINUTES" =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "demo: TRAIN_MINUTES must be a number" >&2; exit 2; }
 
-step() { printf '\n==> [%3ds] %s\n' $((SECONDS - START)) "$*"; }
+LOGS=$DEMO_DIR/logs
+mkdir -p "$LOGS"
 
-step "setup"
+step() { printf '[%3ds] %s\n' $((SECONDS - START)) "$*"; }
+
+# quietly NAME CMD...: run one stage with its output in $LOGS/NAME.log (recipes/console.py).
+quietly() {
+    local name=$1
+    shift
+    python recipes/console.py "$name" "$LOGS/$name.log" -- "$@"
+}
+
+step "setup (log: $LOGS/setup.log)"
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
-    bash setup.sh
+    bash setup.sh >"$LOGS/setup.log" 2>&1 || { tail -n 40 "$LOGS/setup.log" >&2; echo "setup failed; full log: $LOGS/setup.log" >&2; exit 1; }
     . .venv/bin/activate
 fi
 
@@ -42,7 +54,7 @@ PAPERS=$DEMO_DIR/papers DATA=$DEMO_DIR/data-$LOCALITY RUN=$DEMO_DIR/run-$LOCALIT
 mkdir -p "$DEMO_DIR" "$RUN"
 
 step "splitting the 250 aclsum papers by file name: 200 train / 25 valid / 25 test"
-python - "$PAPERS" <<'EOF'
+python - "$PAPERS" >"$LOGS/split.log" <<'EOF'
 import os, shutil, sys
 from pathlib import Path
 
@@ -61,14 +73,15 @@ EOF
 
 step "pagesum-preprocess: $LOCALITY pages, sentencepiece vocabulary of $VOCAB_SIZE"
 rm -rf "$DATA"
-pagesum-preprocess --input-format aclsum --trainpref "$PAPERS/train" --validpref "$PAPERS/valid" \
+quietly preprocess pagesum-preprocess --input-format aclsum --trainpref "$PAPERS/train" --validpref "$PAPERS/valid" \
     --testpref "$PAPERS/test" --destdir "$DATA" "${PAGING[@]}" --max-page-tokens $PAGE_TOKENS \
     --max-summary-tokens $SUMMARY_TOKENS --tokenizer sentencepiece --vocab-size "$VOCAB_SIZE" --workers 2
 
 step "fairseq-train: a small PageSum from scratch, for $TRAIN_MINUTES minutes"
 rm -rf "$RUN/checkpoints"
 STOP_HOURS=$(python -c "print($TRAIN_MINUTES / 60)")
-fairseq-train "$DATA" --user-dir pagesum_plugin --task paged_summarization \
+BUDGET_SECONDS=$(python -c "print($TRAIN_MINUTES * 60)")
+python recipes/console.py train "$LOGS/train.log" --budget-seconds "$BUDGET_SECONDS" -- fairseq-train "$DATA" --user-dir pagesum_plugin --task paged_summarization \
     --max-page-tokens $PAGE_TOKENS --max-summary-tokens $SUMMARY_TOKENS \
     --arch pagesum_tiny --encoder-embed-dim 128 --encoder-ffn-embed-dim 256 --decoder-embed-dim 128 \
     --decoder-ffn-embed-dim 256 --share-all-embeddings \
@@ -76,10 +89,10 @@ fairseq-train "$DATA" --user-dir pagesum_plugin --task paged_summarization \
     --optimizer adam --adam-betas "(0.9, 0.98)" --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 60 \
     --dropout 0.1 --clip-norm 1.0 --batch-size 8 --max-epoch 30 --stop-time-hours "$STOP_HOURS" \
     --cpu --num-workers 0 --seed 1 --best-checkpoint-metric loss --no-epoch-checkpoints \
-    --save-dir "$RUN/checkpoints" --log-format simple --log-interval 5 2>&1 | tee "$RUN/train.log"
+    --save-dir "$RUN/checkpoints" --log-format simple --log-interval 5
 
 step "fairseq-generate: page-combined beam search on the 25 held-out papers"
-fairseq-generate "$DATA" --user-dir pagesum_plugin --task paged_summarization \
+quietly generate fairseq-generate "$DATA" --user-dir pagesum_plugin --task paged_summarization \
     --max-page-tokens $PAGE_TOKENS --max-summary-tokens $SUMMARY_TOKENS \
     --path "$RUN/checkpoints/checkpoint_best.pt" --gen-subset test --cpu \
     --beam 4 --lenpen 2.0 --no-repeat-ngram-size 3 --min-len $MIN_LEN --max-len-a 0 --max-len-b $MAX_LEN \
@@ -87,24 +100,24 @@ fairseq-generate "$DATA" --user-dir pagesum_plugin --task paged_summarization \
     --page-weights-output "$RUN/test.page_weights.jsonl" --results-path "$RUN/generate"
 
 step "pagesum-baseline: Lead-3"
-pagesum-baseline --input "$DATA" --split test --method lead --k 3 --out "$RUN/test.lead3.txt"
+quietly baseline pagesum-baseline --input "$DATA" --split test --method lead --k 3 --out "$RUN/test.lead3.txt"
 
 step "pagesum-score: the model, then Lead-3, against the abstracts"
-pagesum-score --hyp "$RUN/test.hyp.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.model.json"
-pagesum-score --hyp "$RUN/test.lead3.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.lead3.json"
+pagesum-score --hyp "$RUN/test.hyp.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.model.json" 2>"$LOGS/score.log"
+pagesum-score --hyp "$RUN/test.lead3.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.lead3.json" 2>>"$LOGS/score.log"
 
 step "pagesum-plot page-importance: the first test paper"
-pagesum-plot page-importance --weights "$RUN/test.page_weights.jsonl" --id "$(head -n 1 "$DATA/test.ids.txt")" \
+quietly plot pagesum-plot page-importance --weights "$RUN/test.page_weights.jsonl" --id "$(head -n 1 "$DATA/test.ids.txt")" \
     --out "$RUN/page_importance.png"
 
 step "report"
-python - "$DATA" "$RUN" "$((SECONDS - START))" <<'EOF' | tee "$RUN/report.txt"
+python - "$DATA" "$RUN" "$LOGS" "$((SECONDS - START))" <<'EOF' | tee "$RUN/report.txt"
 import json, re, sys
 from pathlib import Path
 
 from pagesum_plugin.corpus.format import CorpusMeta
 
-data, run, seconds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+data, run, logs, seconds = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
 meta = CorpusMeta.load(data)
 print(f"PageSum demo: {meta.view} locality, {meta.tokenizer} vocabulary of {meta.vocab_size}, "
       f"{seconds // 60} min {seconds % 60} s end to end")
@@ -116,7 +129,7 @@ for split in meta.splits:
           f"{1 - s['share_source_tokens_lost']:18.1%} {s['skipped_total']:7d}")
 print(f"  pages of at most {meta.max_page_tokens} tokens, summaries of at most {meta.max_summary_tokens}")
 
-log = (run / "train.log").read_text()
+log = (logs / "train.log").read_text()
 valid = re.findall(r"epoch (\d+) \| valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+).*?num_updates (\d+)", log)
 print("\nTraining curve (fairseq-train, validation loss per epoch, base 2)")
 for epoch, loss, nll, updates in valid:
@@ -139,7 +152,7 @@ print(f"\n  distinct model summaries: {len(set(hyps))} of {len(hyps)}; "
 
 print("\nOutputs")
 for what, path in (("summaries", "test.hyp.txt"), ("Lead-3", "test.lead3.txt"), ("page weights", "test.page_weights.jsonl"),
-                   ("page-importance plot", "page_importance.png"), ("training log", "train.log"),
-                   ("checkpoint", "checkpoints/checkpoint_best.pt")):
+                   ("page-importance plot", "page_importance.png"), ("checkpoint", "checkpoints/checkpoint_best.pt")):
     print(f"  {what:21} {run / path}")
+print(f"  {'full logs':21} {logs}/ (setup, preprocess, train, generate, baseline, score, plot)")
 EOF

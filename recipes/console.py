@@ -1,0 +1,121 @@
+"""Run one stage of a recipe quietly: its full output goes to a log file, the console
+shows one progress bar and one closing line.
+
+    python recipes/console.py NAME LOG [--budget-seconds S] -- COMMAND [ARGS...]
+
+The bar follows what the tool reports:
+
+* a tqdm bar of its own (``12/25 [`` or ``37 examples``): the count it shows;
+* fairseq-train's log lines: the update count, and the last validation loss as the
+  bar's postfix; with ``--budget-seconds`` (fairseq's ``--stop-time-hours``), the bar
+  fills with the elapsed share of that budget.
+
+On failure the console gets the end of the log, from the last traceback when there is
+one (otherwise its last 60 lines), and the path of the full log; the exit code is the
+tool's own.
+"""
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+TQDM_COUNT = re.compile(r"(\d+)/(\d+) \[")
+TQDM_ITEMS = re.compile(r"(\d+) examples")
+UPDATES = re.compile(r"num_updates[ =](\d+)")
+VALID_LOSS = re.compile(r"valid on '\w+' subset \| loss ([\d.]+)")
+FAILURE_TAIL_LINES = 60
+
+
+def parse_args(argv):
+    if "--" not in argv:
+        sys.exit("usage: console.py NAME LOG [--budget-seconds S] -- COMMAND [ARGS...]")
+    split = argv.index("--")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("name")
+    parser.add_argument("log", type=Path)
+    parser.add_argument("--budget-seconds", type=float, help="the stage's wall-clock budget: the bar shows its elapsed share")
+    args = parser.parse_args(argv[:split])
+    args.command = argv[split + 1:]
+    if not args.command:
+        parser.error("no command after --")
+    return args
+
+
+class StageBar:
+    """One console bar for a stage, driven by the lines of its output."""
+
+    def __init__(self, name: str, budget_seconds: float = None):
+        self.budget = budget_seconds
+        self.start = time.monotonic()
+        total = round(budget_seconds) if budget_seconds else None
+        unit = "s" if budget_seconds else " it"
+        self.bar = tqdm(desc=name, total=total, unit=unit, dynamic_ncols=True, file=sys.stdout, leave=True)
+        self.postfix = {}
+
+    def read(self, line: str) -> None:
+        if self.budget:
+            self.bar.n = min(round(time.monotonic() - self.start), self.bar.total)
+        elif (match := TQDM_COUNT.search(line)) is not None:
+            self.bar.total = int(match.group(2))
+            self.bar.n = int(match.group(1))
+        elif (match := TQDM_ITEMS.search(line)) is not None:
+            self.bar.n = int(match.group(1))
+        if (match := UPDATES.search(line)) is not None:
+            self.postfix["updates"] = int(match.group(1))
+        if (match := VALID_LOSS.search(line)) is not None:
+            self.postfix["valid loss"] = float(match.group(1))
+        if self.postfix:
+            self.bar.set_postfix(self.postfix, refresh=False)
+        self.bar.refresh()
+
+    def close(self, ok: bool) -> None:
+        if ok and self.budget:
+            self.bar.n = min(round(time.monotonic() - self.start), self.bar.total)
+        self.bar.close()
+
+
+def lines_of(stream):
+    """The stream's lines, split at newlines and at the carriage returns of progress bars."""
+    pending = b""
+    for chunk in iter(lambda: stream.read1(4096), b""):
+        pending += chunk
+        *complete, pending = re.split(rb"[\r\n]", pending)
+        for line in complete:
+            yield line.decode("utf-8", errors="replace")
+    if pending:
+        yield pending.decode("utf-8", errors="replace")
+
+
+def failure_tail(log: Path) -> str:
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+    first = starts[-1] if starts else max(0, len(lines) - FAILURE_TAIL_LINES)
+    return "\n".join(lines[first:])
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    bar = StageBar(args.name, args.budget_seconds)
+    with args.log.open("w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(args.command) + "\n")
+        process = subprocess.Popen(args.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for line in lines_of(process.stdout):
+            if line.strip():
+                log.write(line + "\n")
+                bar.read(line)
+        code = process.wait()
+    bar.close(ok=code == 0)
+    if code != 0:
+        print(failure_tail(args.log), file=sys.stderr)
+        print(f"{args.name} failed (exit code {code}); full log: {args.log}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
