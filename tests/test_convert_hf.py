@@ -12,14 +12,15 @@ from fairseq.data import Dictionary
 
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_papers
-from builders.models import build_tiny, random_pages
+from builders.models import build_tiny, make_source_sensitive, paged_batch, random_pages
 from builders.paged_data import write_split
 from pagesum_plugin.corpus.format import CorpusMeta
 from builders.cli import USER_DIR, run_cli
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 from pagesum_plugin.checkpoints.builder import checkpoint_state
-from pagesum_plugin.checkpoints.convert import AUTHORS_STATE_DICT_NAME, CONFIDENCE_KEYS, main
+from pagesum_plugin.checkpoints.convert import AUTHORS_STATE_DICT_NAME, BART_CONFIG_FIELDS, CONFIDENCE_KEYS, main
 from pagesum_plugin.corpus.tokenizers import build_tokenizer
+from pagesum_plugin.generation import PageSumSequenceGenerator
 
 
 D_MODEL = 24
@@ -177,6 +178,23 @@ def test_nonzero_final_logits_bias_is_refused(bpe, tmp_path):
     assert not (tmp_path / "out" / "model.pt").exists()
 
 
+def test_every_field_of_bart_config_is_converted_checked_or_without_effect():
+    fields = set(transformers.BartConfig().to_dict())
+    placed = set().union(*BART_CONFIG_FIELDS.values())
+    assert fields - placed == set(), "a BartConfig field the converter has not reviewed"
+    assert sum(map(len, BART_CONFIG_FIELDS.values())) == len(placed), "a field placed twice"
+
+
+def test_a_config_vocab_size_that_differs_from_the_embedding_rows_is_refused(bpe, tmp_path):
+    model = random_bart(len(bpe[1]))
+    hf_dir = write_hf_dir(tmp_path / "hf", model, bpe)
+    config = json.loads((hf_dir / "config.json").read_text())
+    (hf_dir / "config.json").write_text(json.dumps(dict(config, vocab_size=len(bpe[1]) + 8)))
+    with pytest.raises(SystemExit, match=f"vocab_size = {len(bpe[1]) + 8}, but the weights .* have {len(bpe[1])} "
+                                         "embedding rows"):
+        main(["from-hf", str(hf_dir), str(tmp_path / "out")])
+
+
 def test_untied_output_projection_is_refused(bpe, tmp_path):
     model = random_bart(len(bpe[1]))
     state = dict(model.state_dict(), **{"lm_head.weight": torch.randn(len(bpe[1]), D_MODEL)})
@@ -253,6 +271,37 @@ def test_plugin_to_hf_to_plugin_round_trip_keeps_every_weight(copy_task_dir, tmp
     assert set(back) == set(original)
     for key, value in original.items():
         assert torch.equal(back[key], value), key
+
+
+def test_transformers_generate_on_a_to_hf_model_gives_this_plugins_greedy_summaries(copy_task_dir, tmp_path):
+    args, task, model = build_tiny(copy_task_dir)
+    model = make_source_sensitive(model, task.dictionary)  # summaries of different lengths
+    torch.save(checkpoint_state(args, model), tmp_path / "model.pt")
+    main(["to-hf", str(tmp_path / "model.pt"), str(tmp_path / "hf")])
+    hf = transformers.BartForConditionalGeneration.from_pretrained(str(tmp_path / "hf")).eval()
+
+    rng = torch.Generator().manual_seed(3)
+    documents = [random_pages(rng, 1, task.dictionary.nspecial, len(task.dictionary) - 8) for _ in range(4)]
+    src = paged_batch(documents, task.dictionary)  # (4, 1, page_len): one page, i.e. BART
+    sample = {"id": torch.arange(4), "net_input": {"src_tokens": src, "src_lengths": src.ne(1).sum((1, 2))}}
+    ours = PageSumSequenceGenerator([model], task.dictionary, beam_size=1, max_len_b=12).generate([model], sample)
+    lengths = set()
+    for i, hypos in enumerate(ours):
+        page = src[i, 0][src[i, 0].ne(task.dictionary.pad())]
+        # transformers counts the decoder start </s>, the forced <s> and the closing </s> in max_length
+        theirs = hf.generate(page[None], num_beams=1, do_sample=False, max_length=12 + 3)[0]
+        assert theirs[0] == task.dictionary.eos() and theirs[1] == task.dictionary.bos()
+        assert torch.equal(theirs[1:], hypos[0]["tokens"])
+        lengths.add(len(theirs))
+    assert len(lengths) > 1, "the summaries end at different steps"
+
+
+def test_to_hf_without_data_says_that_no_tokenizer_files_were_written(copy_task_dir, tmp_path, caplog):
+    args, _, model = build_tiny(copy_task_dir)
+    torch.save(checkpoint_state(args, model), tmp_path / "model.pt")
+    main(["to-hf", str(tmp_path / "model.pt"), str(tmp_path / "hf")])
+    assert "no tokenizer files written (pass --data" in caplog.text
+    assert not (tmp_path / "hf" / "vocab.json").exists()
 
 
 def test_to_hf_restores_the_tokenizer_vocabulary(converted_bart, tmp_path):

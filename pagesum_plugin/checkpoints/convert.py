@@ -17,7 +17,7 @@ and embeddings are copied unchanged. By default the symbol of index ``i`` is ``"
 ``--gpt2-encoder-json`` the symbols are GPT-2 ids instead, the convention of fairseq's own
 BART ``dict.txt``. Either way data must be preprocessed with the written ``dict.txt``.
 
-``transformers`` is imported only here, and only when a conversion needs it.
+``transformers`` (the ``hf`` extra) is imported by this module only.
 """
 
 import argparse
@@ -30,12 +30,19 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
+from fairseq.data import Dictionary
+
+try:
+    import transformers
+    from safetensors.torch import load_file as load_safetensors
+except ImportError as error:  # the hf extra is optional: say how to get it
+    raise ImportError(f"pagesum-convert needs the hf extra (pip install 'pagesum[hf]'): {error}") from error
 
 from ..corpus.format import CorpusMeta
 from ..corpus.tokenizers import GPT2_FILES
 from ..models.pagesum import fresh_confidence_state
 from .builder import build_model, save_checkpoint
-from .safety import CheckpointError
+from .safety import CheckpointError, load_checkpoint_file
 
 logger = logging.getLogger("pagesum_plugin.checkpoints.convert")
 
@@ -53,6 +60,29 @@ NAMED_ARCHS = {
     "pagesum_bart_base": dict(d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
                               decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072),
 }
+# Every field of transformers' BartConfig, by what the converter does with it; a field that
+# transformers adds later fails tests/test_convert_hf.py until it is placed here.
+BART_CONFIG_FIELDS = {
+    # become fairseq arguments (fairseq_flags), or are read from the weights and compared
+    "converted": {"activation_dropout", "activation_function", "attention_dropout", "d_model",
+                  "decoder_attention_heads", "decoder_ffn_dim", "decoder_layerdrop", "decoder_layers", "dropout",
+                  "encoder_attention_heads", "encoder_ffn_dim", "encoder_layerdrop", "encoder_layers",
+                  "max_position_embeddings", "scale_embedding", "vocab_size", "tie_word_embeddings"},
+    # must hold the one value fairseq's BART computes with (check_bart_config)
+    "checked": {"model_type", "bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id",
+                "is_encoder_decoder", "is_decoder"},
+    # change nothing the converted model computes: initialization, classification heads,
+    # generation and output options, bookkeeping; chunked feed-forward computes the same
+    "no_effect": {"_name_or_path", "architectures", "chunk_size_feed_forward", "classifier_dropout", "dtype",
+                  "forced_eos_token_id", "id2label", "init_std", "label2id", "output_attentions",
+                  "output_hidden_states", "problem_type", "return_dict", "transformers_version", "use_cache"},
+}
+# What to-hf writes as the generation configuration: this plugin's decoding rules (the
+# summary starts with the forced <s>, which never comes again, and has at least one token;
+# </s> ends it at the length limit), so that transformers' generate() gives the tokens
+# fairseq-generate gives. transformers' lengths count the decoder start and the <s>.
+HF_GENERATION = dict(decoder_start_token_id=2, bos_token_id=0, pad_token_id=1, eos_token_id=2,
+                     forced_bos_token_id=0, forced_eos_token_id=2, bad_words_ids=[[0]], min_length=3)
 CHECKPOINT_NAME = "model.pt"
 AUTHORS_STATE_DICT_NAME = "pagesum_state_dict.bin"
 
@@ -148,6 +178,9 @@ def check_bart_config(config, source: str) -> None:
         if getattr(config, name, expected) != expected:
             raise ConversionError(
                 f"{source}: {name} = {getattr(config, name)}, but fairseq dictionaries fix it at {expected}")
+    if not config.is_encoder_decoder or getattr(config, "is_decoder", False):
+        raise ConversionError(f"{source}: not an encoder-decoder BART (is_encoder_decoder = "
+                              f"{config.is_encoder_decoder}, is_decoder = {getattr(config, 'is_decoder', False)})")
     if config.activation_function not in ACTIVATIONS:
         raise ConversionError(f"{source}: activation_function {config.activation_function!r} has no fairseq "
                               f"equivalent (supported: {sorted(ACTIVATIONS)})")
@@ -199,8 +232,6 @@ def fairseq_flags(config, page_decoding: str) -> List[str]:
 
 def bart_config_from_args(args, vocab_size: int):
     """The ``BartConfig`` of a PageSum model's arguments; refuses layouts BART lacks."""
-    from transformers import BartConfig
-
     required = {
         "encoder_normalize_before": False, "decoder_normalize_before": False, "layernorm_embedding": True,
         "share_all_embeddings": True, "share_decoder_input_output_embed": True,
@@ -214,7 +245,7 @@ def bart_config_from_args(args, vocab_size: int):
     to_hf_activation = {v: k for k, v in reversed(list(ACTIVATIONS.items()))}
     if args.activation_fn not in to_hf_activation:
         raise ConversionError(f"activation {args.activation_fn!r} has no transformers equivalent")
-    return BartConfig(
+    return transformers.BartConfig(
         vocab_size=vocab_size,
         d_model=args.encoder_embed_dim,
         encoder_layers=args.encoder_layers,
@@ -294,8 +325,6 @@ def gpt2_id_vocabulary(id_to_token: Dict[int, str], vocab_size: int, gpt2_encode
 
 def write_dictionary(symbols: List[str], path: Path, expected_size: int):
     """Write dict.txt with fairseq's own Dictionary and check every index is where it should be."""
-    from fairseq.data import Dictionary
-
     dictionary = Dictionary()
     for index, symbol in enumerate(symbols, start=len(FAIRSEQ_SPECIALS)):
         if any(c.isspace() for c in symbol) or not symbol:
@@ -342,9 +371,7 @@ def load_state_dict_file(path: Path) -> Dict[str, torch.Tensor]:
     if not path.exists():
         raise ConversionError(f"{path}: file not found")
     if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(path))
+        return load_safetensors(str(path))
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means the same to the user
@@ -372,12 +399,10 @@ def hf_weights(hf_dir: Path) -> Optional[Dict[str, torch.Tensor]]:
 def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
                     gpt2_encoder_json: Optional[str] = None, page_decoding: str = "page") -> Path:
     """Write ``model.pt``, ``dict.txt`` (and encoder.json/vocab.bpe) into ``out_dir``."""
-    from transformers import BartConfig
-
     hf_dir, out = Path(hf_dir), Path(out_dir)
     if not (hf_dir / "config.json").exists():
         raise ConversionError(f"{hf_dir / 'config.json'}: not found (need a transformers BART directory)")
-    config = BartConfig.from_pretrained(str(hf_dir))
+    config = transformers.BartConfig.from_pretrained(str(hf_dir))
     check_bart_config(config, str(hf_dir / "config.json"))
 
     source = state_dict or str(hf_dir)
@@ -386,6 +411,9 @@ def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
         raise ConversionError(f"{hf_dir}: no model.safetensors or pytorch_model.bin (or pass --state-dict)")
     converted = hf_state_to_fairseq(strip_module_prefix(weights), source)
     vocab_size = converted["encoder.embed_tokens.weight"].size(0)
+    if config.vocab_size != vocab_size:
+        raise ConversionError(f"{hf_dir / 'config.json'}: vocab_size = {config.vocab_size}, but the weights in "
+                              f"{source} have {vocab_size} embedding rows")
 
     out.mkdir(parents=True, exist_ok=True)
     id_to_token = read_hf_vocab(hf_dir, vocab_size)
@@ -471,10 +499,6 @@ def hf_vocab_from_data(data_dir: Path, dictionary) -> Optional[Dict[str, int]]:
 
 def convert_to_hf(checkpoint: str, out_dir: str, data_dir: Optional[str] = None) -> Path:
     """Write a transformers BART directory and the PageSum authors' state dict into ``out_dir``."""
-    from transformers import BartForConditionalGeneration
-
-    from .safety import load_checkpoint_file
-
     state = load_checkpoint_file(checkpoint)
     args = model_args(state, checkpoint)
     if getattr(args, "arch", "").split("_")[0] != "pagesum" and getattr(args, "_name", "") != "pagesum":
@@ -485,12 +509,16 @@ def convert_to_hf(checkpoint: str, out_dir: str, data_dir: Optional[str] = None)
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model = BartForConditionalGeneration(config)
+    model = transformers.BartForConditionalGeneration(config)
     model.load_state_dict(hf_state, strict=True)
+    model.generation_config = transformers.GenerationConfig(**HF_GENERATION)
     model.save_pretrained(str(out))
     torch.save({**{k: v.contiguous() for k, v in model.state_dict().items()}, **lin}, out / AUTHORS_STATE_DICT_NAME)
     if data_dir:
         write_hf_tokenizer(Path(data_dir), out, vocab_size)
+    else:
+        logger.warning(f"{out}: no tokenizer files written (pass --data with the checkpoint's data directory "
+                       "to write vocab.json and merges.txt)")
     logger.info(f"wrote {out} (transformers BART) and {out / AUTHORS_STATE_DICT_NAME} (BART + lin)")
     return out
 
@@ -508,8 +536,6 @@ def model_args(state: dict, source: str) -> argparse.Namespace:
 
 
 def write_hf_tokenizer(data_dir: Path, out: Path, vocab_size: int) -> None:
-    from fairseq.data import Dictionary
-
     dict_path = data_dir / "dict.txt"
     if not dict_path.exists():
         raise ConversionError(f"{dict_path}: not found")
