@@ -73,8 +73,11 @@ def test_baselines_read_paged_data_and_keep_every_example(paged, papers, tmp_pat
     assert _read(refs) == [" ".join(p["summary"].split()) for p in papers]
     for line, doc in zip(_read(out), iter_documents(paged, "test")):
         assert line == " ".join(doc.sentences[:3])
-        # Discourse pages start with the section's own text.
-        assert doc.parts[0] and doc.parts[0][0].split()[0] in line
+    # Lead-k takes the document's sentences, not the pages' "Section name:" headed text.
+    jsonl_lead = tmp_path / "jsonl_lead.txt"
+    assert main(["--input", str(write_jsonl(tmp_path / "test.jsonl", papers)), "--method", "lead", "--k", "3",
+                 "--out", str(jsonl_lead)]) == 0
+    assert _read(out) == _read(jsonl_lead)
     oracle_out = tmp_path / "oracle.txt"
     assert main(["--input", paged, "--split", "test", "--method", "oracle", "--out", str(oracle_out)]) == 0
     scores = rouge.corpus_rouge(_read(oracle_out), _read(refs))

@@ -67,6 +67,18 @@ def test_every_document_shape_is_accepted_and_batching_changes_nothing(acl_run):
     assert spatial["page_weights"].shape == (len(spatial["tokens"]), 3)
 
 
+def test_a_plain_string_on_a_discourse_model_is_read_in_spatial_pages(acl_run):
+    data, save_dir, papers = acl_run
+    pagesum = from_pretrained(save_dir, "checkpoint_last.pt", data_name_or_path=data)
+    assert pagesum.view.view == "discourse"
+    text = " ".join(s["text"] for s in papers[0]["sections"])  # a whole paper, thousands of words
+    pages = pagesum.pages(text)
+    assert len(pages) == pagesum.view.num_pages > 1, "not one page holding the first ~100 tokens"
+    assert all(torch.equal(a, b) for a, b in zip(pages, pagesum.pages(text, locality="spatial")))
+    result = pagesum.summarize(text, return_page_weights=True, **GEN)[0]
+    assert result["page_weights"].shape == (len(result["tokens"]), pagesum.view.num_pages)
+
+
 def test_page_weights_are_returned_per_step_and_sum_to_one(acl_run):
     data, save_dir, papers = acl_run
     pagesum = from_pretrained(save_dir, "checkpoint_last.pt", data_name_or_path=data)

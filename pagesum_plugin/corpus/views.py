@@ -37,7 +37,7 @@ from typing import Optional
 
 import numpy as np
 
-from .format import EncodedDocument, SplitStructure
+from .format import CorpusMeta, EncodedDocument, SplitStructure
 
 VIEWS = ("spatial", "discourse", "document", "token", "flat", "documents", "segments")
 SPATIAL_SPLITS = ("even", "authors")
@@ -53,7 +53,7 @@ class ViewConfig:
     max_page_tokens: int = 1024  # per page, <s> and </s> included
     max_source_tokens: int = 4096  # flat, documents: the whole input, specials included
     max_segment_tokens: int = 768  # segments: per segment, specials included
-    spatial_split: str = "even"  # spatial: "even" (sizes differ by one) or "authors" (n // k, rest on the last)
+    spatial_split: str = CorpusMeta.spatial_split  # spatial: "authors" (n // k, the rest on the last page) or "even"
     placeholder: tuple = ()  # page views: ids of a filler page; when set, every example gets exactly
     #                          its page limit of pages, missing ones filled (the authors' "." pages)
 
