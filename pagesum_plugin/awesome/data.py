@@ -19,10 +19,11 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import torch
-from fairseq.data import FairseqDataset, data_utils
+from fairseq.data import data_utils
 
 from ..corpus.format import CorpusSplit, EncodedDocument
 from ..corpus.views import ViewConfig, assemble_pages, plan_pages
+from ..data.examples import ExampleDataset
 from ..data.paged_dataset import collate_pages, summary_target
 from .cache import SegmentTargets
 from .documents import unit_ids
@@ -55,7 +56,7 @@ def kept_segments(sizes: np.ndarray, budget: Optional[int]) -> int:
     return max(1, int(np.searchsorted(np.cumsum(sizes), budget, side="right")))
 
 
-class SegmentedSummarizationDataset(FairseqDataset):
+class SegmentedSummarizationDataset(ExampleDataset):
     def __init__(self, corpus: CorpusSplit, view: ViewConfig, dictionary, segment_ids: np.ndarray,
                  targets: SegmentTargets, salient: Optional[np.ndarray] = None,
                  headers: Optional[SalientHeaders] = None, max_input_tokens: int = 1024,
@@ -69,7 +70,7 @@ class SegmentedSummarizationDataset(FairseqDataset):
         self.segment_ids, self.targets = segment_ids, targets
         self.salient, self.headers = salient, headers
         self.max_input_tokens, self.max_summary_tokens = max_input_tokens, max_summary_tokens
-        self.shuffle, self.seed, self.epoch = shuffle, seed, 1
+        super().__init__(shuffle, seed)
         self.example_ids = corpus.example_ids()
 
         plan = plan_pages(corpus.structure, view, segment_ids)
@@ -143,12 +144,6 @@ class SegmentedSummarizationDataset(FairseqDataset):
 
     # ---- sizes and order ----------------------------------------------------------------
 
-    def num_tokens(self, index: int) -> int:
-        return int(self.example_tokens[index])
-
-    def num_tokens_vec(self, indices):
-        return self.example_tokens[indices]
-
     def size(self, index: int):
         """What fairseq compares with the model's max positions: the longest segment input and target."""
         return (int(self.longest_input[index]), int(self.longest_target[index]))
@@ -157,41 +152,22 @@ class SegmentedSummarizationDataset(FairseqDataset):
     def sizes(self):
         return np.vstack((self.longest_input, self.longest_target)).T
 
-    def ordered_indices(self):
-        if self.shuffle:
-            with data_utils.numpy_seed(self.seed, self.epoch):
-                order = [np.random.permutation(len(self))]
-        else:
-            order = [np.arange(len(self))]
-        order.append(self.example_tokens)
-        return np.lexsort(order)
 
-    def set_epoch(self, epoch):
-        self.epoch = epoch
-
-    @property
-    def can_reuse_epoch_itr_across_epochs(self):
-        return False
-
-    @property
-    def supports_prefetch(self):
-        return False
-
-
-class SalientExtractionDataset(FairseqDataset):
+class SalientExtractionDataset(ExampleDataset):
     """Sentences of each example with their labels; the collater packs every sentence of
     the batch into rows: src_tokens (n_sentences, sent_len), sentence_counts (batch,)."""
 
     def __init__(self, corpus: CorpusSplit, dictionary, labels: Optional[np.ndarray], max_sentence_tokens: int = 64,
                  max_sentences: Optional[int] = None, shuffle: bool = True, seed: int = 1):
         self.corpus, self.dictionary, self.labels = corpus, dictionary, labels
-        self.max_sentence_tokens, self.shuffle, self.seed, self.epoch = max_sentence_tokens, shuffle, seed, 1
+        super().__init__(shuffle, seed)
+        self.max_sentence_tokens = max_sentence_tokens
         s = corpus.structure
         counts = np.diff(s.example_units)
         self.sentence_counts = counts if max_sentences is None else np.minimum(counts, max_sentences)
         lengths = np.minimum(s.unit_length + s.head_plain - s.head_spaced + 2, max_sentence_tokens)
         spans = list(zip(s.example_units[:-1], self.sentence_counts))
-        self.src_sizes = np.array([lengths[a: a + n].sum() for a, n in spans], dtype=np.int64)  # batching cost
+        self.example_tokens = np.array([lengths[a: a + n].sum() for a, n in spans], dtype=np.int64)  # batching cost
         self.longest_sentence = np.array([lengths[a: a + n].max() for a, n in spans], dtype=np.int64)
 
     def __len__(self) -> int:
@@ -230,12 +206,6 @@ class SalientExtractionDataset(FairseqDataset):
             batch["target"] = torch.cat([s["labels"] for s in samples])  # (n_sentences,)
         return batch
 
-    def num_tokens(self, index: int) -> int:
-        return int(self.src_sizes[index])
-
-    def num_tokens_vec(self, indices):
-        return self.src_sizes[indices]
-
     def size(self, index: int):
         """What fairseq compares with the encoder's max positions: the longest sentence."""
         return int(self.longest_sentence[index])
@@ -243,16 +213,3 @@ class SalientExtractionDataset(FairseqDataset):
     @property
     def sizes(self):
         return self.longest_sentence
-
-    def ordered_indices(self):
-        if self.shuffle:
-            with data_utils.numpy_seed(self.seed, self.epoch):
-                return np.random.permutation(len(self))
-        return np.argsort(self.src_sizes, kind="stable")
-
-    def set_epoch(self, epoch):
-        self.epoch = epoch
-
-    @property
-    def supports_prefetch(self):
-        return False

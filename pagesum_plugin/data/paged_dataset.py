@@ -9,11 +9,12 @@ from typing import Dict, List
 
 import numpy as np
 import torch
-from fairseq.data import FairseqDataset, data_utils
+from fairseq.data import data_utils
 from torch import Tensor
 
 from ..corpus.format import CorpusSplit
 from ..corpus.views import ViewConfig, assemble_pages, plan_pages
+from .examples import ExampleDataset
 
 ONE_DECODER_PASS_VIEWS = ("documents", "flat")
 
@@ -36,18 +37,16 @@ def summary_target(ids: np.ndarray, bos: int, eos: int, max_tokens: int) -> Tens
     return torch.from_numpy(np.concatenate([[bos], ids[: max_tokens - 2], [eos]]).astype(np.int64))
 
 
-class PagedSummarizationDataset(FairseqDataset):
+class PagedSummarizationDataset(ExampleDataset):
     """Examples of one or more pages and a summary; the collater builds PageSum batches."""
 
     def __init__(self, corpus: CorpusSplit, view: ViewConfig, dictionary, max_summary_tokens: int = 1024,
                  shuffle: bool = True, seed: int = 1):
+        super().__init__(shuffle, seed)
         self.corpus = corpus
         self.view = view
         self.dictionary = dictionary
         self.max_summary_tokens = max_summary_tokens
-        self.shuffle = shuffle
-        self.seed = seed
-        self.epoch = 1
         self.example_ids = corpus.example_ids()  # the input's own ids, for outputs that join
 
         plan = plan_pages(corpus.structure, view)
@@ -95,12 +94,6 @@ class PagedSummarizationDataset(FairseqDataset):
             "target": target,
         }
 
-    def num_tokens(self, index: int) -> int:
-        return int(self.example_tokens[index])
-
-    def num_tokens_vec(self, indices):
-        return self.example_tokens[indices]
-
     def size(self, index: int):
         """What fairseq compares with the model's max positions: the longest page and the summary."""
         return (int(self.longest_page[index]), int(self.tgt_sizes[index]))
@@ -109,23 +102,5 @@ class PagedSummarizationDataset(FairseqDataset):
     def sizes(self):
         return np.vstack((self.longest_page, self.tgt_sizes)).T
 
-    def ordered_indices(self):
-        if self.shuffle:
-            with data_utils.numpy_seed(self.seed, self.epoch):
-                order = [np.random.permutation(len(self))]
-        else:
-            order = [np.arange(len(self))]
-        order.append(self.tgt_sizes)
-        order.append(self.example_tokens)
-        return np.lexsort(order)
-
-    def set_epoch(self, epoch):
-        self.epoch = epoch
-
-    @property
-    def can_reuse_epoch_itr_across_epochs(self):
-        return False
-
-    @property
-    def supports_prefetch(self):
-        return False
+    def sort_keys(self):
+        return [self.tgt_sizes, self.example_tokens]

@@ -35,6 +35,7 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 
+from .bart_args import tiny_dimensions
 from ..modules.memory import (
     MEMORY_KINDS,
     MemoryDecoderLayer,
@@ -395,11 +396,6 @@ def awesome_bart_base(args):
 @register_model_architecture("awesome", "awesome_tiny")
 def awesome_tiny(args):
     """pagesum_tiny's dimensions, with 8 memory slots: for tests and CPU demos."""
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
-    args.encoder_layers = getattr(args, "encoder_layers", 2)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 2)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    tiny_dimensions(args)
     _awesome_defaults(args, slots=8)
     bart_base_architecture(args)

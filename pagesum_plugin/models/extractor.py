@@ -26,6 +26,7 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerEncoder
 from fairseq.modules import LayerNorm, MultiheadAttention
 
+from .bart_args import tiny_dimensions
 from ..modules.page_mixing import unpack_pages
 
 logger = logging.getLogger(__name__)
@@ -140,10 +141,5 @@ def awesome_extractor_bart_base(args):
 
 @register_model_architecture("awesome_extractor", "awesome_extractor_tiny")
 def awesome_extractor_tiny(args):
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
-    args.encoder_layers = getattr(args, "encoder_layers", 2)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 2)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    tiny_dimensions(args)
     awesome_extractor_bart_base(args)

@@ -46,7 +46,7 @@ from fairseq.modules import LearnedPositionalEmbedding
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayer, TransformerEncoderLayer
 
-from .bart_args import as_bart_args
+from .bart_args import as_bart_args, tiny_dimensions
 from ..modules.hed_attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossAttention
 
 logger = logging.getLogger(__name__)
@@ -268,10 +268,5 @@ def hed_bart_base(args):
 @register_model_architecture("hed", "hed_tiny")
 def hed_tiny(args):
     """pagesum_tiny's dimensions: small enough for tests and CPU demos."""
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
-    args.encoder_layers = getattr(args, "encoder_layers", 2)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 2)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    tiny_dimensions(args)
     hed_bart_base(args)

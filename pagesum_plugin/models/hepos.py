@@ -28,7 +28,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from torch import Tensor
 
-from .bart_args import as_bart_args
+from .bart_args import as_bart_args, tiny_dimensions
 from ..modules.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 from ..modules.hepos_attention import CrossAttention, HeposAttention, LinformerCrossAttention
 
@@ -295,10 +295,5 @@ def hepos_bart_base(args):
 @register_model_architecture("hepos", "hepos_tiny")
 def hepos_tiny(args):
     """A BART-shaped model small enough for tests and CPU demos (pagesum_tiny's dimensions)."""
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
-    args.encoder_layers = getattr(args, "encoder_layers", 2)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 2)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    tiny_dimensions(args)
     hepos_bart_base(args)
