@@ -28,7 +28,8 @@
 #                 updates, beam 2; proves that every stage runs and that they chain
 #   SETTINGS      named alternatives to the YAML's values, comma-separated, from
 #                 recipes/config/settings/: fairseq (fairseq's BART fine-tuning values in
-#                 place of the authors'), adafactor (Adafactor in place of Adam)
+#                 place of the authors'), adafactor (Adafactor in place of Adam),
+#                 placeholder_pages (the authors' "." pages, in training and decoding)
 #   TRAIN_ARGS    extra Hydra overrides for fairseq-hydra-train (e.g. optimization.clip_norm=0.1)
 #   GEN_ARGS      extra flags appended to fairseq-generate
 #   PYTHON        the Python that has pagesum installed (default: python3)
@@ -108,7 +109,7 @@ check_shared_settings() {
     GEN_BATCH_SIZE=${GEN_BATCH_SIZE:-4}
     WORKERS=${WORKERS:-$(nproc)}
     [ -z "${BATCH_SIZE:-}" ] || require_count BATCH_SIZE
-    SETTINGS=${SETTINGS:-}
+    export SETTINGS=${SETTINGS:-}  # recipes/experiment_config.py answers for the YAML with these applied
     local name
     for name in ${SETTINGS//,/ }; do
         [ -f "$PAGESUM_ROOT/recipes/config/settings/$name.yaml" ] ||

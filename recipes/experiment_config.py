@@ -11,9 +11,12 @@
 (``dataset.batch_size`` x ``optimization.update_freq``); ``dry-run-overrides`` are the Hydra
 overrides that shrink a run to toy size without changing its command line;
 ``settings-overrides`` are those of named alternatives in ``recipes/config/settings/``
-(``fairseq``: fairseq's BART fine-tuning values; ``adafactor``: Adafactor for Adam).
+(``fairseq``: fairseq's BART fine-tuning values; ``adafactor``: Adafactor for Adam;
+``placeholder_pages``: the authors' "." pages). Every query answers for the YAML with the
+settings named in ``$SETTINGS`` applied, so training and decoding see the same view.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -63,8 +66,15 @@ def settings_overrides(names: str) -> list:
     return overrides
 
 
+def with_settings(config, names: str):
+    """The experiment's settings as the run sees them: the YAML with the named settings'
+    value overrides applied (``~key`` deletions only touch the optimizer's own keys)."""
+    values = [o.lstrip("+") for o in settings_overrides(names) if not o.startswith("~") and "${" not in o]
+    return OmegaConf.merge(config, OmegaConf.from_dotlist(values)) if values else config
+
+
 def main(path: str, what: str, *args: str) -> None:
-    config = OmegaConf.load(path)
+    config = with_settings(OmegaConf.load(path), os.environ.get("SETTINGS", ""))
     if what == "view-flags":
         print(" ".join(view_flags(config, args[0])))
     elif what == "effective-batch":

@@ -101,6 +101,13 @@ def test_the_paper_fine_tunes_with_the_eq_13_schedule_and_label_smoothing():
         assert config.criterion.label_smoothing == 0.1
 
 
+def test_settings_placeholder_pages_trains_and_decodes_multi_news_with_the_authors_pages():
+    commands = plan("multinews", SETTINGS="placeholder_pages")["multinews"]
+    assert overrides(commands["fairseq-hydra-train"])["task.placeholder_pages"] == "true"
+    assert "--placeholder-pages" in commands["fairseq-generate"]
+    assert "--placeholder-pages" not in plan("multinews")["multinews"]["fairseq-generate"], "masking is the default"
+
+
 def test_the_page_size_study_reads_the_same_4096_tokens_at_every_size():
     for pages, tokens in ((32, 128), (16, 256), (8, 512), (4, 1024)):
         task = OmegaConf.load(CONFIGS / f"page_size_{tokens}x{pages}.yaml").task

@@ -108,7 +108,7 @@ def dry_runs(raw_dirs, bart_dir, tmp_path_factory):
         # files: their later stages run arxiv's and multinews's command lines with another YAML
         # (tests/test_recipes_config.py checks the plan of each)
         "pubmed": ("pubmed", dict(PUBMED_DIR=arxiv, STAGES="preprocess")),
-        "multinews": ("multinews", dict(MULTINEWS_DIR=multinews)),
+        "multinews": ("multinews", dict(MULTINEWS_DIR=multinews, SETTINGS="placeholder_pages")),
         "multinews_spatial": ("multinews_spatial", dict(MULTINEWS_DIR=multinews, STAGES="preprocess")),
         "govreport": ("govreport", dict(GOVREPORT_DIR=govreport, SETTINGS="adafactor")),
         "govreport_7": ("govreport", dict(GOVREPORT_DIR=govreport, GOVREPORT_PAGES="7", STAGES="preprocess")),
@@ -175,6 +175,14 @@ def test_recipe_runs_every_stage_on_its_native_format(recipe, input_format, loca
 def test_recipe_reads_its_native_format_into_its_view(recipe, input_format, locality, dry_runs):
     meta = CorpusMeta.load(finished(dry_runs, recipe) / recipe / "data")
     assert (meta.view, meta.dataset, meta.stats["test"]["examples"]) == (locality, input_format, N_TEST)
+
+
+def test_settings_placeholder_pages_gives_every_cluster_its_seven_pages_in_training_and_decoding(dry_runs):
+    out_dir = finished(dry_runs, "multinews")
+    assert checkpoint_cfg(out_dir / "multinews" / "bart.large.cnn")["task"]["placeholder_pages"] is True
+    records = (out_dir / "multinews" / "bart.large.cnn" / "test.page_weights.jsonl").read_text().splitlines()
+    for record in map(json.loads, records):  # clusters of fewer documents are filled up with "." pages
+        assert {len(row) for row in record["page_weights"]} == {7}
 
 
 def test_govreport_recipe_runs_with_20_pages_and_prepares_7(dry_runs):
