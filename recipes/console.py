@@ -29,6 +29,7 @@ TQDM_ITEMS = re.compile(r"(\d+) examples")
 UPDATES = re.compile(r"num_updates[ =](\d+)")
 VALID_LOSS = re.compile(r"valid on '\w+' subset \| loss ([\d.]+)")
 FAILURE_TAIL_LINES = 60
+ELAPSED_ONLY = "{desc}: {elapsed}{postfix}"  # until the tool reports a count
 
 
 def parse_args(argv):
@@ -54,16 +55,19 @@ class StageBar:
         self.start = time.monotonic()
         total = round(budget_seconds) if budget_seconds else None
         unit = "s" if budget_seconds else " it"
-        self.bar = tqdm(desc=name, total=total, unit=unit, dynamic_ncols=True, file=sys.stdout, leave=True)
+        self.bar = tqdm(desc=name, total=total, unit=unit, dynamic_ncols=True, file=sys.stdout, leave=True,
+                        bar_format=None if budget_seconds else ELAPSED_ONLY)
         self.postfix = {}
 
     def read(self, line: str) -> None:
         if self.budget:
             self.bar.n = min(round(time.monotonic() - self.start), self.bar.total)
         elif (match := TQDM_COUNT.search(line)) is not None:
+            self.bar.bar_format = None  # the tool counts: show the bar
             self.bar.total = int(match.group(2))
             self.bar.n = int(match.group(1))
         elif (match := TQDM_ITEMS.search(line)) is not None:
+            self.bar.bar_format = "{desc}: {n_fmt} examples [{elapsed}]"
             self.bar.n = int(match.group(1))
         if (match := UPDATES.search(line)) is not None:
             self.postfix["updates"] = int(match.group(1))

@@ -111,7 +111,7 @@ quietly plot pagesum-plot page-importance --weights "$RUN/test.page_weights.json
     --out "$RUN/page_importance.png"
 
 step "report"
-python - "$DATA" "$RUN" "$LOGS" "$((SECONDS - START))" <<'EOF' | tee "$RUN/report.txt"
+python - "$DATA" "$RUN" "$LOGS" "$((SECONDS - START))" 2>"$LOGS/report.log" <<'EOF' | tee "$RUN/report.txt"
 import json, re, sys
 from pathlib import Path
 
