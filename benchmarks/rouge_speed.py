@@ -1,4 +1,5 @@
-"""Pairs per second of each ROUGE path on GovReport-length summaries (about 600 words).
+"""Pairs per second of rouge-score and of ``pagesum-score``'s ROUGE on GovReport-length
+summaries (about 600 words), with the speed-up of each path over rouge-score.
 
     python benchmarks/rouge_speed.py [--pairs 1000] [--reference-pairs 100]
 
@@ -6,14 +7,20 @@ The pairs are real text: windows of 600 words from the ACL papers that the
 ``aclsum`` package ships, cut into sentences as ``pagesum-score`` does. The plain
 rouge-score loop is timed on the first ``--reference-pairs`` pairs only (it is
 slow); every path reports the largest difference from rouge-score on those pairs.
+All paths are timed in the same run, so the ratios compare like with like. A second
+table splits one process's time into the stages of ``rouge.score_pair``.
 """
 
 import argparse
 import json
 import os
+import platform
 import random
+import resource
 import sys
 import time
+from collections import Counter
+from importlib import metadata
 from pathlib import Path
 
 import aclsum
@@ -21,7 +28,8 @@ import numpy as np
 from rouge_score import rouge_scorer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pagesum_plugin.evaluation import rouge  # noqa: E402
+from benchmarks.common import markdown_table  # noqa: E402
+from pagesum_plugin.evaluation import lcs, rouge  # noqa: E402
 
 PAPER_DIR = Path(aclsum.__file__).parent / "dataset" / "paper_jsons"
 
@@ -41,11 +49,19 @@ def make_pairs(count: int, words: int = 600, seed: int = 0):
     return [(window(), window()) for _ in range(count)]
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished workers: unlike wall time, barely
+    affected by other processes competing for the cores."""
+    own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+
+
 def time_path(name, fn, pairs):
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), cpu_seconds()
     scores = fn(pairs)
-    seconds = time.perf_counter() - start
-    return {"path": name, "pairs": len(pairs), "seconds": seconds, "pairs_per_s": len(pairs) / seconds, "scores": scores}
+    seconds, cpu = time.perf_counter() - start, cpu_seconds() - start_cpu
+    return {"path": name, "pairs": len(pairs), "seconds": seconds, "cpu_seconds": cpu,
+            "pairs_per_s": len(pairs) / seconds, "scores": scores}
 
 
 def rouge_score_loop(pairs):
@@ -54,8 +70,52 @@ def rouge_score_loop(pairs):
     return {m: np.array([r[m].fmeasure for r in rows]) for m in rouge.METRICS}
 
 
-def fast(workers):
-    return lambda pairs: rouge.score_examples([h for _, h in pairs], [[r] for r, _ in pairs], workers=workers)
+def pagesum_score(workers):
+    def run(pairs):
+        # A fresh pagesum-score process starts without stems: so does every timed path.
+        rouge._token.cache_clear()
+        return rouge.score_examples([h for _, h in pairs], [[r] for r, _ in pairs], workers=workers)
+
+    return run
+
+
+def stage_times(pairs):
+    """CPU milliseconds per pair of each stage of ``rouge.score_pair``, in one process,
+    starting with an empty stem cache: where the time goes."""
+    rouge._token.cache_clear()
+    rows = []
+
+    def stage(name, fn):
+        start = time.process_time()
+        out = fn()
+        rows.append([name, 1000 * (time.process_time() - start) / len(pairs)])
+        return out
+
+    def sentence_tokens(text):
+        return [rouge.tokenize(sentence) for sentence in rouge.sentences_for_lsum(text)]
+
+    sentences = stage("tokenize and stem, each sentence once", lambda: [
+        (sentence_tokens(ref), sentence_tokens(hyp)) for ref, hyp in pairs
+    ])
+    texts = [([t for s in ref for t in s], [t for s in hyp for t in s]) for ref, hyp in sentences]
+    stage("rouge1 and rouge2: clipped n-gram counts", lambda: [
+        (rouge._overlap_f1(Counter(ref), Counter(hyp)), rouge._overlap_f1(rouge._ngrams(ref, 2), rouge._ngrams(hyp, 2)))
+        for ref, hyp in texts
+    ])
+    stage("rougeL: LCS length of the whole texts", lambda: [lcs.lcs_length(ref, hyp) for ref, hyp in texts])
+    unions = stage("rougeLsum: bit layout of the hypothesis sentences", lambda: [
+        lcs.UnionLcs(hyp) for _, hyp in sentences
+    ])
+    stage("rougeLsum: LCS rows and backtraces of every reference sentence", lambda: [
+        [union.positions(sentence) for sentence in ref] for union, (ref, _) in zip(unions, sentences)
+    ])
+    total = sum(ms for _, ms in rows)
+    return [[name, f"{ms:.3f}", f"{100 * ms / total:.0f}%"] for name, ms in rows]
+
+
+def versions() -> str:
+    packages = ", ".join(f"{name} {metadata.version(name)}" for name in ("rouge-score", "nltk", "numpy"))
+    return f"Python {platform.python_version()}, {packages}"
 
 
 def main():
@@ -65,22 +125,32 @@ def main():
     args = parser.parse_args()
     pairs = make_pairs(args.pairs)
     cores = os.cpu_count() or 1
+    # Other processes on the machine slow every path down, the process pool most.
+    load_before = os.getloadavg()[0]
     reference = time_path("rouge-score loop", rouge_score_loop, pairs[: args.reference_pairs])
     results = [
         reference,
-        time_path("fast, 1 process", fast(1), pairs),
-        time_path(f"fast, {cores} processes", fast(cores), pairs),
+        time_path("pagesum-score, 1 process", pagesum_score(1), pairs),
+        time_path(f"pagesum-score, {cores} processes", pagesum_score(cores), pairs),
     ]
+    stages = stage_times(pairs)
+    load_after = os.getloadavg()[0]
+
     n_ref = args.reference_pairs
-    print(f"{args.pairs} pairs of 600-word summaries, {cores} cores\n")
-    print(f"| path | pairs | seconds | pairs/s | time for 1,000 pairs (s) | max abs diff vs rouge-score |")
-    print("|---|---:|---:|---:|---:|---:|")
+    rows = []
     for r in results:
         diff = max(float(np.abs(r["scores"][m][:n_ref] - reference["scores"][m]).max()) for m in rouge.METRICS)
-        print(
-            f"| {r['path']} | {r['pairs']} | {r['seconds']:.2f} | {r['pairs_per_s']:.1f} "
-            f"| {1000 / r['pairs_per_s']:.1f} | {diff:.1e} |"
-        )
+        rows.append([
+            r["path"], r["pairs"], f"{r['seconds']:.2f}", f"{r['cpu_seconds']:.2f}", f"{r['pairs_per_s']:.1f}",
+            f"{1000 / r['pairs_per_s']:.1f}", f"{r['pairs_per_s'] / reference['pairs_per_s']:.1f}x", f"{diff:.1e}",
+        ])
+    print(f"{args.pairs} pairs of 600-word summaries, {cores} cores, "
+          f"1-minute load average {load_before:.1f} before and {load_after:.1f} after; {versions()}\n")
+    header = ["path", "pairs", "seconds", "CPU seconds", "pairs/s", "time for 1,000 pairs (s)",
+              "speed-up vs rouge-score", "max abs diff vs rouge-score"]
+    print(markdown_table(header, rows))
+    print(f"\nWhere pagesum-score's time goes, in one process ({args.pairs} pairs)\n")
+    print(markdown_table(["stage", "CPU ms per pair", "share"], stages))
 
 
 if __name__ == "__main__":

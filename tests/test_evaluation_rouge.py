@@ -22,11 +22,25 @@ def _lines(text):
     return "\n".join(split_sentences(text))
 
 
-def _fuzz_text(rng, sentences):
+def _fuzz_text(rng, sentences, vocab=("the", "model", "models", "page", "pages", "a", "of", "reads", "reading", "7")):
     """Short sentences over a tiny vocabulary: many equal-length LCSs, so the
     backtrace's tie-breaking decides which tokens enter the union."""
-    vocab = ["the", "model", "models", "page", "pages", "a", "of", "reads", "reading", "7"]
     return "\n".join(" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 9))) for _ in range(sentences))
+
+
+# Cases where another LCS than rouge-score's, or another hit count, would change a score.
+ADVERSARIAL_PAIRS = [
+    # "model page" vs "page model": two LCSs of length 1; rouge-score's backtrace reads
+    # out "model", which the second reference sentence also claims, so only one of the
+    # hypothesis's tokens scores a hit (taking "page" would score two).
+    ("model page\nmodel", "page model"),
+    ("the the model the\nthe model model", "model the the\nthe\nmodel the model the"),  # repeated tokens
+    ("page\nmodel\npage\nthe", "the\npage\npage"),  # one-word sentences
+    ("!!!\nthe model reads\n--\n", "...\nmodel the reads\n?!"),  # sentences with no tokens
+    ("!!! ???\n...", "the model"),  # a reference whose sentences all lack tokens
+    ("a b a b a b\nb a b a", "b a b a b\na b\nb"),
+    ("pages page paging\npaged", "page\npage page"),  # different words, one stem
+]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +66,11 @@ def fixture_pairs():
         ("the the the the", "the the"),
         ("Running runners ran; generously generalized generalizations.", "runner run generous generalization"),
     ]
+    pairs += ADVERSARIAL_PAIRS
     rng = random.Random(7)
     pairs += [(_fuzz_text(rng, rng.randint(1, 6)), _fuzz_text(rng, rng.randint(1, 6))) for _ in range(120)]
+    pairs += [(_fuzz_text(rng, rng.randint(1, 6), ("a", "b", "c")), _fuzz_text(rng, rng.randint(1, 6), ("a", "b", "c")))
+              for _ in range(120)]
     return pairs
 
 
@@ -61,6 +78,21 @@ def test_tokenizer_equals_rouge_score_tokenizer(fixture_pairs, reference_scorer)
     for ref, hyp in fixture_pairs:
         for text in (ref, hyp):
             assert rouge.tokenize(text) == reference_scorer._tokenizer.tokenize(text)
+
+
+def test_whole_text_tokens_are_the_sentences_tokens_in_order(fixture_pairs):
+    # score_pair tokenizes each sentence once and joins them for rouge1, rouge2 and rougeL.
+    for ref, hyp in fixture_pairs:
+        for text in (ref, hyp):
+            joined = [t for sentence in rouge.sentences_for_lsum(text) for t in rouge.tokenize(sentence)]
+            assert joined == rouge.tokenize(text)
+
+
+def test_rougeLsum_scores_the_union_tokens_that_rouge_scores_backtrace_chooses(reference_scorer):
+    # Hypothesis "page model": one hit out of 2 hypothesis and 3 reference tokens.
+    ours = rouge.score_pair("model page\nmodel", "page model")["rougeLsum"]
+    assert ours == pytest.approx(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3))
+    assert ours == pytest.approx(reference_scorer.score("model page\nmodel", "page model")["rougeLsum"].fmeasure)
 
 
 def test_fast_scores_equal_rouge_score_on_every_fixture_pair(fixture_pairs, reference_scorer):
@@ -71,9 +103,9 @@ def test_fast_scores_equal_rouge_score_on_every_fixture_pair(fixture_pairs, refe
             assert ours[metric][k] == pytest.approx(expected[metric].fmeasure, abs=TOLERANCE), (metric, ref, hyp)
 
 
-def test_process_pool_gives_the_same_numbers_as_one_process(fixture_pairs):
-    pairs = fixture_pairs * 2  # enough examples for two workers
-    hyps, refs = [h for _, h in pairs], [[r] for r, _ in pairs]
+def test_process_pool_gives_the_same_numbers_as_one_process(fixture_pairs, monkeypatch):
+    monkeypatch.setattr(rouge, "MIN_EXAMPLES_PER_WORKER", {"fork": 8, "spawn": 8})  # a pool even for this few examples
+    hyps, refs = [h for _, h in fixture_pairs], [[r] for r, _ in fixture_pairs]
     single = rouge.score_examples(hyps, refs, workers=1)
     pooled = rouge.score_examples(hyps, refs, workers=2)
     for metric in rouge.METRICS:

@@ -2,16 +2,19 @@
 ``rouge-score`` but fast.
 
 ``rouge_score.rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"],
-use_stemmer=True)`` spends its time in two places: Porter-stemming the same words
-again and again, and filling pure-Python LCS tables for every pair of sentences.
-This module keeps rouge-score's exact definitions (tokenizer, n-gram clipping,
+use_stemmer=True)`` spends its time in three places: filling pure-Python LCS tables
+cell by cell (one whole-text table for rougeL, one per pair of sentences for
+rougeLsum), Porter-stemming the same words again and again, and tokenizing every text
+twice. This module keeps rouge-score's exact definitions (tokenizer, n-gram clipping,
 union-LCS with ROUGE-1.5.5's double-count guard, and even the tie-breaking of the
 LCS backtrace, which decides *which* tokens enter the union) and changes only how
 they are computed:
 
-* stems are memoized per word;
-* the LCS tables of one reference sentence against all hypothesis sentences are
-  filled together with numpy, one reference token at a time;
+* LCS rows are integers updated with bit-parallel arithmetic, and rouge-score's
+  backtrace runs for all hypothesis sentences at once (``lcs``);
+* stems are memoized per word, and each sentence is tokenized once: the whole-text
+  tokens are the sentences' tokens in order, because the newline between sentences
+  is itself a token separator;
 * examples are spread over a process pool.
 
 ``tests/test_evaluation_rouge.py`` pins the numbers to rouge-score to 1e-6.
@@ -19,8 +22,10 @@ they are computed:
 
 import collections
 import functools
+import itertools
 import multiprocessing
 import os
+import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Dict, List, Optional, Sequence
@@ -31,26 +36,37 @@ from rouge_score import tokenize as rs_tokenize
 from rouge_score.scoring import fmeasure
 
 from pagesum_plugin.corpus.sentences import split_sentences
+from pagesum_plugin.evaluation.lcs import UnionLcs, lcs_length
 
 METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")  # rougeL: sentence-level, rougeLsum: summary-level
 
-# Below this many examples a process pool costs more than it saves.
-MIN_EXAMPLES_PER_WORKER = 32
+# Examples each worker must get for a process pool to save time, by start method. A
+# pair of 600-word summaries takes about 2 ms (benchmarks/rouge_speed.py). A pool of
+# forked workers costs about 0.1 s, and each worker stems its words again; a spawned
+# worker (see ``_pool_context``) imports fairseq and torch again, which takes seconds.
+MIN_EXAMPLES_PER_WORKER = {"fork": 128, "spawn": 4096}
 
 _STEMMER = porter.PorterStemmer()
 
+# rouge-score replaces every character outside [a-z0-9] by a space and splits on
+# whitespace: its words are exactly the maximal [a-z0-9] runs.
+_WORD_RE = re.compile(r"[a-z0-9]+")
+
 
 @functools.lru_cache(maxsize=None)
-def _stem(word: str) -> str:
-    # rouge-score stems only words longer than 3 characters.
-    return _STEMMER.stem(word) if len(word) > 3 else word
+def _token(word: str) -> str:
+    """A word's token, or "" when rouge-score would drop it.
+
+    rouge-score stems only words longer than 3 characters, then keeps a token only if
+    it still matches ``VALID_TOKEN_RE``.
+    """
+    stem = _STEMMER.stem(word) if len(word) > 3 else word
+    return stem if rs_tokenize.VALID_TOKEN_RE.match(stem) else ""
 
 
 def tokenize(text: str) -> List[str]:
     """rouge-score's tokenizer with stemming: lowercase, keep ``[a-z0-9]+`` runs, stem."""
-    words = rs_tokenize.SPACES_RE.split(rs_tokenize.NON_ALPHANUM_RE.sub(" ", text.lower()))
-    stems = (_stem(w) for w in words)
-    return [s for s in stems if rs_tokenize.VALID_TOKEN_RE.match(s)]
+    return [t for t in map(_token, _WORD_RE.findall(text.lower())) if t]
 
 
 def sentences_for_lsum(text: str) -> List[str]:
@@ -78,108 +94,44 @@ def prepare(text: str, split: bool = True) -> str:
 
 
 def _ngrams(tokens: Sequence[str], n: int) -> collections.Counter:
-    return collections.Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+    """Counts of the n-grams (tuples of n tokens) of a token sequence."""
+    return collections.Counter(zip(*(tokens[k:] for k in range(n))))
 
 
-def _ngram_f1(ref_tokens: Sequence[str], hyp_tokens: Sequence[str], n: int) -> float:
-    ref, hyp = _ngrams(ref_tokens, n), _ngrams(hyp_tokens, n)
-    overlap = sum(min(count, hyp[gram]) for gram, count in ref.items())
+def _overlap_f1(ref: collections.Counter, hyp: collections.Counter) -> float:
+    """F1 of clipped counts: each item matches at most as often as it occurs on both sides."""
+    overlap = sum(min(count, hyp[item]) for item, count in ref.items())
     precision = overlap / max(sum(hyp.values()), 1)
     recall = overlap / max(sum(ref.values()), 1)
     return fmeasure(precision, recall)
 
 
-# --------------------------------------------------------------------------- union LCS
-
-
-def _lcs_tables(ref_ids: np.ndarray, hyp_ids: np.ndarray) -> np.ndarray:
-    """LCS tables of one reference sentence against every hypothesis sentence.
-
-    ref_ids: (m,) token ids; hyp_ids: (C, L) token ids padded with -1.
-    Returns (m + 1, C, L + 1): table[i, c, j] = LCS(ref[:i], hyp_c[:j]).
-
-    A row of the classic DP is ``max(up, left, diag + 1 if match)``; since rows are
-    non-decreasing, it equals the running maximum of ``max(up, diag + 1 if match)``,
-    which numpy computes for all sentences at once.
-    """
-    m = len(ref_ids)
-    num_sents, length = hyp_ids.shape
-    table = np.zeros((m + 1, num_sents, length + 1), dtype=np.int32)
-    for i in range(1, m + 1):
-        up = table[i - 1]
-        match = hyp_ids == ref_ids[i - 1]  # (C, L)
-        candidate = np.maximum(up[:, 1:], np.where(match, up[:, :-1] + 1, 0))
-        table[i, :, 1:] = np.maximum.accumulate(candidate, axis=1)
-    return table
-
-
-def _backtrack(table: List[List[int]], ref: Sequence[int], hyp: Sequence[int]) -> List[int]:
-    """Reference positions of one LCS, chosen exactly as rouge-score's ``_backtrack_norec``."""
-    i, j = len(ref), len(hyp)
-    positions = []
-    while i > 0 and j > 0:
-        if ref[i - 1] == hyp[j - 1]:
-            positions.append(i - 1)
-            i -= 1
-            j -= 1
-        elif table[i][j - 1] > table[i - 1][j]:
-            j -= 1
-        else:
-            i -= 1
-    return positions
-
-
-def _union_lcs_positions(ref: List[int], hyp_sents: List[List[int]], hyp_ids: np.ndarray) -> List[int]:
-    """Sorted reference positions in the union of the LCSs with every hypothesis sentence."""
-    table = _lcs_tables(np.asarray(ref), hyp_ids)
-    lengths = table[-1, np.arange(len(hyp_sents)), [len(h) for h in hyp_sents]]
-    union = set()
-    for c, hyp in enumerate(hyp_sents):
-        if lengths[c] == 0:
-            continue  # nothing in common: the backtrace would return nothing
-        sub = table[:, c, : len(hyp) + 1].tolist()
-        union.update(_backtrack(sub, ref, hyp))
-    return sorted(union)
+# --------------------------------------------------------------------------- LCS
 
 
 def _lcs_f1(ref_tokens: List[str], hyp_tokens: List[str]) -> float:
     """Sentence-level ROUGE-L F1 (rouge-score's rougeL): one LCS over the whole texts."""
     if not ref_tokens or not hyp_tokens:
         return 0.0
-    vocab: Dict[str, int] = {}
-    ref = np.array([vocab.setdefault(t, len(vocab)) for t in ref_tokens])
-    hyp = np.array([[vocab.setdefault(t, len(vocab)) for t in hyp_tokens]])  # (1, n): one "sentence"
-    lcs = int(_lcs_tables(ref, hyp)[-1, 0, -1])
+    lcs = lcs_length(ref_tokens, hyp_tokens)
     return fmeasure(lcs / len(hyp_tokens), lcs / len(ref_tokens))
 
 
-def _summary_lcs_f1(ref_sents: List[List[str]], hyp_sents: List[List[str]]) -> float:
-    """Summary-level ROUGE-L F1 (rougeLsum) as in rouge-score / ROUGE-1.5.5."""
+def _summary_lcs_f1(ref_sents: List[List[str]], hyp_sents: List[List[str]], hyp_counts: collections.Counter) -> float:
+    """Summary-level ROUGE-L F1 (rougeLsum) as in rouge-score / ROUGE-1.5.5.
+
+    hyp_counts: the hypothesis's token counts. ROUGE-1.5.5 lets each union token score
+    a hit only while it has occurrences left on both sides. The reference side never
+    runs out first (the union's tokens are reference tokens), so a token scores
+    ``min(times in the unions, times in the hypothesis)`` hits, in whatever order.
+    """
     m = sum(map(len, ref_sents))
     n = sum(map(len, hyp_sents))
     if not ref_sents or not hyp_sents or not m or not n:
         return 0.0
-    vocab: Dict[str, int] = {}
-    ref_ids = [[vocab.setdefault(t, len(vocab)) for t in s] for s in ref_sents]
-    hyp_ids = [[vocab.setdefault(t, len(vocab)) for t in s] for s in hyp_sents]
-    width = max(len(h) for h in hyp_ids)
-    padded = np.full((len(hyp_ids), width), -1, dtype=np.int64)  # (C, L)
-    for c, h in enumerate(hyp_ids):
-        padded[c, : len(h)] = h
-
-    # Each token may be counted as a hit at most as often as it occurs on both sides.
-    left_ref = collections.Counter(t for s in ref_ids for t in s)
-    left_hyp = collections.Counter(t for s in hyp_ids for t in s)
-    hits = 0
-    for ref in ref_ids:
-        if not ref:
-            continue
-        for pos in _union_lcs_positions(ref, hyp_ids, padded):
-            token = ref[pos]
-            if left_hyp[token] > 0 and left_ref[token] > 0:
-                hits += 1
-                left_hyp[token] -= 1
-                left_ref[token] -= 1
+    union = UnionLcs(hyp_sents)
+    in_unions = collections.Counter(ref[i] for ref in ref_sents for i in union.positions(ref))
+    hits = sum(min(count, hyp_counts[token]) for token, count in in_unions.items())
     return fmeasure(hits / n, hits / m)
 
 
@@ -188,14 +140,16 @@ def _summary_lcs_f1(ref_sents: List[List[str]], hyp_sents: List[List[str]]) -> f
 
 def score_pair(reference: str, hypothesis: str) -> Dict[str, float]:
     """F1 (0..1) of one hypothesis against one reference, sentences given by newlines."""
-    ref_tokens, hyp_tokens = tokenize(reference), tokenize(hypothesis)
     ref_sents = [tokenize(s) for s in sentences_for_lsum(reference)]
     hyp_sents = [tokenize(s) for s in sentences_for_lsum(hypothesis)]
+    ref_tokens = list(itertools.chain.from_iterable(ref_sents))
+    hyp_tokens = list(itertools.chain.from_iterable(hyp_sents))
+    hyp_unigrams = collections.Counter(hyp_tokens)
     return {
-        "rouge1": _ngram_f1(ref_tokens, hyp_tokens, 1),
-        "rouge2": _ngram_f1(ref_tokens, hyp_tokens, 2),
+        "rouge1": _overlap_f1(collections.Counter(ref_tokens), hyp_unigrams),
+        "rouge2": _overlap_f1(_ngrams(ref_tokens, 2), _ngrams(hyp_tokens, 2)),
         "rougeL": _lcs_f1(ref_tokens, hyp_tokens),
-        "rougeLsum": _summary_lcs_f1(ref_sents, hyp_sents),
+        "rougeLsum": _summary_lcs_f1(ref_sents, hyp_sents, hyp_unigrams),
     }
 
 
@@ -232,15 +186,16 @@ def score_examples(
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     pairs = list(zip(hypotheses, references))
+    context = _pool_context()
     workers = workers or os.cpu_count() or 1
-    workers = max(1, min(workers, len(pairs) // MIN_EXAMPLES_PER_WORKER))
+    workers = max(1, min(workers, len(pairs) // MIN_EXAMPLES_PER_WORKER[context.get_start_method()]))
     if workers == 1:
         rows = _score_chunk(pairs)
     else:
         # Contiguous chunks keep each worker's stem cache warm on related text.
         size = -(-len(pairs) // (workers * 4))
         chunks = [pairs[i : i + size] for i in range(0, len(pairs), size)]
-        with ProcessPoolExecutor(workers, mp_context=_pool_context()) as pool:
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
             rows = [row for part in pool.map(_score_chunk, chunks) for row in part]
     return {k: np.array([row[k] for row in rows], dtype=np.float64) for k in METRICS}
 
