@@ -10,7 +10,7 @@ from fairseq.models.bart.model import bart_base_architecture
 from builders.models import bart_twin, build_tiny
 from builders.paged_data import make_dictionary
 from pagesum_plugin.checkpoints.builder import build_model, dictionary_directory, save_checkpoint
-from pagesum_plugin.checkpoints.convert import fill_model
+from pagesum_plugin.checkpoints.hf_weights import fill_model
 from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
 
 DIMENSIONS = ("encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads",

@@ -18,7 +18,9 @@ from pagesum_plugin.corpus.format import CorpusMeta
 from builders.cli import USER_DIR, run_cli
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 from pagesum_plugin.checkpoints.builder import checkpoint_state
-from pagesum_plugin.checkpoints.convert import AUTHORS_STATE_DICT_NAME, BART_CONFIG_FIELDS, CONFIDENCE_KEYS, main
+from pagesum_plugin.checkpoints.convert import AUTHORS_STATE_DICT_NAME, main
+from pagesum_plugin.checkpoints.hf_config import BART_CONFIG_FIELDS
+from pagesum_plugin.checkpoints.hf_weights import LIN_KEYS
 from pagesum_plugin.corpus.tokenizers import build_tokenizer
 from pagesum_plugin.generation import PageSumSequenceGenerator
 
@@ -122,7 +124,7 @@ def test_converted_checkpoint_loads_weights_only_with_explicit_dims(converted_ba
             model_cfg.decoder_attention_heads, model_cfg.max_source_positions) == (D_MODEL, 40, 48, 3, 64)
     assert model_cfg.no_scale_embedding and model_cfg.activation_fn == "gelu"
     # a plain BART gets a zero confidence layer: uniform page weights until fine-tuned
-    for key in CONFIDENCE_KEYS.values():
+    for key in LIN_KEYS.values():
         assert not state["model"][key].any()
 
 
