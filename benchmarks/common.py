@@ -8,9 +8,7 @@ target ``<s> summary </s>`` shifted right.
 """
 
 import argparse
-import gc
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Callable, List, Sequence, Tuple
 
@@ -19,6 +17,7 @@ from fairseq.data import Dictionary
 
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.checkpoints.builder import dictionary_directory
+from pagesum_plugin.profiling import best_seconds, peak_memory, synchronize  # noqa: F401  (the benchmarks' timing)
 
 @dataclass(frozen=True)
 class ModelSize:
@@ -106,55 +105,10 @@ def summary_io(dictionary: Dictionary, batch: int, tgt_len: int, generator: torc
     return target, prev_output_tokens
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def best_seconds(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int = 1) -> float:
-    """Fastest wall time of ``fn`` over ``repeats`` runs after ``warmup`` untimed runs.
-
-    The minimum rather than the mean: on a shared machine, other processes only ever
-    make a run slower, so the fastest run is the least disturbed estimate."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def peak_step_bytes(fn: Callable[[], object], device: torch.device, modules: Sequence[torch.nn.Module]) -> int:
-    """Peak tensor memory that one call of ``fn`` adds on top of what was allocated before it.
-
-    CUDA: the caching allocator's own accounting (``max_memory_allocated``).
-    CPU: torch has no allocator statistics for CPU tensors, so torch's ``MemTracker``
-    (a dispatch mode that follows every tensor storage created by an operator,
-    forward and backward alike, until it is freed) sums the live storages after each
-    operator. That is the CPU analogue of ``max_memory_allocated``: it is independent
-    of the malloc implementation and of other processes, but it does not see scratch
-    buffers that a kernel allocates and frees inside itself.
-    """
-    gc.collect()
-    if device.type == "cuda":
-        synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-        fn()
-        synchronize(device)
-        return torch.cuda.max_memory_allocated(device) - before
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    tracker = MemTracker()
-    tracker.track_external(*modules)
-    with tracker:
-        before = tracker.get_tracker_snapshot("current").get(device, {}).get("Total", 0)
-        fn()
-    return tracker.get_tracker_snapshot("peak")[device]["Total"] - before
+    """Peak tensor memory that one call of ``fn`` adds on top of what was allocated before it
+    (``pagesum_plugin.profiling.peak_memory``: the CUDA allocator, or torch's MemTracker on CPU)."""
+    return peak_memory(fn, device, modules).added
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -128,8 +128,8 @@ def decoding_rate(model, dictionary, sample, beam: int, top_pages: int, args, de
     generator = make_generator(model, dictionary, beam, args.out_len, top_pages)
     hypos = generator.generate([model], sample)
     lengths = {len(h[0]["tokens"]) for h in hypos}
-    # <s> + out_len - 1 words + </s>: the forced length really was decoded
-    assert lengths == {args.out_len + 1}, f"expected summaries of {args.out_len + 1} tokens, got lengths {lengths}"
+    # <s> + out_len summary tokens + </s>: the forced length really was decoded
+    assert lengths == {args.out_len + 2}, f"expected summaries of {args.out_len + 2} tokens, got lengths {lengths}"
     seconds = best_seconds(lambda: generator.generate([model], sample), device, args.repeats, warmup=0)
     batch = sample["net_input"]["src_tokens"].size(0)
     return batch / seconds, batch * beam * args.out_len / seconds

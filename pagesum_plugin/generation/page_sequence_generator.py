@@ -13,10 +13,13 @@ adds what summarization with PageSum needs on top:
 * --no-repeat-ngram-size blocks repeats on CPU as well as on CUDA;
 * every hypothesis of a page-mixing model carries its per-step page weights (steps x
   pages); other systems decode with the same rules and ``page_weights`` None;
-* optionally, only the k most confident pages are decoded (``top_pages``).
+* optionally, only the k most confident pages are decoded (``top_pages``); their
+  encoder output is taken from the pass that scored them, not computed again;
+* the model is told the beam size for every search, beam 1 included, so that a
+  PageSum model keeps one copy of each page's encoder output per example, never per beam.
 """
 
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq.sequence_generator import SequenceGenerator
@@ -31,6 +34,10 @@ class PageSumSequenceGenerator(SequenceGenerator):
         # fairseq suppresses these tokens at every step after the prefix (the forced <s>)
         kwargs["tokens_to_suppress"] = tuple(kwargs.get("tokens_to_suppress") or ()) + (tgt_dict[tgt_dict.bos()],)
         super().__init__(models, tgt_dict, **kwargs)
+        if self.beam_size == 1:  # fairseq tells the models only about beams larger than 1
+            for model in self.model.models:
+                if hasattr(model, "set_beam_size"):
+                    model.set_beam_size(1)
         self.top_pages = top_pages
         if self.repeat_ngram_blocker is not None:
             self.repeat_ngram_blocker = NoRepeatNGramBlocker(self.repeat_ngram_blocker.no_repeat_ngram_size)
@@ -54,9 +61,10 @@ class PageSumSequenceGenerator(SequenceGenerator):
         mixes_pages = getattr(self.model.single_model, "mixes_pages", False)
         page_decoding = getattr(self.model.single_model, "page_decoding", "page")
         if 0 < self.top_pages < src_tokens.size(1) and mixes_pages and page_decoding == "page":
-            kept_pages = self._most_confident_pages(src_tokens, self.top_pages)  # (batch, k)
+            kept_pages, encoder_out = self._most_confident_pages(src_tokens, self.top_pages)  # (batch, k)
             pruned = src_tokens.gather(1, kept_pages[:, :, None].expand(-1, -1, src_tokens.size(2)))
-            sample = {**sample, "net_input": {**sample["net_input"], "src_tokens": pruned}}
+            net_input = {**sample["net_input"], "src_tokens": pruned, "encoder_out": encoder_out}
+            sample = {**sample, "net_input": net_input}
         finalized = self._generate_counting_summary_tokens(sample, prefix_tokens, constraints, bos_token)
 
         for i, hypos in enumerate(finalized):
@@ -88,13 +96,14 @@ class PageSumSequenceGenerator(SequenceGenerator):
         finally:
             self.max_len_a, self.max_len_b, self.min_len = settings
 
-    def _most_confident_pages(self, src_tokens: Tensor, k: int) -> Tensor:
+    def _most_confident_pages(self, src_tokens: Tensor, k: int) -> Tuple[Tensor, Dict[str, List[Tensor]]]:
         """Score pages by their mean weight over the first two summary positions
-        (the forced <s> and the first word) and keep the k best, in document order."""
+        (the forced <s> and the first word) and keep the k best, in document order.
+        Returns their page numbers (batch, k) and their rows of the encoder output."""
         model = self.model.single_model
         encoder_out = model.encoder(src_tokens)
         prefix = src_tokens.new_tensor([[self.eos, self.bos]]).expand(src_tokens.size(0), 2)  # (batch, 2)
         _, extra = model.decoder(prefix, encoder_out=encoder_out, features_only=True)
         scores = extra["page_weights"].mean(dim=2)  # (batch, max_pages), 0 for missing pages
-        best = scores.topk(k, dim=1).indices  # (batch, k)
-        return best.sort(dim=1).values
+        kept = scores.topk(k, dim=1).indices.sort(dim=1).values  # (batch, k)
+        return kept, model.encoder.keep_pages(encoder_out, kept)

@@ -11,6 +11,16 @@ a linear layer scores every page state, the scores are softmax-normalised over t
 example's real pages, and the weighted sum of page states goes through BART's shared
 output projection.
 
+Beam search. As in fairseq's BART, ``set_beam_size`` keeps the encoder output at one set
+of pages per example instead of repeating it per beam. The decoder runs on
+(example x page x beam) rows (``modules/page_mixing.PageLayout``), so each page's encoder
+output and its cross-attention keys and values are stored once and read by all the
+example's beams; only the self-attention states are kept per beam. ``set_beam_size(beam,
+share_pages=False)`` keeps one copy per beam instead, the reference the shared layout is
+tested and benchmarked against. The self-attention states grow by one position per step
+for every page row; ``modules/decoder_self_attention.py`` extends and reorders them with
+one copy per step instead of fairseq's two.
+
 Global decoding (Table 6 ablation). The page encodings of an example are concatenated
 and one decoder cross-attends to all of them; it is page decoding with one "page".
 """
@@ -25,10 +35,14 @@ from torch import Tensor
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
+from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
 from .bart_args import as_bart_args
-from ..modules.page_mixing import mix_pages, real_pages, rows_of_pages, unpack_pages
+from ..modules.decoder_self_attention import DecoderSelfAttention
+from ..modules.page_mixing import PageLayout, real_pages, rows_of_pages, unpack_pages
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +55,9 @@ class PageSumEncoder(TransformerEncoder):
     """BART's encoder applied to every page independently (positions 0..len-1 per page)."""
 
     page_decoding: str = "page"
+    # Set by PageSumModel.set_beam_size: beam search leaves the encoder output at one set of
+    # pages per example, which all its beams read.
+    beams_share_pages: bool = False
 
     def forward(
         self,
@@ -70,8 +87,45 @@ class PageSumEncoder(TransformerEncoder):
             encoder_out = concatenate_pages(encoder_out)
         return encoder_out
 
+    def forward_torchscript(self, net_input: Dict[str, Tensor]):
+        """fairseq's generator encodes through this. A ``net_input`` that already holds the
+        encoder output of its pages (``encoder_out``, from the generator's ``top_pages``
+        scoring pass) is not encoded again."""
+        if "encoder_out" in net_input:
+            return net_input["encoder_out"]
+        return super().forward_torchscript(net_input)
+
+    def keep_pages(self, encoder_out: Dict[str, List[Tensor]], kept: Tensor) -> Dict[str, List[Tensor]]:
+        """The encoder output of only the pages ``kept`` (batch, k), page numbers in document
+        order, as encoding just those pages gives it: a kept slot past an example's last
+        page is dropped, and positions that are padding in every kept page are cut."""
+        page_counts = encoder_out["page_counts"][0]  # (batch,)
+        first_page = torch.cumsum(page_counts, 0) - page_counts  # (batch,)
+        real = kept < page_counts.unsqueeze(1)  # (batch, k)
+        rows = (first_page.unsqueeze(1) + kept)[real]  # (kept pages,) packed, example after example
+        pages = super().reorder_encoder_out(encoder_out, rows)
+        padding = pages["encoder_padding_mask"][0]  # (kept pages, src_len)
+        page_len = int((~padding).sum(dim=1).max())
+        return {
+            "encoder_out": [pages["encoder_out"][0][:page_len]],  # (page_len, kept pages, dim)
+            "encoder_padding_mask": [padding[:, :page_len]],
+            "encoder_embedding": [e[:, :page_len] for e in pages["encoder_embedding"]],
+            "encoder_states": [state[:page_len] for state in pages["encoder_states"]],
+            "src_tokens": [],
+            "src_lengths": pages["src_lengths"],
+            "page_counts": [real.sum(dim=1)],
+        }
+
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Reorder by example (or beam) rows; every page moves with its row."""
+        """Reorder by example (or beam) rows; every page moves with its row.
+
+        When the beams share pages this does nothing, as BART's ``set_beam_size`` makes it:
+        the encoder output stays one set of pages per example, the decoder keeps what it
+        needs of it (the page layout, the cross-attention keys and values) at its first
+        step, follows the beams and drops finished examples in its own cached state, and
+        never reads the encoder output again."""
+        if self.beams_share_pages:
+            return encoder_out
         page_counts = encoder_out["page_counts"][0]  # (rows,)
         page_order = rows_of_pages(new_order, page_counts)  # (new_pages,)
         reordered = super().reorder_encoder_out(encoder_out, page_order)
@@ -108,6 +162,23 @@ def concatenate_pages(encoder_out: Dict[str, List[Tensor]]) -> Dict[str, List[Te
     }
 
 
+class PageSumDecoderLayer(TransformerDecoderLayerBase):
+    """BART's decoder layer; its self-attention cache is extended and reordered in one copy."""
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        return DecoderSelfAttention(
+            embed_dim,
+            cfg.decoder.attention_heads,
+            dropout=cfg.attention_dropout,
+            add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn,
+            self_attention=not cfg.cross_self_attention,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+            xformers_att_config=cfg.decoder.xformers_att_config,
+        )
+
+
 class PageSumDecoder(TransformerDecoder):
     """BART's decoder run on every page, mixed by learned page confidences."""
 
@@ -115,6 +186,13 @@ class PageSumDecoder(TransformerDecoder):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn, output_projection)
         # c_ij = w . h_ij + b  (Eq. 7): the only weights that BART does not provide
         self.page_confidence = nn.Linear(self.output_embed_dim, 1)
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        """fairseq's layer construction (activation checkpointing, FSDP) with PageSum's layer."""
+        layer = PageSumDecoderLayer(cfg, no_encoder_attn)
+        if cfg.checkpoint_activations:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
 
     def forward(
         self,
@@ -128,10 +206,9 @@ class PageSumDecoder(TransformerDecoder):
         src_lengths: Optional[Tensor] = None,
         return_all_hiddens: bool = False,
     ):
-        # prev_output_tokens: (rows, tgt_len), one row per example (or beam)
-        page_counts = encoder_out["page_counts"][0]  # (rows,)
-        max_pages = self._max_pages(page_counts, incremental_state)
-        page_prefix = prev_output_tokens.repeat_interleave(page_counts, dim=0)  # (n_pages, tgt_len)
+        # prev_output_tokens: (hypotheses, tgt_len), one row per example, or per beam
+        layout = self._page_layout(prev_output_tokens, encoder_out, incremental_state)
+        page_prefix = layout.expand(prev_output_tokens)  # (page rows, tgt_len)
 
         hidden, extra = self.extract_features(
             page_prefix,
@@ -140,41 +217,57 @@ class PageSumDecoder(TransformerDecoder):
             full_context_alignment=full_context_alignment,
             alignment_layer=alignment_layer,
             alignment_heads=alignment_heads,
-        )  # hidden: (n_pages, tgt_len, dim)
-        confidences = self.page_confidence(hidden).squeeze(-1)  # (n_pages, tgt_len)
-        mixed, weights = mix_pages(hidden, confidences, page_counts, max_pages)
-        # mixed: (rows, tgt_len, dim); weights: (rows, max_pages, tgt_len)
+        )  # hidden: (page rows, tgt_len, dim)
+        confidences = self.page_confidence(hidden).squeeze(-1)  # (page rows, tgt_len)
+        mixed, weights = layout.mix(hidden, confidences)
+        # mixed: (hypotheses, tgt_len, dim); weights: (hypotheses, max_pages, tgt_len)
 
         extra["page_weights"] = weights
         # The generator records "attn" per step and reorders it with the beams, so the
-        # page weights travel there: (rows, tgt_len, max_pages).
+        # page weights travel there: (hypotheses, tgt_len, max_pages).
         extra["attn"] = [weights.transpose(1, 2)]
         if not features_only:
             mixed = self.output_layer(mixed)
         return mixed, extra
 
-    def _max_pages(self, page_counts: Tensor, incremental_state) -> int:
-        """Width of the page-weight matrix. During incremental decoding it is fixed at
-        the first step, so weights keep one width while finished beams are pruned."""
-        if incremental_state is None:
-            return int(page_counts.max())
-        state = incremental_state.get(PAGE_STATE_KEY)
-        if state is None:
-            state = {"page_counts": page_counts, "max_pages": page_counts.new_tensor([int(page_counts.max())])}
-            incremental_state[PAGE_STATE_KEY] = state
-        return int(state["max_pages"][0])
+    def _page_layout(self, prev_output_tokens: Tensor, encoder_out, incremental_state) -> PageLayout:
+        """Which page rows the hypotheses have. Read from the encoder output on a full pass and
+        at the first decoding step; later steps use the layout kept with the cached states,
+        so that they read nothing back from the device, the page-weight width stays fixed
+        while finished examples are dropped, and the encoder output is not needed again."""
+        if incremental_state is not None and PAGE_STATE_KEY in incremental_state:
+            return incremental_state[PAGE_STATE_KEY]
+        page_counts = encoder_out["page_counts"][0]  # (groups,): examples, or examples x beams
+        groups, hypotheses = page_counts.size(0), prev_output_tokens.size(0)
+        if hypotheses % groups != 0:
+            raise ValueError(f"{hypotheses} decoder rows cannot share the pages of {groups} encoder rows")
+        n_pages = encoder_out["encoder_out"][0].size(1)  # (src_len, n_pages, dim)
+        layout = PageLayout(page_counts, hypotheses // groups, n_pages)
+        if incremental_state is not None:
+            incremental_state[PAGE_STATE_KEY] = layout
+        return layout
 
     def reorder_incremental_state_scripting(
         self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]], new_order: Tensor
     ):
-        """Beam search reorders rows (example x beam); cached states live on page rows."""
-        state = incremental_state.get(PAGE_STATE_KEY)
-        if state is None:  # nothing decoded yet, nothing cached
+        """Beam search reorders hypotheses (example x beam); cached states live on page rows.
+
+        Self-attention states follow every page row. Cross-attention keys and values are
+        kept once per page of each encoder row and only move when finished examples are
+        dropped (see ``PageLayout.reorder``)."""
+        layout = incremental_state.get(PAGE_STATE_KEY)
+        if layout is None:  # nothing decoded yet, nothing cached
             return
-        page_counts = state["page_counts"]
-        page_order = rows_of_pages(new_order, page_counts)
-        state["page_counts"] = page_counts.index_select(0, new_order)
-        super().reorder_incremental_state_scripting(incremental_state, page_order)
+        layout, row_order, page_order = layout.reorder(new_order)
+        incremental_state[PAGE_STATE_KEY] = layout
+        for module in self.modules():
+            if module is self or not hasattr(module, "reorder_incremental_state"):
+                continue
+            if getattr(module, "encoder_decoder_attention", False):
+                if page_order is not None:
+                    module.reorder_incremental_state(incremental_state, page_order)
+            else:
+                module.reorder_incremental_state(incremental_state, row_order)
 
 
 @register_model("pagesum")
@@ -225,9 +318,14 @@ class PageSumModel(BARTModel):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
         return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only)
 
-    def set_beam_size(self, beam):
-        """BART's beamable-attention shortcut assumes one encoder row per example and
-        turns encoder reordering into a no-op; pages need real reordering, so keep it off."""
+    def set_beam_size(self, beam: int, share_pages: bool = True):
+        """fairseq's beam search calls this before decoding. As with BART, the beams of an
+        example then share its encoder output: each page's encoder states and
+        cross-attention keys and values are stored once, not once per beam. With
+        ``share_pages=False`` they are repeated per beam and reordered with the beams, the
+        layout of a model without this hook. Either layout decodes any beam size: the
+        decoder reads the number of beams per encoder row from the shapes it is given."""
+        self.encoder.beams_share_pages = share_pages
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
