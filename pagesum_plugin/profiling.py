@@ -1,0 +1,89 @@
+"""What a call costs on a device: its wall time and its peak tensor memory.
+
+Shared by the benchmarks (``benchmarks/``) and the fit stage of the side-by-side comparison
+(``comparison/fit.py``), which must measure memory the same way.
+"""
+
+import gc
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch.distributed._tools.mem_tracker import MemTracker
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_seconds(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int = 1) -> float:
+    """Fastest wall time of ``fn`` over ``repeats`` runs after ``warmup`` untimed runs.
+
+    The minimum rather than the mean: on a shared machine, other processes only ever
+    make a run slower, so the fastest run is the least disturbed estimate."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    before: int  # bytes held when the call began (tracked weights, gradients, optimizer state)
+    peak: int  # the most bytes held at once during the call, ``before`` included
+
+    @property
+    def added(self) -> int:
+        """What the call itself needed on top of what was already there."""
+        return self.peak - self.before
+
+
+def peak_memory(fn: Callable[[], object], device: torch.device, tracked: Sequence[object] = (),
+                root: Optional[torch.nn.Module] = None) -> PeakMemory:
+    """Peak tensor memory of one call of ``fn`` on ``device``.
+
+    CUDA: the caching allocator's own accounting (``max_memory_allocated``).
+    CPU: torch has no allocator statistics for CPU tensors, so torch's ``MemTracker`` (a
+    dispatch mode that follows every tensor storage created by an operator, forward and
+    backward alike, until it is freed) sums the live storages after each operator, plus the
+    ``tracked`` modules and optimizers made before the call (their weights, gradients and
+    states). That is the CPU analogue of ``max_memory_allocated``: independent of the malloc
+    implementation and of other processes, blind only to scratch buffers that a kernel
+    allocates and frees inside itself.
+
+    ``root``: a module that ``fn`` calls several times (AWESOME's criterion runs once per
+    segment). MemTracker's per-module statistics assume one forward pass per module and call,
+    so they are cleared before every forward of ``root``; the device-wide peak runs on across
+    the whole call.
+    """
+    gc.collect()
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        synchronize(device)
+        return PeakMemory(before, torch.cuda.max_memory_allocated(device))
+    tracker = MemTracker()
+    tracker.track_external(*tracked)
+    # registered before the tracker's own global hooks, so it runs first
+    hook = None
+    if root is not None:
+        hook = torch.nn.modules.module.register_module_forward_pre_hook(
+            lambda module, args: tracker.reset_mod_stats() if module is root else None)
+    try:
+        with tracker:
+            before = tracker.get_tracker_snapshot("current").get(device, {}).get("Total", 0)
+            fn()
+    finally:
+        if hook is not None:
+            hook.remove()
+    return PeakMemory(before, tracker.get_tracker_snapshot("peak")[device]["Total"])

@@ -1,0 +1,89 @@
+"""What compare.yaml makes of each system (``comparison/systems.py``): how a fitted length reaches
+each view, what every system shares, and which systems a corpus can feed."""
+
+import os
+import subprocess
+
+import pytest
+from omegaconf import OmegaConf
+
+from builders.cli import BIN_DIR, REPO_ROOT
+from pagesum_plugin.comparison.systems import Comparison, ComparisonError
+
+COMPARE_YAML = os.path.join(REPO_ROOT, "recipes", "config", "compare.yaml")
+SECTIONS = {"dataset": "arxiv", "view": "spatial"}
+CLUSTERS = {"dataset": "multinews", "view": "document"}
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    return Comparison(COMPARE_YAML)
+
+
+def overrides(comparison, key, tokens):
+    return dict(o.split("=", 1) for o in comparison.training_overrides(key, tokens))
+
+
+@pytest.mark.parametrize("key, expected", [
+    ("pagesum_spatial", {"task.num_pages": "3", "task.max_page_tokens": "1024"}),
+    ("pagesum_discourse", {"task.max_pages": "3", "task.max_page_tokens": "1024"}),
+    ("hepos_sinkhorn", {"task.max_source_tokens": "3072", "model.max_source_positions": "3072"}),
+    ("hed", {"task.max_source_tokens": "3072", "model.max_source_positions": "3072"}),
+    ("awesome", {"task.max_document_tokens": "3072"}),
+])
+def test_each_view_reads_the_fitted_length_through_its_own_settings(comparison, key, expected):
+    assert expected.items() <= overrides(comparison, key, 3 * 1024).items()
+
+
+def test_learned_positions_are_never_fewer_than_the_checkpoints():
+    toy = Comparison(COMPARE_YAML, dry_run=True)  # inputs of 48 tokens: the positions stay BART's 1,024
+    assert overrides(toy, "bart_full", 2 * toy.unit)["model.max_source_positions"] == "1024"
+
+
+def test_a_length_off_the_units_is_refused(comparison):
+    with pytest.raises(ComparisonError, match="multiple of 1024"):
+        comparison.length_overrides("bart_full", 1000)
+
+
+def test_every_system_trains_the_same_updates_on_the_same_summaries(comparison):
+    for key in comparison.systems:
+        settings = overrides(comparison, key, 2048)
+        assert (settings["optimization.max_update"], settings["optimization.max_epoch"]) == ("20000", "0")
+        assert settings["task.max_summary_tokens"] == "1024"
+        yaml = OmegaConf.load(comparison.config_dir / f"{comparison.system(key).config}.yaml")
+        if "total_num_update" in yaml.lr_scheduler:  # a decaying schedule ends with the run
+            assert settings["lr_scheduler.total_num_update"] == "20000"
+
+
+def test_bart_truncated_is_never_tried_past_its_own_positions(comparison):
+    assert comparison.max_units_of("bart") == 1 and comparison.max_units_of("bart_full") == comparison.max_units
+
+
+def test_a_corpus_of_sections_leaves_out_the_systems_that_need_clusters(comparison):
+    assert "hed" not in comparison.select(SECTIONS, []) and "pagesum_discourse" in comparison.select(SECTIONS, [])
+    assert "hed" in comparison.select(CLUSTERS, []) and "pagesum_discourse" not in comparison.select(CLUSTERS, [])
+    assert comparison.left_out(SECTIONS) == ["pagesum_document reads clusters, this corpus holds sections",
+                                             "hed reads clusters, this corpus holds sections"]
+
+
+def test_a_requested_system_the_corpus_cannot_feed_is_an_error(comparison):
+    with pytest.raises(ComparisonError, match="hed reads clusters, but this corpus holds sections"):
+        comparison.select(SECTIONS, ["pagesum_spatial", "hed"])
+
+
+def test_the_recipe_refuses_an_unknown_system_in_one_line_before_anything_runs(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.json").write_text('{"dataset": "arxiv", "view": "spatial"}')
+    for split in ("train", "valid", "test"):
+        (data / f"{split}.ids.txt").write_text("a\n")
+    (tmp_path / "bart" / "bart.large").mkdir(parents=True)
+    (tmp_path / "bart" / "bart.large" / "model.pt").write_bytes(b"")
+    env = dict(os.environ, PATH=BIN_DIR + os.pathsep + os.environ["PATH"], DATA_DIR=str(data), BUDGET_MB="100",
+               OUT_DIR=str(tmp_path / "out"), BART_DIR=str(tmp_path / "bart"), NUM_GPUS="0", SYSTEMS="pagesum_spatial bert")
+    result = subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", "compare.sh")], env=env, capture_output=True,
+                            text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "compare: unknown system 'bert'; choose from " + " ".join(Comparison(COMPARE_YAML).systems)]
+    assert not (tmp_path / "out").exists()
