@@ -59,10 +59,10 @@ die() {
     exit 2
 }
 
-# require_var NAME "what it is": NAME must be set and non-empty.
+# require_var NAME "what it is" [EXAMPLE]: NAME must be set and non-empty.
 require_var() {
-    local name=$1 what=$2
-    [ -n "${!name:-}" ] || die "set $name to $what (e.g. $name=/path bash recipes/$RECIPE.sh)"
+    local name=$1 what=$2 example=${3:-/path}
+    [ -n "${!name:-}" ] || die "set $name to $what (e.g. $name=$example bash recipes/$RECIPE.sh)"
 }
 
 # require_path KIND PATH "what it is": KIND is -f (file) or -d (folder). Skipped when PLAN=1.
@@ -98,7 +98,7 @@ stage_enabled() {
 check_shared_settings() {
     require_var OUT_DIR "the output folder"
     require_var BART_DIR "the folder holding bart.large.cnn/ and bart.large/ (fairseq's BART releases)"
-    require_var NUM_GPUS "the number of GPUs of this job (0 for CPU)"
+    require_var NUM_GPUS "the number of GPUs of this job (0 for CPU)" 1
     require_count NUM_GPUS
     INIT=${INIT:-bart.large.cnn}
     case "$INIT" in

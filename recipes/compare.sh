@@ -47,10 +47,10 @@
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 require_var DATA_DIR "a corpus written by pagesum-preprocess"
-require_var BUDGET_MB "the memory budget of one training step in MB (e.g. 27648 for 27 GB)"
+require_var BUDGET_MB "the memory budget of one training step in MB (27648 for 27 GB)" 27648
 require_var OUT_DIR "the output folder"
 require_var BART_DIR "the folder holding the initial checkpoint (\$BART_DIR/bart.large/model.pt)"
-require_var NUM_GPUS "the number of GPUs of this job (0 for CPU)"
+require_var NUM_GPUS "the number of GPUs of this job (0 for CPU)" 1
 require_count NUM_GPUS
 require_count BUDGET_MB
 (( BUDGET_MB > 0 )) || die "BUDGET_MB must be at least 1"
