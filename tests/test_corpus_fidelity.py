@@ -88,3 +88,10 @@ def test_every_view_joins_sentences_with_single_spaces(codec, view):
              assemble_pages(document, config, bos, eos)]
     assert all("\n" not in text and "  " not in text for text in texts)
     assert " ".join(texts).replace("Intro: ", "") == " ".join(raw.split() + ["Another", "story."])
+
+
+def test_summaries_follow_the_same_whitespace_rule_as_pages(codec):
+    paragraphs = "First line of a story.\nIts second line.\n\nA new paragraph, here."  # GovReport's summary layout
+    ids = codec.encode_summary(paragraphs)
+    assert codec.tokenizer.decode([codec.dictionary[i] for i in ids]) == " ".join(paragraphs.split())
+    assert list(ids) == list(codec.encode_summary(" ".join(paragraphs.split())))

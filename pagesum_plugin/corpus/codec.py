@@ -40,7 +40,9 @@ class TextCodec:
         return np.array([self.dictionary.index(symbol) for symbol in self.tokenizer.encode(text)], dtype=np.int64)
 
     def encode_summary(self, text: str) -> np.ndarray:
-        return self.ids(text)
+        """Whitespace collapsed to single spaces, as every page's sentences are (and as the
+        authors join summary sentences): a newline never spends a token."""
+        return self.ids(" ".join(text.split()))
 
     def encode_document(self, example: Example) -> EncodedDocument:
         """Sentence units of every group (section or source document) of ``example``.
