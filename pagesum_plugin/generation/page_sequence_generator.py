@@ -1,7 +1,7 @@
 """Page-combined beam search (Eq. 9 of the PageSum paper at every decoding step).
 
 fairseq's beam search is reused unchanged: the PageSum decoder already turns the
-(example x beam) rows it is given into (example x beam x page) rows, mixes the page
+(example x beam) rows it is given into one row per page of every beam, mixes the page
 states and returns one distribution per beam row, and it moves every page's cached
 state whenever beams are reordered or finished examples are pruned. This generator
 adds what summarization with PageSum needs on top:

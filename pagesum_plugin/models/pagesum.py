@@ -32,10 +32,10 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
-from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase

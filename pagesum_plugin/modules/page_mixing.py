@@ -71,9 +71,9 @@ class PageLayout:
     lets each key row serve that many consecutive query rows, so every page's encoder
     output and cross-attention keys and values are stored once and read by all beams.
 
-    Built once per forward pass, or once per search (and again whenever beam search drops
-    finished examples): building reads two numbers back from the device, the smallest
-    and largest page count; nothing else does.
+    Built once per forward pass, or once per search and again whenever beam search drops
+    finished examples. Building reads the smallest and largest page count back from the
+    device (and, after dropping examples, the number of pages left); nothing else does.
     """
 
     def __init__(self, page_counts: Tensor, beams: int, n_pages: int, max_pages: Optional[int] = None):
