@@ -7,6 +7,7 @@ import torch
 
 from builders.models import build_tiny, make_source_sensitive, paged_batch, random_pages
 from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.models.pagesum import PAGE_STATE_KEY
 from pagesum_plugin.modules.page_mixing import PageLayout
 
 PAGE_COUNTS = (3, 1, 4, 2, 1)
@@ -71,19 +72,21 @@ def test_the_cross_attention_cache_holds_each_page_once_and_the_self_attention_c
     src = paged_batch(documents(task, PAGE_COUNTS, seed=4), task.dictionary)
     n_pages = sum(PAGE_COUNTS)
     prefix = torch.full((len(PAGE_COUNTS) * beam, 1), task.dictionary.eos())  # (examples x beam, 1)
-    for shared in (True, False):
-        model.set_beam_size(beam, share_pages=shared)
-        encoder_out = model.encoder(src)
-        new_order = torch.arange(len(PAGE_COUNTS)).repeat_interleave(beam)  # what beam search starts with
-        encoder_out = model.encoder.reorder_encoder_out(encoder_out, new_order)
-        state = {}
-        model.decoder(prefix, encoder_out=encoder_out, incremental_state=state)
-        for layer in model.decoder.layers:
-            cross = layer.encoder_attn._get_input_buffer(state)["prev_key"]  # (rows, heads, src_len, head_dim)
-            own = layer.self_attn._get_input_buffer(state)["prev_key"]
-            assert cross.size(0) == (n_pages if shared else n_pages * beam)
-            assert own.size(0) == n_pages * beam
-    model.set_beam_size(beam)
+    try:
+        for shared in (True, False):
+            model.set_beam_size(beam, share_pages=shared)
+            encoder_out = model.encoder(src)
+            new_order = torch.arange(len(PAGE_COUNTS)).repeat_interleave(beam)  # what beam search starts with
+            encoder_out = model.encoder.reorder_encoder_out(encoder_out, new_order)
+            state = {}
+            model.decoder(prefix, encoder_out=encoder_out, incremental_state=state)
+            for layer in model.decoder.layers:
+                cross = layer.encoder_attn._get_input_buffer(state)["prev_key"]  # (rows, heads, src_len, head_dim)
+                own = layer.self_attn._get_input_buffer(state)["prev_key"]
+                assert cross.size(0) == (n_pages if shared else n_pages * beam)
+                assert own.size(0) == n_pages * beam
+    finally:
+        model.set_beam_size(beam)
 
 
 def test_incremental_decoding_on_shared_pages_follows_reordered_and_dropped_beams(sensitive):
@@ -114,7 +117,8 @@ def test_incremental_decoding_on_shared_pages_follows_reordered_and_dropped_beam
         width = full_extra["page_weights"].size(1)  # the widest page count still decoded
         torch.testing.assert_close(extra["page_weights"][:, :width, 0], full_extra["page_weights"][:, :, -1],
                                    atol=1e-6, rtol=0)
-    assert state["pagesum_pages"].max_pages == max(counts), "the page-weight width stays fixed while examples drop"
+        assert torch.all(extra["page_weights"][:, width:] == 0)
+    assert state[PAGE_STATE_KEY].max_pages == max(counts), "the page-weight width stays fixed while examples drop"
 
 
 def test_equal_page_counts_take_the_dense_path_and_decode_as_in_a_mixed_batch(sensitive):
