@@ -103,7 +103,7 @@ def test_the_paper_fine_tunes_with_the_eq_13_schedule_and_label_smoothing():
 
 def test_settings_placeholder_pages_trains_and_decodes_multi_news_with_the_authors_pages():
     commands = plan("multinews", SETTINGS="placeholder_pages")["multinews"]
-    assert overrides(commands["fairseq-hydra-train"])["task.placeholder_pages"] == "true"
+    assert overrides(commands["fairseq-hydra-train"])["++task.placeholder_pages"] == "true"
     assert "--placeholder-pages" in commands["fairseq-generate"]
     assert "--placeholder-pages" not in plan("multinews")["multinews"]["fairseq-generate"], "masking is the default"
 
