@@ -40,7 +40,7 @@ from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
-from .bart_args import as_bart_args
+from .bart_args import as_bart_args, tiny_dimensions
 from ..modules.decoder_self_attention import DecoderSelfAttention
 from ..modules.page_mixing import PageLayout, real_pages, rows_of_pages, unpack_pages
 
@@ -366,10 +366,5 @@ def pagesum_bart_base(args):
 @register_model_architecture("pagesum", "pagesum_tiny")
 def pagesum_tiny(args):
     """A BART-shaped model small enough for tests and CPU demos."""
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
-    args.encoder_layers = getattr(args, "encoder_layers", 2)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 2)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    tiny_dimensions(args)
     pagesum_bart_base(args)
