@@ -161,18 +161,24 @@ preprocess_stage() {
         --workers "$WORKERS"
 }
 
+# machine_overrides DATA RUN_DIR: MACHINE, the overrides that place a training run on this
+# machine: its data, checkpoints and initial weights, its devices and the batch split.
+machine_overrides() {
+    local data=$1 run_dir=$2
+    MACHINE=(common.user_dir="$USER_DIR" task.data="$(realpath -m "$data")"
+        checkpoint.save_dir="$(realpath -m "$run_dir/checkpoints")"
+        checkpoint.finetune_from_model="$(realpath -m "$BART_DIR/$INIT/model.pt")"
+        hydra.run.dir="$(realpath -m "$run_dir/hydra")" hydra.job.chdir=false
+        dataset.batch_size="$BATCH" "optimization.update_freq=[$UPDATE_FREQ]" "${DEVICE_OVERRIDES[@]}")
+}
+
 # Training: fairseq-hydra-train with the experiment's YAML; the command line adds only
 # paths, devices, the batch split and (DRY_RUN=1) toy sizes.
 train_stage() {
     local data=$1 run_dir=$2
     [ "${PLAN:-0}" = 1 ] || mkdir -p "$run_dir"
-    local overrides=(
-        common.user_dir="$USER_DIR" task.data="$(realpath -m "$data")"
-        checkpoint.save_dir="$(realpath -m "$run_dir/checkpoints")"
-        checkpoint.finetune_from_model="$(realpath -m "$BART_DIR/$INIT/model.pt")"
-        hydra.run.dir="$(realpath -m "$run_dir/hydra")" hydra.job.chdir=false
-        dataset.batch_size="$BATCH" "optimization.update_freq=[$UPDATE_FREQ]" "${DEVICE_OVERRIDES[@]}"
-    )
+    machine_overrides "$data" "$run_dir"
+    local overrides=("${MACHINE[@]}")
     if [ -n "${ARCH:-}" ]; then overrides+=(model._name="$ARCH"); fi
     # shellcheck disable=SC2207  # the overrides are a word list
     [ -n "${SETTINGS:-}" ] && overrides+=($(config settings-overrides "$SETTINGS"))

@@ -153,17 +153,6 @@ run_phase() {
         >>"$OUT_DIR/commands.sh"
     run "$PYTHON" "$PAGESUM_ROOT/recipes/run_jobs.py" "$JOB_FILE" --parallel "$JOBS" --title "$1"
 }
-# machine_overrides RUN_DIR: MACHINE, the overrides that place a training run on this machine's
-# devices, as common.sh's train stage adds them.
-machine_overrides() {
-    local run_dir=$1
-    MACHINE=(common.user_dir="$USER_DIR" task.data="$(realpath -m "$DATA_DIR")"
-        checkpoint.save_dir="$(realpath -m "$run_dir/checkpoints")"
-        checkpoint.finetune_from_model="$(realpath -m "$BART_DIR/$INIT/model.pt")"
-        hydra.run.dir="$(realpath -m "$run_dir/hydra")" hydra.job.chdir=false
-        dataset.batch_size="$BATCH" "optimization.update_freq=[$UPDATE_FREQ]" "${DEVICE_OVERRIDES[@]}")
-}
-
 # ---- prepare and fit -------------------------------------------------------------------------
 
 phase fit
@@ -178,7 +167,7 @@ if stage_enabled prepare && [[ " $selected " == *" awesome "* ]]; then
     barrier
     queue "$awesome_dir/label.log" "$PYTHON" -m pagesum_plugin.awesome.label "$DATA_DIR" --workers "$WORKERS"
     barrier
-    machine_overrides "$awesome_dir"
+    machine_overrides "$DATA_DIR" "$awesome_dir"
     # shellcheck disable=SC2086  # override lists
     queue "$awesome_dir/train.log" fairseq-hydra-train --config-dir "$CONFIG_DIR" --config-name "$extractor" \
         "${MACHINE[@]}" $extractor_overrides ${TRAIN_ARGS:-}
@@ -223,7 +212,7 @@ phase compare
 if stage_enabled train; then
     while IFS=$'\t' read -r key tokens config overrides _; do
         (( tokens > 0 )) || continue
-        machine_overrides "$OUT_DIR/$key"
+        machine_overrides "$DATA_DIR" "$OUT_DIR/$key"
         # shellcheck disable=SC2086  # override lists
         queue "$OUT_DIR/$key/train.log" fairseq-hydra-train --config-dir "$CONFIG_DIR" --config-name "$config" \
             "${MACHINE[@]}" $overrides ${TRAIN_ARGS:-}

@@ -85,13 +85,8 @@ segment_stage() {
 extractor_stage() {
     local data=$1 run_dir=$2
     [ "${PLAN:-0}" = 1 ] || mkdir -p "$run_dir"
-    local overrides=(
-        common.user_dir="$USER_DIR" task.data="$(realpath -m "$data")"
-        checkpoint.save_dir="$(realpath -m "$run_dir/checkpoints")"
-        checkpoint.finetune_from_model="$(realpath -m "$BART_DIR/$INIT/model.pt")"
-        hydra.run.dir="$(realpath -m "$run_dir/hydra")" hydra.job.chdir=false
-        dataset.batch_size="$BATCH" "optimization.update_freq=[$UPDATE_FREQ]" "${DEVICE_OVERRIDES[@]}"
-    )
+    machine_overrides "$data" "$run_dir"
+    local overrides=("${MACHINE[@]}")
     if [ -n "${EXTRACTOR_ARCH:-}" ]; then overrides+=(model._name="$EXTRACTOR_ARCH"); fi
     # shellcheck disable=SC2207  # the overrides are a word list
     [ "${DRY_RUN:-0}" = 1 ] && overrides+=($(toy_overrides))
