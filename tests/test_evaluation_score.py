@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -135,6 +136,20 @@ def test_perl_rouge_agrees_with_the_default_scorer(systems, capsys):
     for metric in perl_rouge._PERL_NAMES.values():  # the script's ROUGE-L is summary-level
         assert perl["scores"][metric]["f"] == pytest.approx(ours["scores"][metric]["f"], abs=1.0)
         assert perl["scores"][metric]["ci_low"] <= perl["scores"][metric]["f"] <= perl["scores"][metric]["ci_high"]
+
+
+@pytest.mark.skipif(not _perl_ready(), reason="perl with XML::Parser (libxml-parser-perl) is not installed")
+def test_perl_rouge_report_says_it_has_no_sentence_level_rouge_l(systems, capsys):
+    assert main(["--hyp", systems["oracle"], "--ref", systems["ref"], "--perl"]) == 0
+    report = capsys.readouterr().out
+    assert "ROUGE-Lsum (summary-level)" in report
+    assert re.search(r"ROUGE-L \(sentence-level\)\s+-\s+not computed by this scorer", report)
+
+
+def test_the_report_names_each_rouge_l_by_its_level(systems, capsys):
+    assert main(["--hyp", systems["oracle"], "--ref", systems["ref"]]) == 0
+    rows = {line.split("  ")[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert {"ROUGE-1", "ROUGE-2", "ROUGE-L (sentence-level)", "ROUGE-Lsum (summary-level)"} <= set(rows)
 
 
 def test_missing_xml_parser_gives_the_package_to_install(tmp_path, monkeypatch):

@@ -8,8 +8,16 @@ from fairseq import checkpoint_utils
 from fairseq.models.bart import BARTModel
 from fairseq.sequence_generator import SequenceGenerator
 
-from builders.hed import build_hed, cluster_batch, decoder_input, random_cluster, sharpen_cross_attention, vocab
-from builders.models import bart_twin, save_bart_checkpoint
+from builders.hed import build_hed
+from builders.models import (
+    bart_twin,
+    decoder_input,
+    make_source_sensitive,
+    paged_batch,
+    random_pages,
+    save_bart_checkpoint,
+    vocab,
+)
 from pagesum_plugin.generation import PageSumSequenceGenerator
 
 
@@ -20,7 +28,7 @@ def hed(copy_task_dir):
 
 def one_document_clusters(task, seed, n=3):
     rng = torch.Generator().manual_seed(seed)
-    return [random_cluster(rng, 1, *vocab(task.dictionary), min_len=3, max_len=14) for _ in range(n)]
+    return [random_pages(rng, 1, *vocab(task.dictionary), min_len=3, max_len=14) for _ in range(n)]
 
 
 def log_probs(model, src_tokens, prev):
@@ -36,7 +44,7 @@ def bart_log_probs(bart, src_tokens, prev, pad):
 def test_one_document_cluster_equals_fairseq_bart_log_probs(hed):
     args, task, model = hed
     bart = bart_twin(args, task, model)
-    src = cluster_batch(one_document_clusters(task, 1), task.dictionary)  # (3, 1, len)
+    src = paged_batch(one_document_clusters(task, 1), task.dictionary)  # (3, 1, len)
     _, prev = decoder_input([[5, 6, 7, 8], [9, 10], [11, 12, 13]], task.dictionary)
     reference = bart_log_probs(bart, src[:, 0], prev, task.dictionary.pad())
     torch.testing.assert_close(log_probs(model, src, prev), reference, atol=1e-5, rtol=0)
@@ -64,9 +72,9 @@ SEARCH_SETTINGS = [
 @pytest.mark.parametrize("settings", SEARCH_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
 def test_one_document_beam_search_equals_fairseq_stock_generator_on_bart(copy_task_dir, settings):
     args, task, model = build_hed(copy_task_dir)
-    sharpen_cross_attention(model, task.dictionary)
+    make_source_sensitive(model, task.dictionary)
     bart = bart_twin(args, task, model)
-    src = cluster_batch(one_document_clusters(task, 2), task.dictionary)
+    src = paged_batch(one_document_clusters(task, 2), task.dictionary)
     sample = {"id": torch.arange(3), "net_input": {"src_tokens": src, "src_lengths": src.ne(1).sum((1, 2))}}
     ours = PageSumSequenceGenerator([model], task.dictionary, **settings).generate([model], sample)
 
@@ -121,7 +129,7 @@ def test_a_bart_checkpoint_loads_with_its_1024_positions_tiled_to_4096(copy_task
 def test_a_bart_checkpoint_loaded_into_hed_reads_one_document_as_bart_does(copy_task_dir, bart_checkpoint):
     bart, path = bart_checkpoint
     _, task, model = load_into_hed(copy_task_dir, path)
-    src = cluster_batch(one_document_clusters(task, 3), task.dictionary)
+    src = paged_batch(one_document_clusters(task, 3), task.dictionary)
     _, prev = decoder_input([[5, 6], [7, 8, 9], [10]], task.dictionary)
     reference = bart_log_probs(bart, src[:, 0], prev, task.dictionary.pad())
     torch.testing.assert_close(log_probs(model, src, prev), reference, atol=1e-5, rtol=0)

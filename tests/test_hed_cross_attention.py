@@ -3,15 +3,8 @@
 import pytest
 import torch
 
-from builders.hed import (
-    build_hed,
-    cluster_batch,
-    decoder_input,
-    document_sizes,
-    random_cluster,
-    reference_cross_attention,
-    vocab,
-)
+from builders.hed import build_hed, document_sizes, reference_cross_attention
+from builders.models import decoder_input, paged_batch, random_pages, vocab
 from pagesum_plugin.modules.hed_attention import document_lengths, hierarchical_softmax
 
 SIZES = [[5, 3, 9], [7], [2, 6, 4, 3]]  # tokens per document (SOD included) of three clusters
@@ -100,8 +93,8 @@ def test_every_head_of_every_decoder_layer_attends_hierarchically(hed):
     """Each layer's cross-attention output equals Eq. 3-5 written out per head and document."""
     _, task, model = hed
     rng = torch.Generator().manual_seed(3)
-    clusters = [random_cluster(rng, n, *vocab(task.dictionary)) for n in (3, 1, 4)]
-    src = cluster_batch(clusters, task.dictionary)
+    clusters = [random_pages(rng, n, *vocab(task.dictionary), min_len=2) for n in (3, 1, 4)]
+    src = paged_batch(clusters, task.dictionary)
     _, prev = decoder_input([[5, 6, 7], [8, 9], [10, 11, 12, 13]], task.dictionary)
     calls = []
     handles = [layer.encoder_attn.register_forward_hook(
@@ -133,8 +126,8 @@ def test_every_head_of_every_decoder_layer_attends_hierarchically(hed):
 def test_the_model_reports_the_last_layers_document_weights_as_page_weights(hed):
     _, task, model = hed
     rng = torch.Generator().manual_seed(4)
-    clusters = [random_cluster(rng, n, *vocab(task.dictionary)) for n in (2, 4)]
-    src = cluster_batch(clusters, task.dictionary)
+    clusters = [random_pages(rng, n, *vocab(task.dictionary), min_len=2) for n in (2, 4)]
+    src = paged_batch(clusters, task.dictionary)
     _, prev = decoder_input([[5, 6, 7], [8, 9]], task.dictionary)
     encoder_out = model.encoder(src)
     _, extra = model.decoder(prev, encoder_out=encoder_out)

@@ -4,7 +4,8 @@ batched, with the same summary distribution whatever the order of the documents.
 import pytest
 import torch
 
-from builders.hed import build_hed, cluster_batch, decoder_input, random_cluster, sharpen_cross_attention, vocab
+from builders.hed import build_hed
+from builders.models import decoder_input, make_source_sensitive, paged_batch, random_pages, vocab
 from pagesum_plugin.generation import PageSumSequenceGenerator
 
 DOC_COUNTS = (2, 1, 4, 3)  # the longest cluster (the first) has fewer documents than another
@@ -14,13 +15,13 @@ SUMMARIES = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16], [17]]
 @pytest.fixture(scope="module")
 def hed(copy_task_dir):
     _, task, model = build_hed(copy_task_dir)
-    return task, sharpen_cross_attention(model, task.dictionary)
+    return task, make_source_sensitive(model, task.dictionary)
 
 
 def clusters(task, seed=0):
     rng = torch.Generator().manual_seed(seed)
     low, high = vocab(task.dictionary)
-    result = [random_cluster(rng, n, low, high) for n in DOC_COUNTS]
+    result = [random_pages(rng, n, low, high, min_len=2) for n in DOC_COUNTS]
     result[0] = [doc * 3 for doc in result[0]]
     return result
 
@@ -32,7 +33,7 @@ def log_probs(model, src_tokens, prev):
 
 def test_incremental_decoding_equals_the_full_forward_pass(hed):
     task, model = hed
-    src = cluster_batch(clusters(task), task.dictionary)
+    src = paged_batch(clusters(task), task.dictionary)
     _, prev = decoder_input(SUMMARIES, task.dictionary)
     full_logits, full_extra = model(src, None, prev)
     real = prev.ne(task.dictionary.pad())
@@ -50,10 +51,10 @@ def test_a_batch_of_clusters_equals_each_cluster_alone(hed):
     task, model = hed
     examples = clusters(task, 1)
     _, prev = decoder_input(SUMMARIES, task.dictionary)
-    batched, batched_extra = log_probs(model, cluster_batch(examples, task.dictionary), prev)
+    batched, batched_extra = log_probs(model, paged_batch(examples, task.dictionary), prev)
     for i, (cluster, summary) in enumerate(zip(examples, SUMMARIES)):
         _, prev_i = decoder_input([summary], task.dictionary)
-        alone, extra = log_probs(model, cluster_batch([cluster], task.dictionary), prev_i)
+        alone, extra = log_probs(model, paged_batch([cluster], task.dictionary), prev_i)
         length = len(summary) + 2
         torch.testing.assert_close(batched[i, :length], alone[0], atol=1e-5, rtol=0)
         torch.testing.assert_close(batched_extra["page_weights"][i, : len(cluster), :length],
@@ -65,8 +66,8 @@ def test_permuting_the_documents_leaves_the_summary_distribution_unchanged(hed):
     cluster = clusters(task, 2)[2]  # four documents
     order = [3, 1, 0, 2]
     _, prev = decoder_input([SUMMARIES[2]], task.dictionary)
-    original, extra = log_probs(model, cluster_batch([cluster], task.dictionary), prev)
-    permuted, extra_p = log_probs(model, cluster_batch([[cluster[i] for i in order]], task.dictionary), prev)
+    original, extra = log_probs(model, paged_batch([cluster], task.dictionary), prev)
+    permuted, extra_p = log_probs(model, paged_batch([[cluster[i] for i in order]], task.dictionary), prev)
     torch.testing.assert_close(permuted, original, atol=1e-5, rtol=0)
     # every document keeps its own weight wherever it sits
     torch.testing.assert_close(extra_p["page_weights"][0], extra["page_weights"][0][order], atol=1e-6, rtol=0)
@@ -76,8 +77,8 @@ def test_padding_documents_change_nothing(hed):
     task, model = hed
     examples = clusters(task, 3)
     _, prev = decoder_input(SUMMARIES, task.dictionary)
-    plain, _ = log_probs(model, cluster_batch(examples, task.dictionary), prev)
-    padded, extra = log_probs(model, cluster_batch(examples, task.dictionary, max_docs=7), prev)
+    plain, _ = log_probs(model, paged_batch(examples, task.dictionary), prev)
+    padded, extra = log_probs(model, paged_batch(examples, task.dictionary, max_pages=7), prev)
     torch.testing.assert_close(padded, plain, atol=0, rtol=0)
     assert extra["page_weights"].size(1) == max(DOC_COUNTS), "padding documents are dropped before any compute"
 
@@ -98,7 +99,7 @@ def test_beam_search_scores_equal_teacher_forced_log_probs(hed):
     every reported score and document weight is still the full forward pass's."""
     task, model = hed
     examples = clusters(task, 4)
-    src = cluster_batch(examples, task.dictionary)
+    src = paged_batch(examples, task.dictionary)
     hypos = PageSumSequenceGenerator([model], task.dictionary, beam_size=4, max_len_b=25).generate(
         [model], sample_of(src, task.dictionary))
     lengths = {len(h[0]["tokens"]) for h in hypos}
@@ -115,9 +116,9 @@ def test_beam_search_batched_equals_each_cluster_alone(hed):
     task, model = hed
     examples = clusters(task, 5)
     generator = PageSumSequenceGenerator([model], task.dictionary, beam_size=3, max_len_b=20, no_repeat_ngram_size=2)
-    batched = generator.generate([model], sample_of(cluster_batch(examples, task.dictionary), task.dictionary))
+    batched = generator.generate([model], sample_of(paged_batch(examples, task.dictionary), task.dictionary))
     for cluster, hypos in zip(examples, batched):
-        alone = generator.generate([model], sample_of(cluster_batch([cluster], task.dictionary), task.dictionary))[0]
+        alone = generator.generate([model], sample_of(paged_batch([cluster], task.dictionary), task.dictionary))[0]
         assert [h["tokens"].tolist() for h in hypos] == [h["tokens"].tolist() for h in alone]
         for h, a in zip(hypos, alone):
             torch.testing.assert_close(h["score"], a["score"], atol=1e-5, rtol=0)
@@ -127,8 +128,8 @@ def test_beams_with_their_own_copy_of_the_encoder_states_decode_the_same(copy_ta
     """fairseq's default layout (the encoder output repeated for every beam and reordered
     with it) gives the same hypotheses as beams sharing one copy per cluster."""
     _, task, model = build_hed(copy_task_dir)
-    sharpen_cross_attention(model, task.dictionary)
-    sample = sample_of(cluster_batch(clusters(task, 6), task.dictionary), task.dictionary)
+    make_source_sensitive(model, task.dictionary)
+    sample = sample_of(paged_batch(clusters(task, 6), task.dictionary), task.dictionary)
     key_rows = []
     handle = model.decoder.layers[0].encoder_attn.register_forward_hook(
         lambda m, args, kwargs, out: key_rows.append(kwargs["key"].size(1)), with_kwargs=True)

@@ -4,15 +4,8 @@ restart, and start-of-document (SOD) tokens that link the documents."""
 import pytest
 import torch
 
-from builders.hed import (
-    build_hed,
-    cluster_batch,
-    dense_reference_encoder,
-    document_sizes,
-    hed_attention_mask,
-    random_cluster,
-    vocab,
-)
+from builders.hed import build_hed, dense_reference_encoder, document_sizes, hed_attention_mask
+from builders.models import paged_batch, random_pages, vocab
 from pagesum_plugin.modules.hed_attention import DocumentLayout
 
 
@@ -23,12 +16,12 @@ def hed(copy_task_dir):
 
 def clusters_of(task, seed, doc_counts, min_len=2, max_len=12):
     rng = torch.Generator().manual_seed(seed)
-    return [random_cluster(rng, n, *vocab(task.dictionary), min_len, max_len) for n in doc_counts]
+    return [random_pages(rng, n, *vocab(task.dictionary), min_len, max_len) for n in doc_counts]
 
 
 def encode(model, clusters, dictionary, max_docs=0):
     """(batch, src_len, dim) states and (batch, src_len) document map."""
-    out = model.encoder(cluster_batch(clusters, dictionary, max_docs))
+    out = model.encoder(paged_batch(clusters, dictionary, max_docs))
     return out["encoder_out"][0].transpose(0, 1), out["encoder_padding_mask"][0]
 
 
@@ -60,12 +53,12 @@ def test_the_dense_reference_differs_without_the_links_between_start_tokens(hed)
 def test_positions_restart_at_zero_in_every_document(hed):
     _, task, model = hed
     cluster = clusters_of(task, 3, (4,))[0]
-    layout = DocumentLayout(cluster_batch([cluster], task.dictionary), task.dictionary.pad())
+    layout = DocumentLayout(paged_batch([cluster], task.dictionary), task.dictionary.pad())
     assert layout.positions.tolist() == [p for size in document_sizes(cluster) for p in range(size)]
     embedded = model.encoder.embed_documents(layout)
     start = 0
     for doc in cluster:  # every document is embedded exactly as if it were alone
-        alone = model.encoder.embed_documents(DocumentLayout(cluster_batch([[doc]], task.dictionary), 1))
+        alone = model.encoder.embed_documents(DocumentLayout(paged_batch([[doc]], task.dictionary), 1))
         torch.testing.assert_close(embedded[start: start + len(doc) + 2], alone, atol=0, rtol=0)
         start += len(doc) + 2
 
@@ -95,7 +88,7 @@ def reached_by_middle_document(model, cluster, dictionary, cut_sod_of_a=False):
     handles = [model.encoder.embed_tokens.register_forward_hook(keep_embeddings)]
     handles += [layer.register_forward_hook(keep_states) for layer in model.encoder.layers]
     try:
-        model.encoder(cluster_batch([cluster], dictionary))
+        model.encoder(paged_batch([cluster], dictionary))
     finally:
         for handle in handles:
             handle.remove()
@@ -161,7 +154,7 @@ def test_within_document_scores_cost_at_most_twice_the_sum_of_squared_lengths(he
     low, _ = vocab(task.dictionary)
     lengths = [900, 3, 17, 40, 41, 64, 120, 5, 300]
     docs = [[low] * (n - 2) for n in lengths]
-    layout = DocumentLayout(cluster_batch([docs[:4], docs[4:]], task.dictionary), task.dictionary.pad())
+    layout = DocumentLayout(paged_batch([docs[:4], docs[4:]], task.dictionary), task.dictionary.pad())
     squares = sum(n * n for n in lengths)
     assert squares <= layout.within_document_cost() <= 2 * squares
     padded_to_longest = len(lengths) * max(lengths) ** 2
@@ -173,7 +166,7 @@ def test_training_gradients_are_finite_with_clusters_of_one_document(hed):
     _, _, model = build_hed(task.cfg.data, "--attention-dropout", "0.1")
     model.train()
     clusters = clusters_of(task, 8, (1, 3, 1))
-    out = model.encoder(cluster_batch(clusters, task.dictionary))
+    out = model.encoder(paged_batch(clusters, task.dictionary))
     out["encoder_out"][0].pow(2).sum().backward()
     grads = [p.grad for p in model.encoder.parameters() if p.grad is not None]
     assert grads and all(bool(torch.isfinite(g).all()) for g in grads)

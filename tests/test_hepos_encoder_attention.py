@@ -3,7 +3,14 @@
 import pytest
 import torch
 
-from builders.hepos import attention_like, dense_attention, merge_heads, per_head, single_thread, stock_attention
+from builders.hepos import (
+    attention_like,
+    dense_attention,
+    merge_heads,
+    per_head,
+    single_thread,
+    stock_attention,
+)
 from pagesum_plugin.modules.efficient_attention import (
     LSHAttention,
     SinkhornAttention,

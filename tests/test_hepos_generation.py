@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from builders.bpe import build_gpt2_bpe
-from builders.hepos import build_hepos, make_source_sensitive, single_thread
+from builders.hepos import build_hepos, single_thread
+from builders.models import make_source_sensitive
 from builders.paged_data import copy_task_examples, make_dictionary, write_corpus
 from pagesum_plugin import from_pretrained
 from pagesum_plugin.corpus.format import CorpusMeta

@@ -11,14 +11,12 @@ from builders.hepos import (
     SMALL_PATTERNS,
     HistoryNGramBlocker,
     build_hepos,
-    decoder_io,
     flat_batch,
-    make_source_sensitive,
     random_texts,
     sample_of,
     single_thread,
 )
-from builders.models import bart_twin
+from builders.models import bart_twin, decoder_input, make_source_sensitive
 from pagesum_plugin.generation import PageSumSequenceGenerator
 
 
@@ -44,7 +42,7 @@ def test_stride_one_equals_fairseq_bart_log_probs_up_to_1024_tokens(stride_one):
     bart = bart_twin(args, task, model)
     d = task.dictionary
     src = flat_batch(random_texts(torch.Generator().manual_seed(1), [1022, 400, 37], d), d)  # (3, 1, 1024)
-    _, prev = decoder_io([[5, 6, 7, 8], [9, 10], [11, 12, 13]], d)
+    _, prev = decoder_input([[5, 6, 7, 8], [9, 10], [11, 12, 13]], d)
     bart_src = src[:, 0]
     reference = log_probs(bart, bart_src, prev)
     torch.testing.assert_close(log_probs(model, src, prev), reference, atol=1e-5, rtol=0)
@@ -98,7 +96,7 @@ def test_incremental_decoding_equals_the_full_forward_pass(copy_task_dir, flag, 
     _, task, model = variant_model(copy_task_dir, flag, value)
     d = task.dictionary
     src = flat_batch(random_texts(torch.Generator().manual_seed(3), [41, 17, 30], d), d)
-    _, prev = decoder_io([[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]], d)
+    _, prev = decoder_input([[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]], d)
     full = log_probs(model, src, prev)
 
     encoder_out = model.encoder(src)
@@ -116,10 +114,10 @@ def test_batched_equals_one_at_a_time(copy_task_dir, flag, value):
     d = task.dictionary
     texts = random_texts(torch.Generator().manual_seed(4), [41, 17, 30], d)
     summaries = [[5, 6, 7, 8, 9], [11, 12], [13, 14, 15]]
-    _, prev = decoder_io(summaries, d)
+    _, prev = decoder_input(summaries, d)
     batched = log_probs(model, flat_batch(texts, d), prev)
     for i, (text, summary) in enumerate(zip(texts, summaries)):
-        _, alone_prev = decoder_io([summary], d)
+        _, alone_prev = decoder_input([summary], d)
         alone = log_probs(model, flat_batch([text], d), alone_prev)
         torch.testing.assert_close(batched[i, : alone.size(1)], alone[0], atol=1e-5, rtol=0)
 

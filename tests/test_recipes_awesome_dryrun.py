@@ -4,16 +4,15 @@ on a tiny GovReport-format corpus, a tiny BART and two updates per training; and
 import json
 import os
 import shlex
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from builders.bpe import build_gpt2_bpe
-from builders.cli import BIN_DIR, REPO_ROOT
-from builders.corpora import acl_papers, write_govreport
+from builders.cli import REPO_ROOT
+from builders.corpora import write_govreport
+from builders.recipes import SPLITS, recipe_env, run_recipe, split_papers, write_bart_dir
 from pagesum_plugin.corpus.format import CorpusMeta
 
 pytestmark = pytest.mark.slow  # the recipe end to end
@@ -25,47 +24,22 @@ CONFIGS = os.path.join(REPO_ROOT, "recipes", "config")
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    """The tiny corpus in GovReport's layout, and ``$BART_DIR`` with a tiny BART as bart.large."""
-    from builders.models import bart_twin, build_tiny, save_bart_checkpoint
-
-    papers = acl_papers(N_TRAIN + N_VALID + N_TEST, offset=40)
+    """The tiny corpus in GovReport's layout, and ``$BART_DIR`` with a tiny BART as bart.large:
+    the recipe's variables for them."""
+    papers = split_papers(N_TRAIN, N_VALID, N_TEST, offset=40)
     root = tmp_path_factory.mktemp("awesome_recipe")
-    splits = {"train": papers[:N_TRAIN], "valid": papers[N_TRAIN:N_TRAIN + N_VALID],
-              "test": papers[N_TRAIN + N_VALID:]}
-    for split, rows in splits.items():
-        write_govreport(root / "govreport" / f"{split}.jsonl", rows)
-    bart_dir = root / "bart"
-    texts = [p["summary"] for p in papers] + [s["text"] for p in papers for s in p["sections"]]
-    bpe = build_gpt2_bpe(bart_dir, texts, vocab_size=600)
-    dict_only = bart_dir / "dict_only"
-    dict_only.mkdir()
-    shutil.copyfile(bpe.dict_txt, dict_only / "dict.txt")
-    CorpusMeta(tokenizer="none").save(dict_only)
-    bart = bart_twin(*build_tiny(str(dict_only)))
-    (bart_dir / "bart.large").mkdir()
-    shutil.copyfile(bpe.dict_txt, bart_dir / "bart.large" / "dict.txt")
-    save_bart_checkpoint(str(bart_dir / "bart.large" / "model.pt"), bart)
-    return str(root / "govreport"), str(bart_dir)
-
-
-def recipe_env(govreport_dir, bart_dir, **env_vars):
-    env = dict(
-        os.environ,
-        PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""),
-        GOVREPORT_DIR=govreport_dir, BART_DIR=bart_dir, NUM_GPUS="0", WORKERS="1", GEN_BATCH_SIZE="2",
-        ARCH="awesome_tiny", EXTRACTOR_ARCH="awesome_extractor_tiny", OMP_NUM_THREADS="1",
-    )
-    env.update(env_vars)
-    return env
+    for split in SPLITS:
+        write_govreport(root / "govreport" / f"{split}.jsonl", papers[split])
+    write_bart_dir(root / "bart", papers)
+    return dict(GOVREPORT_DIR=str(root / "govreport"), BART_DIR=str(root / "bart"), ARCH="awesome_tiny",
+                EXTRACTOR_ARCH="awesome_extractor_tiny")
 
 
 @pytest.fixture(scope="module")
 def dry_run(inputs, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("awesome_out")
-    result = subprocess.run(["bash", RECIPE], env=recipe_env(*inputs, DRY_RUN="1", OUT_DIR=str(out_dir)),
-                            capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    failure = run_recipe("govreport_awesome.sh", recipe_env(**inputs, DRY_RUN="1", OUT_DIR=str(out_dir)), timeout=1800)
+    assert failure is None, failure
     return out_dir
 
 
@@ -94,7 +68,7 @@ def test_every_stage_ran_and_read_what_the_one_before_wrote(dry_run):
 
 
 def test_the_plan_takes_every_setting_from_the_yamls(inputs):
-    env = recipe_env(*inputs, PLAN="1", OUT_DIR="/out", NUM_GPUS="1")
+    env = recipe_env(**inputs, PLAN="1", OUT_DIR="/out", NUM_GPUS="1")
     del env["ARCH"], env["EXTRACTOR_ARCH"]
     result = subprocess.run(["bash", RECIPE], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -6,18 +6,15 @@ then its report, whose numbers must be those the stages wrote."""
 import json
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
 
-from builders.bpe import build_gpt2_bpe
-from builders.cli import BIN_DIR, REPO_ROOT
-from builders.corpora import acl_papers, write_multinews
-from builders.models import bart_twin, build_tiny, save_bart_checkpoint
+from builders.cli import REPO_ROOT
+from builders.corpora import write_multinews
+from builders.recipes import recipe_env, split_papers, write_bart_dir
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 from pagesum_plugin.comparison.systems import Comparison
-from pagesum_plugin.corpus.format import CorpusMeta
 from pagesum_preprocess.cli import main as preprocess
 
 pytestmark = pytest.mark.slow  # the comparison end to end
@@ -32,47 +29,28 @@ TOY = Comparison(os.path.join(REPO_ROOT, "recipes", "config", "compare.yaml"), d
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    """(DATA_DIR, BART_DIR): the preprocessed cluster corpus and a tiny BART as bart.large."""
+    """The recipe's variables for the preprocessed cluster corpus and a tiny BART as bart.large."""
     root = tmp_path_factory.mktemp("compare")
-    papers = acl_papers(N_TRAIN + N_VALID + N_TEST, offset=80)
-    splits = {"train": papers[:N_TRAIN], "val": papers[N_TRAIN:N_TRAIN + N_VALID], "test": papers[N_TRAIN + N_VALID:]}
-    for split, rows in splits.items():
-        write_multinews(root / "multinews", rows, split=split)
-    bart_dir = root / "bart"
-    bpe = build_gpt2_bpe(bart_dir, [p["summary"] for p in papers] + [s["text"] for p in papers for s in p["sections"]],
-                         vocab_size=600)
-    dict_only = bart_dir / "dict_only"
-    dict_only.mkdir()
-    shutil.copyfile(bpe.dict_txt, dict_only / "dict.txt")
-    CorpusMeta(tokenizer="none").save(dict_only)
-    (bart_dir / "bart.large").mkdir()
-    shutil.copyfile(bpe.dict_txt, bart_dir / "bart.large" / "dict.txt")
-    save_bart_checkpoint(str(bart_dir / "bart.large" / "model.pt"), bart_twin(*build_tiny(str(dict_only))))
+    papers = split_papers(N_TRAIN, N_VALID, N_TEST, offset=80)
+    for split, name in (("train", "train"), ("valid", "val"), ("test", "test")):
+        write_multinews(root / "multinews", papers[split], split=name)
+    bpe = write_bart_dir(root / "bart", papers)
     raw = root / "multinews"
     assert preprocess(["--input-format", "multinews", "--trainpref", str(raw / "train.src"),
                        "--validpref", str(raw / "val.src"), "--testpref", str(raw / "test.src"),
                        "--destdir", str(root / "data"), "--locality", "document", "--tokenizer", "gpt2",
                        "--gpt2-encoder-json", str(bpe.encoder_json), "--gpt2-vocab-bpe", str(bpe.vocab_bpe),
                        "--gpt2-dict", str(bpe.dict_txt), "--workers", "1", "--no-progress"]) == 0
-    return str(root / "data"), str(bart_dir)
-
-
-def recipe_env(data_dir, bart_dir, out_dir, **env_vars):
-    return dict(
-        os.environ,
-        PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""),
-        DATA_DIR=data_dir, BART_DIR=bart_dir, OUT_DIR=str(out_dir), BUDGET_MB=str(BUDGET_MB), NUM_GPUS="0",
-        MODEL_SIZE="tiny", JOBS="2", WORKERS="1", GEN_BATCH_SIZE="2", OMP_NUM_THREADS="1", **env_vars,
-    )
+    return dict(DATA_DIR=str(root / "data"), BART_DIR=str(root / "bart"), BUDGET_MB=str(BUDGET_MB),
+                MODEL_SIZE="tiny", JOBS="2")
 
 
 @pytest.fixture(scope="module")
 def dry_run(inputs, tmp_path_factory):
     """(OUT_DIR, console output) of the whole comparison."""
     out_dir = tmp_path_factory.mktemp("compare_out")
-    result = subprocess.run(["bash", RECIPE], env=recipe_env(*inputs, out_dir, DRY_RUN="1"), capture_output=True,
-                            text=True, timeout=900)
+    env = recipe_env(**inputs, OUT_DIR=str(out_dir), DRY_RUN="1")
+    result = subprocess.run(["bash", RECIPE], env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     return out_dir, result.stdout
 

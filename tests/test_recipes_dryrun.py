@@ -9,15 +9,14 @@ the recipes expect ``$BART_DIR`` (``bart.large.cnn/{model.pt,dict.txt}``,
 
 import json
 import os
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from builders.bpe import build_gpt2_bpe
-from builders.corpora import acl_papers, write_cohan, write_govreport, write_multinews
 from builders.cli import BIN_DIR, REPO_ROOT
+from builders.corpora import write_cohan, write_govreport, write_multinews
+from builders.recipes import SPLITS, finished, recipe_env, run_recipe, split_papers, write_bart_dir
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 from pagesum_plugin.corpus.format import CorpusMeta
 
@@ -33,24 +32,18 @@ SPLIT_NAMES = {  # each dataset's own file names for train / valid / test
 
 @pytest.fixture(scope="module")
 def papers():
-    papers = acl_papers(N_TRAIN + N_VALID + N_TEST)
-    return {
-        "train": papers[:N_TRAIN],
-        "valid": papers[N_TRAIN:N_TRAIN + N_VALID],
-        "test": papers[N_TRAIN + N_VALID:],
-    }
+    return split_papers(N_TRAIN, N_VALID, N_TEST)
 
 
 @pytest.fixture(scope="module")
 def raw_dirs(papers, tmp_path_factory):
     """The tiny corpus in arXiv/PubMed, GovReport and Multi-News layouts."""
     root = tmp_path_factory.mktemp("raw")
-    splits = ("train", "valid", "test")
-    for split, name in zip(splits, SPLIT_NAMES["arxiv"]):
+    for split, name in zip(SPLITS, SPLIT_NAMES["arxiv"]):
         write_cohan(root / "arxiv" / name, papers[split])
-    for split, name in zip(splits, SPLIT_NAMES["govreport"]):
+    for split, name in zip(SPLITS, SPLIT_NAMES["govreport"]):
         write_govreport(root / "govreport" / name, papers[split])
-    for split, name in zip(splits, SPLIT_NAMES["multinews"]):
+    for split, name in zip(SPLITS, SPLIT_NAMES["multinews"]):
         write_multinews(root / "multinews", papers[split], split=name)
     return {name: str(root / name) for name in ("arxiv", "govreport", "multinews")}
 
@@ -58,43 +51,9 @@ def raw_dirs(papers, tmp_path_factory):
 @pytest.fixture(scope="module")
 def bart_dir(papers, tmp_path_factory):
     """``$BART_DIR`` with a tiny BART as both bart.large.cnn and bart.large."""
-    from builders.models import bart_twin, build_tiny, save_bart_checkpoint
-
     root = tmp_path_factory.mktemp("bart")
-    texts = [p["summary"] for split in papers.values() for p in split]
-    texts += [s["text"] for split in papers.values() for p in split for s in p["sections"]]
-    bpe = build_gpt2_bpe(root, texts, vocab_size=600)
-    dict_only = root / "dict_only"
-    dict_only.mkdir()
-    shutil.copyfile(bpe.dict_txt, dict_only / "dict.txt")
-    CorpusMeta(tokenizer="none").save(dict_only)  # a data directory of the dictionary alone
-    args, task, model = build_tiny(str(dict_only))
-    bart = bart_twin(args, task, model)
-    for init in ("bart.large.cnn", "bart.large"):
-        (root / init).mkdir()
-        shutil.copyfile(bpe.dict_txt, root / init / "dict.txt")
-        save_bart_checkpoint(str(root / init / "model.pt"), bart)
+    write_bart_dir(root, papers, inits=("bart.large.cnn", "bart.large"))
     return str(root)
-
-
-def recipe_env(out_dir, bart_dir, **env_vars):
-    return dict(
-        os.environ,
-        PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""),
-        DRY_RUN="1", OUT_DIR=str(out_dir), BART_DIR=bart_dir, NUM_GPUS="0",
-        ARCH="pagesum_tiny", WORKERS="1", GEN_BATCH_SIZE="2",
-        OMP_NUM_THREADS="1",  # runs go two at a time on two cores
-        **env_vars,
-    )
-
-
-def run_recipe(recipe, env):
-    result = subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", f"{recipe}.sh")], env=env,
-                            capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        return f"recipes/{recipe}.sh failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -120,18 +79,15 @@ def dry_runs(raw_dirs, bart_dir, tmp_path_factory):
                                            SETTINGS="fairseq")),
     }
     out_dirs = {name: tmp_path_factory.mktemp(name) for name in runs}
+
+    def dry_run(name):
+        recipe, variables = runs[name]
+        env = recipe_env(DRY_RUN="1", OUT_DIR=str(out_dirs[name]), BART_DIR=bart_dir, ARCH="pagesum_tiny", **variables)
+        return run_recipe(f"{recipe}.sh", env)
+
     with ThreadPoolExecutor(max_workers=2) as pool:
-        failures = pool.map(lambda name: run_recipe(runs[name][0], recipe_env(out_dirs[name], bart_dir, **runs[name][1])),
-                            runs)
-        failures = dict(zip(runs, failures))
+        failures = dict(zip(runs, pool.map(dry_run, runs)))
     return {name: (out_dirs[name], failures[name]) for name in runs}
-
-
-def finished(dry_runs, name):
-    out_dir, failure = dry_runs[name]
-    if failure:
-        raise AssertionError(failure)
-    return out_dir
 
 
 def assert_experiment_ran(out_dir, name, init="bart.large.cnn", data_name=None):

@@ -3,20 +3,15 @@
 pagesum-score) on a tiny Multi-News corpus, a tiny BART as both initialisations, two updates."""
 
 import json
-import os
 import re
-import shutil
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
-from builders.bpe import build_gpt2_bpe
-from builders.cli import BIN_DIR, REPO_ROOT
-from builders.corpora import acl_papers, write_multinews
-from builders.models import bart_twin, build_tiny, save_bart_checkpoint
+from builders.corpora import write_multinews
+from builders.recipes import SPLITS, finished, recipe_env, run_recipe, split_papers, write_bart_dir
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
-from pagesum_plugin.corpus.format import CorpusMeta
 
 pytestmark = pytest.mark.slow
 
@@ -29,69 +24,22 @@ RUNS = {  # run: (INIT, STAGES)
 
 
 @pytest.fixture(scope="module")
-def papers():
-    papers = acl_papers(N_TRAIN + N_VALID + N_TEST)
-    return {"train": papers[:N_TRAIN], "valid": papers[N_TRAIN:N_TRAIN + N_VALID], "test": papers[N_TRAIN + N_VALID:]}
-
-
-@pytest.fixture(scope="module")
-def raw_dir(papers, tmp_path_factory):
-    """The tiny corpus in Multi-News's layout (each paper's sections as a cluster's documents)."""
-    root = tmp_path_factory.mktemp("multinews")
-    for split, name in zip(("train", "valid", "test"), ("train", "val", "test")):
-        write_multinews(root, papers[split], split=name)
-    return str(root)
-
-
-@pytest.fixture(scope="module")
-def bart_dir(papers, tmp_path_factory):
-    """``$BART_DIR`` with a tiny BART (1,024 source positions) as bart.large.cnn and bart.large."""
-    root = tmp_path_factory.mktemp("bart")
-    texts = [p["summary"] for split in papers.values() for p in split]
-    texts += [s["text"] for split in papers.values() for p in split for s in p["sections"]]
-    bpe = build_gpt2_bpe(root, texts, vocab_size=600)
-    dict_only = root / "dict_only"
-    dict_only.mkdir()
-    shutil.copyfile(bpe.dict_txt, dict_only / "dict.txt")
-    CorpusMeta(tokenizer="none").save(dict_only)  # the task needs a data directory; only the dictionary matters
-    args, task, model = build_tiny(str(dict_only))
-    bart = bart_twin(args, task, model)
-    for init in INITS:
-        (root / init).mkdir()
-        shutil.copyfile(bpe.dict_txt, root / init / "dict.txt")
-        save_bart_checkpoint(str(root / init / "model.pt"), bart)
-    return str(root)
-
-
-def run_recipe(raw_dir, out_dir, bart_dir, init, stages):
-    env = dict(
-        os.environ,
-        PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""),
-        DRY_RUN="1", OUT_DIR=str(out_dir), BART_DIR=bart_dir, NUM_GPUS="0", ARCH="hed_tiny", WORKERS="1",
-        GEN_BATCH_SIZE="2", OMP_NUM_THREADS="1", MULTINEWS_DIR=raw_dir, INIT=init, STAGES=stages,
-    )
-    result = subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", "multinews_hed.sh")], env=env,
-                            capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        return f"recipes/multinews_hed.sh failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return None
-
-
-@pytest.fixture(scope="module")
-def dry_runs(raw_dir, bart_dir, tmp_path_factory):
-    """Both initialisations, side by side: {run: (out_dir, failure or None)}."""
-    out_dirs = {run: tmp_path_factory.mktemp(run.replace(".", "_")) for run in RUNS}
+def dry_runs(tmp_path_factory):
+    """Both initialisations, side by side, on the tiny corpus in Multi-News's layout (each
+    paper's sections as a cluster's documents): {run: (out_dir, failure or None)}."""
+    papers = split_papers(N_TRAIN, N_VALID, N_TEST)
+    raw_dir = tmp_path_factory.mktemp("multinews")
+    for split, name in zip(SPLITS, ("train", "val", "test")):
+        write_multinews(raw_dir, papers[split], split=name)
+    bart_dir = tmp_path_factory.mktemp("bart")
+    write_bart_dir(bart_dir, papers, inits=INITS)
+    envs = {run: recipe_env(DRY_RUN="1", OUT_DIR=str(tmp_path_factory.mktemp(run.replace(".", "_"))),
+                            BART_DIR=str(bart_dir), ARCH="hed_tiny", MULTINEWS_DIR=str(raw_dir), INIT=init,
+                            STAGES=stages)
+            for run, (init, stages) in RUNS.items()}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        failures = dict(zip(RUNS, pool.map(lambda run: run_recipe(raw_dir, out_dirs[run], bart_dir, *RUNS[run]), RUNS)))
-    return {run: (out_dirs[run], failures[run]) for run in RUNS}
-
-
-def finished(dry_runs, run):
-    out_dir, failure = dry_runs[run]
-    if failure:
-        raise AssertionError(failure)
-    return out_dir
+        failures = dict(zip(RUNS, pool.map(lambda run: run_recipe("multinews_hed.sh", envs[run]), RUNS)))
+    return {run: (Path(envs[run]["OUT_DIR"]), failures[run]) for run in RUNS}
 
 
 def test_hed_recipe_runs_every_stage_on_the_documents_of_each_cluster(dry_runs):

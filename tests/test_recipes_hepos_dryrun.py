@@ -4,19 +4,14 @@ pagesum-score) on a tiny corpus in the dataset's native format, a tiny BART with
 source positions, and two updates."""
 
 import json
-import os
-import shutil
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
-from builders.bpe import build_gpt2_bpe
-from builders.cli import BIN_DIR, REPO_ROOT
-from builders.corpora import acl_papers, write_cohan, write_govreport
-from builders.models import bart_twin, build_tiny, save_bart_checkpoint
+from builders.corpora import write_cohan, write_govreport
+from builders.recipes import SPLITS, finished, recipe_env, run_recipe, split_papers, write_bart_dir
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
-from pagesum_plugin.corpus.format import CorpusMeta
 
 pytestmark = pytest.mark.slow
 
@@ -28,65 +23,22 @@ RECIPES = {  # recipe: (dataset variable, writer, split file names, encoder atte
 
 
 @pytest.fixture(scope="module")
-def papers():
-    papers = acl_papers(N_TRAIN + N_VALID + N_TEST)
-    return {"train": papers[:N_TRAIN], "valid": papers[N_TRAIN:N_TRAIN + N_VALID], "test": papers[N_TRAIN + N_VALID:]}
-
-
-@pytest.fixture(scope="module")
-def bart_dir(papers, tmp_path_factory):
-    """``$BART_DIR`` with a tiny BART (1,024 source positions) as bart.large."""
-    root = tmp_path_factory.mktemp("bart")
-    texts = [p["summary"] for split in papers.values() for p in split]
-    texts += [s["text"] for split in papers.values() for p in split for s in p["sections"]]
-    bpe = build_gpt2_bpe(root, texts, vocab_size=600)
-    dict_only = root / "dict_only"
-    dict_only.mkdir()
-    shutil.copyfile(bpe.dict_txt, dict_only / "dict.txt")
-    CorpusMeta(tokenizer="none").save(dict_only)  # the task needs a data directory; only the dictionary matters
-    args, task, model = build_tiny(str(dict_only))
-    (root / "bart.large").mkdir()
-    shutil.copyfile(bpe.dict_txt, root / "bart.large" / "dict.txt")
-    save_bart_checkpoint(str(root / "bart.large" / "model.pt"), bart_twin(args, task, model))
-    return str(root)
-
-
-def run_recipe(recipe, raw_dir, out_dir, bart_dir):
-    variable = RECIPES[recipe][0]
-    env = dict(
-        os.environ,
-        PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""),
-        DRY_RUN="1", OUT_DIR=str(out_dir), BART_DIR=bart_dir, NUM_GPUS="0", ARCH="hepos_tiny", WORKERS="1",
-        GEN_BATCH_SIZE="2", OMP_NUM_THREADS="1", **{variable: str(raw_dir)},
-    )
-    result = subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", f"{recipe}.sh")], env=env,
-                            capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        return f"recipes/{recipe}.sh failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return None
-
-
-@pytest.fixture(scope="module")
-def dry_runs(papers, bart_dir, tmp_path_factory):
-    """Both recipes, side by side: {recipe: (out_dir, failure or None)}."""
-    out_dirs = {}
-    raw_dirs = {}
-    for recipe, (_, writer, names, _, _) in RECIPES.items():
-        raw_dirs[recipe] = tmp_path_factory.mktemp(f"{recipe}_raw")
-        for split, name in zip(("train", "valid", "test"), names):
-            writer(raw_dirs[recipe] / name, papers[split])
-        out_dirs[recipe] = tmp_path_factory.mktemp(recipe)
+def dry_runs(tmp_path_factory):
+    """Both recipes, side by side, on one tiny BART (1,024 source positions) as bart.large:
+    {recipe: (out_dir, failure or None)}."""
+    papers = split_papers(N_TRAIN, N_VALID, N_TEST)
+    bart_dir = tmp_path_factory.mktemp("bart")
+    write_bart_dir(bart_dir, papers)
+    envs = {}
+    for recipe, (variable, writer, names, _, _) in RECIPES.items():
+        raw_dir = tmp_path_factory.mktemp(f"{recipe}_raw")
+        for split, name in zip(SPLITS, names):
+            writer(raw_dir / name, papers[split])
+        envs[recipe] = recipe_env(DRY_RUN="1", OUT_DIR=str(tmp_path_factory.mktemp(recipe)), BART_DIR=str(bart_dir),
+                                  ARCH="hepos_tiny", **{variable: str(raw_dir)})
     with ThreadPoolExecutor(max_workers=2) as pool:
-        failures = dict(zip(RECIPES, pool.map(lambda r: run_recipe(r, raw_dirs[r], out_dirs[r], bart_dir), RECIPES)))
-    return {recipe: (out_dirs[recipe], failures[recipe]) for recipe in RECIPES}
-
-
-def finished(dry_runs, recipe):
-    out_dir, failure = dry_runs[recipe]
-    if failure:
-        raise AssertionError(failure)
-    return out_dir
+        failures = dict(zip(RECIPES, pool.map(lambda r: run_recipe(f"{r}.sh", envs[r]), RECIPES)))
+    return {recipe: (Path(envs[recipe]["OUT_DIR"]), failures[recipe]) for recipe in RECIPES}
 
 
 @pytest.mark.parametrize("recipe", list(RECIPES))

@@ -162,7 +162,10 @@ def format_report(report: Dict) -> str:
         f"{'metric':<26}{'F1':>8}   95% CI",
     ]
     for metric, label in LABELS.items():
-        s = report["scores"][metric]
+        s = report["scores"].get(metric)
+        if s is None:  # ROUGE-1.5.5's ROUGE-L is summary-level only
+            lines.append(f"{label:<26}{'-':>8}   not computed by this scorer")
+            continue
         lines.append(f"{label:<26}{s['f']:8.2f}   [{s['ci_low']:.2f}, {s['ci_high']:.2f}]")
     if "compare" in report:
         cmp = report["compare"]
@@ -172,6 +175,8 @@ def format_report(report: Dict) -> str:
         )
         lines.append(f"{'metric':<26}{'B F1':>8}{'A - B':>9}{'p-value':>10}")
         for metric, label in LABELS.items():
+            if metric not in cmp["scores"]:
+                continue
             b = cmp["scores"][metric]["f"]
             lines.append(f"{label:<26}{b:8.2f}{cmp['difference'][metric]:9.2f}{cmp['p_values'][metric]:10.4f}")
     return "\n".join(lines)

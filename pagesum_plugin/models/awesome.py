@@ -22,12 +22,10 @@ call left and leaves this segment's write pending in it; see ``modules/memory.py
 for why writes are lazy and where the gradients stop.
 """
 
-import argparse
 import logging
 from typing import Dict, List, Optional, Tuple
 
 import torch
-from omegaconf import OmegaConf
 from torch import Tensor
 
 from fairseq.models import register_model, register_model_architecture
@@ -35,7 +33,8 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 
-from .bart_args import tiny_dimensions
+from .bart_args import as_bart_args, tiny_dimensions
+from .long_input_bart import LongInputBARTModel
 from ..modules.memory import (
     MEMORY_KINDS,
     MemoryDecoderLayer,
@@ -107,15 +106,9 @@ class AwesomeEncoder(TransformerEncoder):
     def memories(self) -> list:
         return [layer.memory for layer in self.layers if isinstance(layer, MemoryEncoderLayer)]
 
-    def forward(
-        self,
-        src_tokens: Tensor,
-        src_lengths: Optional[Tensor] = None,
-        return_all_hiddens: bool = False,
-        token_embeddings: Optional[Tensor] = None,
-        encoder_memory: Optional[List[MemorySlots]] = None,
-        decoder_memory: Optional[List[MemorySlots]] = None,
-    ):
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[Tensor] = None, encoder_memory: Optional[List[MemorySlots]] = None,
+                decoder_memory: Optional[List[MemorySlots]] = None):
         """src_tokens: (rows, seg_len) or (rows, 1, seg_len). ``encoder_memory``: the slots
         every memory layer reads (default: the initial memory); ``decoder_memory`` is passed
         on to the decoder in the output, where beam search reorders it with the rows."""
@@ -279,9 +272,12 @@ class AwesomeDecoder(TransformerDecoder):
 
 
 @register_model("awesome")
-class AwesomeModel(BARTModel):
-    """BART, segment by segment, with encoder and decoder memories (see the module docstring)."""
+class AwesomeModel(LongInputBARTModel):
+    """BART, segment by segment, with encoder and decoder memories (see the module docstring);
+    its input is one segment per row, (rows, seg_len)."""
 
+    encoder_class = AwesomeEncoder
+    decoder_class = AwesomeDecoder
     @staticmethod
     def add_args(parser):
         BARTModel.add_args(parser)
@@ -297,22 +293,9 @@ class AwesomeModel(BARTModel):
 
     @classmethod
     def build_model(cls, args, task):
-        if OmegaConf.is_config(args):
-            # fairseq-hydra-train passes an OmegaConf node, whose extra keys fairseq's
-            # TransformerConfig would drop; a Namespace carries them to the layers.
-            args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
-        if not hasattr(args, "task"):
-            args.task = None  # BART's checkpoint upgrade reads it; a hydra model config does not hold it
+        args = as_bart_args(args)  # a Namespace carries the memory options to the layers
         _awesome_defaults(args, slots=args.encoder_embed_dim)  # m = d, as in the paper, if no architecture set it
         return super().build_model(args, task)
-
-    @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return AwesomeEncoder(args, src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return AwesomeDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False))
 
     def read_memory(self, memory: Optional[SegmentMemory], rows: int) -> Tuple[List[MemorySlots], List[MemorySlots]]:
         """The slots every memory layer reads for this segment: the pending writes applied

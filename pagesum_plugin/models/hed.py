@@ -37,30 +37,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 from fairseq.modules import LearnedPositionalEmbedding
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayer, TransformerEncoderLayer
 
-from .bart_args import as_bart_args, tiny_dimensions
+from .bart_args import tiny_dimensions
+from .long_input_bart import LongInputBARTModel, wrap_layer
 from ..modules.hed_attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossAttention
 
 logger = logging.getLogger(__name__)
 
 HED_SOURCE_POSITIONS = 4096  # Section 5.3: 4,096 source tokens, BART's 1,024 positions tiled
 POSITIONS_KEY = "encoder.embed_positions.weight"
-
-
-def _wrap_layer(layer, args):
-    """What fairseq does with every layer it builds: activation checkpointing and FSDP."""
-    cfg = TransformerConfig.from_namespace(args)
-    if cfg.checkpoint_activations:
-        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
 
 
 class HEDEncoderLayer(TransformerEncoderLayer):
@@ -105,7 +95,7 @@ class HEDEncoder(TransformerEncoder):
             raise ValueError("HED restarts BART's learned positions in every document; use learned positions")
 
     def build_encoder_layer(self, args):
-        return _wrap_layer(HEDEncoderLayer(args), args)
+        return wrap_layer(HEDEncoderLayer(args), args)
 
     def embed_documents(self, layout: DocumentLayout) -> Tensor:
         """Token plus position embeddings of the packed tokens, positions restarting in
@@ -125,13 +115,8 @@ class HEDEncoder(TransformerEncoder):
             x = self.quant_noise(x)
         return x
 
-    def forward(
-        self,
-        src_tokens: Tensor,
-        src_lengths: Optional[Tensor] = None,
-        return_all_hiddens: bool = False,
-        token_embeddings: Optional[Tensor] = None,
-    ):
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[Tensor] = None):
         # src_tokens: (batch, max_docs, doc_len); (batch, src_len) is a cluster of one document
         if src_tokens.dim() == 2:
             src_tokens = src_tokens.unsqueeze(1)
@@ -167,31 +152,12 @@ class HEDDecoder(TransformerDecoder):
     """BART's decoder with hierarchical cross-attention; reports the documents' weights."""
 
     def build_decoder_layer(self, args, no_encoder_attn=False):
-        return _wrap_layer(HEDDecoderLayer(args, no_encoder_attn), args)
+        return wrap_layer(HEDDecoderLayer(args, no_encoder_attn), args)
 
-    def forward(
-        self,
-        prev_output_tokens: Tensor,
-        encoder_out: Optional[Dict[str, List[Tensor]]] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-        features_only: bool = False,
-        full_context_alignment: bool = False,
-        alignment_layer: Optional[int] = None,
-        alignment_heads: Optional[int] = None,
-        src_lengths: Optional[Tensor] = None,
-        return_all_hiddens: bool = False,
-    ):
-        x, extra = super().forward(
-            prev_output_tokens,
-            encoder_out=encoder_out,
-            incremental_state=incremental_state,
-            features_only=features_only,
-            full_context_alignment=full_context_alignment,
-            alignment_layer=alignment_layer,
-            alignment_heads=alignment_heads,
-            src_lengths=src_lengths,
-            return_all_hiddens=return_all_hiddens,
-        )
+    def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, **kwargs):
+        """fairseq's decoder; the documents' weights (Eq. 4) also come back as "page_weights"."""
+        x, extra = super().forward(prev_output_tokens, encoder_out, incremental_state, **kwargs)
         document_weights = extra["attn"][0]  # (rows, tgt_len, max_docs), last layer, mean over heads
         extra["page_weights"] = None if document_weights is None else document_weights.transpose(1, 2)
         return x, extra
@@ -208,35 +174,13 @@ def tile_positions(table: Tensor, rows: int, offset: int) -> Tensor:
 
 
 @register_model("hed")
-class HEDModel(BARTModel):
-    """BART with HED's hierarchical encoder self-attention and decoder cross-attention."""
+class HEDModel(LongInputBARTModel):
+    """BART with HED's hierarchical encoder self-attention and decoder cross-attention; its
+    input is (batch, max_docs, doc_len), one row per document of a cluster."""
 
+    encoder_class = HEDEncoder
+    decoder_class = HEDDecoder
     mixes_pages = True  # documents' weights (Eq. 4) come back in fairseq's "attn" slot
-
-    @classmethod
-    def build_model(cls, args, task):
-        return super().build_model(as_bart_args(args), task)
-
-    @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return HEDEncoder(args, src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return HEDDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False))
-
-    def forward(
-        self,
-        src_tokens: Tensor,
-        src_lengths: Optional[Tensor],
-        prev_output_tokens: Tensor,
-        features_only: bool = False,
-        return_all_hiddens: bool = False,
-        **unused,
-    ):
-        # src_tokens: (batch, max_docs, doc_len); prev_output_tokens: (batch, tgt_len)
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
-        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only)
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)

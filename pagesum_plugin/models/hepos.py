@@ -19,16 +19,15 @@ import math
 from typing import Optional
 
 import torch
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from torch import Tensor
 
 from .bart_args import as_bart_args, tiny_dimensions
+from .long_input_bart import LongInputBARTModel, wrap_layer
 from ..modules.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 from ..modules.hepos_attention import CrossAttention, HeposAttention, LinformerCrossAttention
 
@@ -113,13 +112,6 @@ def build_cross_attention(cfg, embed_dim: int):
     raise ValueError(f"unknown --cross-attention {kind!r}; choose from {', '.join(CROSS_ATTENTIONS)}")
 
 
-def wrap_layer(layer, cfg):
-    """fairseq's activation checkpointing and FSDP wrapping, as for its own layers."""
-    if cfg.checkpoint_activations:
-        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
-
-
 class HeposEncoderLayer(TransformerEncoderLayerBase):
     def __init__(self, cfg, layer_index: int):
         self.layer_index = layer_index  # read by build_self_attention, which the base constructor calls
@@ -148,13 +140,8 @@ class HeposEncoder(TransformerEncoderBase):
         self.layers_built += 1
         return wrap_layer(layer, cfg)
 
-    def forward(
-        self,
-        src_tokens: Tensor,
-        src_lengths: Optional[Tensor] = None,
-        return_all_hiddens: bool = False,
-        token_embeddings: Optional[Tensor] = None,
-    ):
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[Tensor] = None):
         src_tokens = flat_source(src_tokens)  # (batch, src_len)
         if src_tokens.size(1) > self.max_positions():
             raise ValueError(f"a source of {src_tokens.size(1)} tokens is longer than --max-source-positions "
@@ -170,9 +157,12 @@ class HeposDecoder(TransformerDecoderBase):
 
 
 @register_model("hepos")
-class HeposModel(BARTModel):
-    """BART with efficient encoder self-attention and HEPOS encoder-decoder attention."""
+class HeposModel(LongInputBARTModel):
+    """BART with efficient encoder self-attention and HEPOS encoder-decoder attention; its
+    input is one flat sequence, (batch, 1, src_len) or (batch, src_len)."""
 
+    encoder_class = HeposEncoder
+    decoder_class = HeposDecoder
     mixes_pages = False  # one flat sequence: the generator reports no page weights
 
     @staticmethod
@@ -214,28 +204,6 @@ class HeposModel(BARTModel):
         args = as_bart_args(args)
         hepos_defaults(args)
         return super().build_model(args, task)
-
-    @classmethod
-    def build_encoder(cls, cfg, src_dict, embed_tokens):
-        return HeposEncoder(cfg, src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
-        return HeposDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
-
-    def forward(
-        self,
-        src_tokens: Tensor,
-        src_lengths: Optional[Tensor],
-        prev_output_tokens: Tensor,
-        features_only: bool = False,
-        return_all_hiddens: bool = False,
-        **unused,
-    ):
-        # src_tokens: (batch, 1, src_len) or (batch, src_len); prev_output_tokens: (batch, tgt_len)
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
-        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
-                            return_all_hiddens=return_all_hiddens)
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)

@@ -32,15 +32,14 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
-from .bart_args import as_bart_args, tiny_dimensions
+from .bart_args import tiny_dimensions
+from .long_input_bart import LongInputBARTModel, wrap_layer
 from ..modules.decoder_self_attention import DecoderSelfAttention
 from ..modules.page_mixing import PageLayout, real_pages, rows_of_pages, unpack_pages
 
@@ -59,13 +58,8 @@ class PageSumEncoder(TransformerEncoder):
     # pages per example, which all its beams read.
     beams_share_pages: bool = False
 
-    def forward(
-        self,
-        src_tokens: Tensor,
-        src_lengths: Optional[Tensor] = None,
-        return_all_hiddens: bool = False,
-        token_embeddings: Optional[Tensor] = None,
-    ):
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[Tensor] = None):
         # src_tokens: (batch, max_pages, page_len); a padding page starts with <pad>
         if src_tokens.dim() != 3:
             raise ValueError(
@@ -189,23 +183,13 @@ class PageSumDecoder(TransformerDecoder):
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         """fairseq's layer construction (activation checkpointing, FSDP) with PageSum's layer."""
-        layer = PageSumDecoderLayer(cfg, no_encoder_attn)
-        if cfg.checkpoint_activations:
-            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+        return wrap_layer(PageSumDecoderLayer(cfg, no_encoder_attn), cfg)
 
-    def forward(
-        self,
-        prev_output_tokens: Tensor,
-        encoder_out: Optional[Dict[str, List[Tensor]]] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-        features_only: bool = False,
-        full_context_alignment: bool = False,
-        alignment_layer: Optional[int] = None,
-        alignment_heads: Optional[int] = None,
-        src_lengths: Optional[Tensor] = None,
-        return_all_hiddens: bool = False,
-    ):
+    def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, features_only: bool = False,
+                full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
+                alignment_heads: Optional[int] = None, src_lengths: Optional[Tensor] = None,
+                return_all_hiddens: bool = False):
         # prev_output_tokens: (hypotheses, tgt_len), one row per example, or per beam
         layout = self._page_layout(prev_output_tokens, encoder_out, incremental_state)
         page_prefix = layout.expand(prev_output_tokens)  # (page rows, tgt_len)
@@ -271,9 +255,12 @@ class PageSumDecoder(TransformerDecoder):
 
 
 @register_model("pagesum")
-class PageSumModel(BARTModel):
-    """BART with page-wise encoding and confidence-weighted page decoding."""
+class PageSumModel(LongInputBARTModel):
+    """BART with page-wise encoding and confidence-weighted page decoding; its input is
+    (batch, max_pages, page_len), one row per page."""
 
+    encoder_class = PageSumEncoder
+    decoder_class = PageSumDecoder
     mixes_pages = True  # the generator reads page weights from fairseq's "attn" slot
 
     @staticmethod
@@ -288,35 +275,13 @@ class PageSumModel(BARTModel):
 
     @classmethod
     def build_model(cls, args, task):
-        args = as_bart_args(args)
         model = super().build_model(args, task)
         model.encoder.page_decoding = getattr(args, "page_decoding", "page")
         return model
 
-    @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return PageSumEncoder(args, src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return PageSumDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False))
-
     @property
     def page_decoding(self) -> str:
         return self.encoder.page_decoding
-
-    def forward(
-        self,
-        src_tokens: Tensor,
-        src_lengths: Optional[Tensor],
-        prev_output_tokens: Tensor,
-        features_only: bool = False,
-        return_all_hiddens: bool = False,
-        **unused,
-    ):
-        # src_tokens: (batch, max_pages, page_len); prev_output_tokens: (batch, tgt_len)
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
-        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only)
 
     def set_beam_size(self, beam: int, share_pages: bool = True):
         """fairseq's beam search calls this before decoding. As with BART, the beams of an

@@ -37,19 +37,11 @@ class DecoderSelfAttention(MultiheadAttention):
         buffer[PENDING_ORDER] = new_order if pending is None else pending.index_select(0, new_order)
         return self._set_input_buffer(incremental_state, buffer)
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Optional[Tensor],
-        value: Optional[Tensor],
-        key_padding_mask: Optional[Tensor] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-        need_weights: bool = True,
-        static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, need_weights: bool = True,
+                static_kv: bool = False, attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         if incremental_state is None:
             return super().forward(query, key, value, key_padding_mask, incremental_state, need_weights,
                                    static_kv, attn_mask, before_softmax, need_head_weights)

@@ -320,19 +320,11 @@ class EfficientSelfAttention(MultiheadAttention):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
         raise NotImplementedError
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Optional[Tensor],
-        value: Optional[Tensor],
-        key_padding_mask: Optional[Tensor] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-        need_weights: bool = False,
-        static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, need_weights: bool = False,
+                static_kv: bool = False, attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         """query: (len, batch, embed_dim), the encoder's states; returns (len, batch, embed_dim)
         and no attention weights (the pattern has no dense weight matrix)."""
         if attn_mask is not None or incremental_state is not None:

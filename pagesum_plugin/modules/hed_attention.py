@@ -197,19 +197,10 @@ class DocumentSelfAttention(MultiheadAttention):
     one packed row, and the layout stands where a padding mask would.
     """
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Optional[Tensor],
-        value: Optional[Tensor],
-        key_padding_mask: Optional[DocumentLayout] = None,
-        incremental_state=None,
-        need_weights: bool = False,
-        static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                key_padding_mask: Optional[DocumentLayout] = None, incremental_state=None, need_weights: bool = False,
+                static_kv: bool = False, attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         layout = key_padding_mask
         if not isinstance(layout, DocumentLayout):
             raise TypeError("HED's encoder self-attention needs the DocumentLayout of its batch")
@@ -281,19 +272,11 @@ class HierarchicalCrossAttention(MultiheadAttention):
     share that copy; reordering keeps whole clusters.
     """
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Optional[Tensor],
-        value: Optional[Tensor],
-        key_padding_mask: Optional[Tensor] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-        need_weights: bool = True,
-        static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, need_weights: bool = True,
+                static_kv: bool = False, attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         if attn_mask is not None or before_softmax:
             raise NotImplementedError("HED's cross-attention takes no attention mask")
         tgt_len, rows, dim = query.shape

@@ -59,19 +59,11 @@ class CrossAttention(MultiheadAttention):
         v = self.v_proj(key).view(src_len, kv_bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         return self.memory(k, v, key_padding_mask)  # from k, v: (kv_bsz, heads, src_len, head_dim)
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Optional[Tensor],
-        value: Optional[Tensor],
-        key_padding_mask: Optional[Tensor] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-        need_weights: bool = True,
-        static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, need_weights: bool = True,
+                static_kv: bool = False, attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         """query: (tgt_len, bsz, embed_dim); key: the encoder output (src_len, kv_bsz, kdim).
 
         Attention weights, when asked for outside training, are returned over source positions:

@@ -4,11 +4,9 @@ sparse attentions."""
 from typing import List, Sequence, Tuple
 
 import torch
-from fairseq.data import data_utils
 from fairseq.modules.transformer_layer import TransformerEncoderLayer
 
-import pagesum_plugin  # noqa: F401  (registers the task, models and criterion)
-from pagesum_plugin.checkpoints.builder import build_model
+from builders.models import build_tiny
 
 Cluster = Sequence[Sequence[int]]  # content ids of every document, no specials
 
@@ -16,65 +14,13 @@ Cluster = Sequence[Sequence[int]]  # content ids of every document, no specials
 def build_hed(data_dir: str, *extra_args: str):
     """(args, task, HEDModel) for an hed_tiny model over ``data_dir`` read through the
     documents view, in eval mode, without dropout."""
-    torch.manual_seed(0)
-    args, task, model = build_model(data_dir, "hed_tiny", "--view", "documents", "--max-source-tokens", "4096",
-                                    "--criterion", "paged_label_smoothed_cross_entropy", "--optimizer", "adam",
-                                    "--dropout", "0.0", "--cpu", *extra_args)
-    return args, task, model.eval()
-
-
-def sharpen_cross_attention(model, dictionary, seed: int = 0):
-    """Make a random model's summaries depend strongly on the documents and end at
-    different steps (as a trained model's do): cross-attention is amplified and </s>
-    gets an output direction of its own."""
-    with torch.no_grad():
-        for layer in model.decoder.layers:
-            layer.encoder_attn.out_proj.weight.mul_(50.0)
-        weight = model.decoder.output_projection.weight  # tied with the embeddings
-        weight[dictionary.eos()] = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(seed)) * 0.1
-    return model
-
-
-def vocab(dictionary) -> Tuple[int, int]:
-    """Content ids: past the specials, before the padding symbols of the dictionary."""
-    return dictionary.nspecial, len(dictionary) - 8
-
-
-def random_cluster(rng: torch.Generator, n_docs: int, low: int, high: int, min_len: int = 2, max_len: int = 12) -> List[List[int]]:
-    docs = []
-    for _ in range(n_docs):
-        length = int(torch.randint(min_len, max_len + 1, (1,), generator=rng))
-        docs.append(torch.randint(low, high, (length,), generator=rng).tolist())
-    return docs
-
-
-def cluster_batch(clusters: Sequence[Cluster], dictionary, max_docs: int = 0) -> torch.Tensor:
-    """Clusters -> (batch, max_docs, doc_len) src_tokens, every document <s> doc </s>,
-    missing documents all padding (what the documents view and its collater make)."""
-    bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
-    width = max(len(d) for docs in clusters for d in docs) + 2
-    n_docs = max(max_docs, max(len(docs) for docs in clusters))
-    out = torch.full((len(clusters), n_docs, width), pad, dtype=torch.long)
-    for i, docs in enumerate(clusters):
-        for j, doc in enumerate(docs):
-            out[i, j, : len(doc) + 2] = torch.tensor([bos, *doc, eos])
-    return out
+    return build_tiny(data_dir, "--view", "documents", "--max-source-tokens", "4096", *extra_args, arch="hed_tiny")
 
 
 def concatenation(cluster: Cluster, dictionary) -> torch.Tensor:
     """(src_len,) the cluster as one sequence: <s> d1 </s> <s> d2 </s> ..."""
     bos, eos = dictionary.bos(), dictionary.eos()
     return torch.tensor([t for doc in cluster for t in (bos, *doc, eos)])
-
-
-def decoder_input(summaries: Sequence[Sequence[int]], dictionary) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(target, prev_output_tokens), each (batch, tgt_len): <s> s </s> and </s> <s> s."""
-    bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
-    targets = [torch.tensor([bos, *s, eos]) for s in summaries]
-    return (
-        data_utils.collate_tokens(targets, pad, eos),
-        data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True),
-    )
 
 
 def document_sizes(cluster: Cluster) -> List[int]:

@@ -1,14 +1,12 @@
 """Tiny HEPOS models built through fairseq's own parser, flat inputs, and dense references."""
 
 import contextlib
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import torch
-from fairseq import options, tasks
-from fairseq.data import data_utils
 from fairseq.modules import MultiheadAttention
 
-import pagesum_plugin  # noqa: F401  (registers the task and the models)
+from builders.models import build_tiny, vocab
 
 # window, bucket and block sizes small enough that short test inputs span several of them
 SMALL_PATTERNS = ["--window-size", "8", "--lsh-bucket-size", "8", "--sinkhorn-block-size", "8"]
@@ -41,27 +39,7 @@ class HistoryNGramBlocker(torch.nn.Module):
 
 def build_hepos(data_dir: str, *extra_args: str, seed: int = 0):
     """(args, task, HeposModel) for a hepos_tiny model over ``data_dir``, in eval mode."""
-    parser = options.get_training_parser()
-    argv = [
-        data_dir,
-        "--task", "paged_summarization",
-        "--arch", "hepos_tiny",
-        "--criterion", "label_smoothed_cross_entropy",
-        "--optimizer", "adam",
-        "--dropout", "0.0",
-        "--cpu",
-        *extra_args,
-    ]
-    args = options.parse_args_and_arch(parser, argv)
-    task = tasks.setup_task(args)
-    torch.manual_seed(seed)
-    model = task.build_model(args)
-    return args, task, model.eval()
-
-
-def vocab(dictionary) -> Tuple[int, int]:
-    """Ids of ordinary words: after the specials, before the padding symbols of the dictionary."""
-    return dictionary.nspecial, len(dictionary) - 8
+    return build_tiny(data_dir, *extra_args, arch="hepos_tiny", seed=seed)
 
 
 def random_texts(rng: torch.Generator, lengths: Sequence[int], dictionary):
@@ -80,30 +58,9 @@ def flat_batch(texts: Sequence[Sequence[int]], dictionary) -> torch.Tensor:
     return out
 
 
-def decoder_io(summaries: Sequence[Sequence[int]], dictionary) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(target, prev_output_tokens), each (batch, tgt_len): ``<s> s </s>`` and ``</s> <s> s``."""
-    bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
-    targets = [torch.tensor([bos, *s, eos]) for s in summaries]
-    return (
-        data_utils.collate_tokens(targets, pad, eos),
-        data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True),
-    )
-
-
 def sample_of(src_tokens: torch.Tensor, pad: int) -> dict:
     return {"id": torch.arange(src_tokens.size(0)),
             "net_input": {"src_tokens": src_tokens, "src_lengths": src_tokens.ne(pad).sum((1, 2))}}
-
-
-def make_source_sensitive(model, dictionary, seed: int = 0):
-    """Make a random model's outputs depend strongly on its input, so that beam search ends
-    different examples at different steps: cross-attention amplified, </s> its own direction."""
-    with torch.no_grad():
-        for layer in model.decoder.layers:
-            layer.encoder_attn.out_proj.weight.mul_(50.0)
-        weight = model.decoder.output_projection.weight  # tied with the embeddings
-        weight[dictionary.eos()] = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(seed)) * 0.1
-    return model
 
 
 def attention_like(module: MultiheadAttention, cls, *args, **kwargs):

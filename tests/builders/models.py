@@ -5,6 +5,7 @@ import os
 from typing import List, Sequence, Tuple
 
 import torch
+from fairseq.data import data_utils
 from fairseq.models.bart import BARTModel
 
 import pagesum_plugin  # noqa: F401  (registers the task, model and criterion)
@@ -12,9 +13,10 @@ from pagesum_plugin.checkpoints.builder import build_model
 from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
 
 
-def build_tiny(data_dir: str, *extra_args: str, arch: str = "pagesum_tiny"):
-    """(args, task, model) for a tiny model over ``data_dir``, in eval mode, without dropout."""
-    torch.manual_seed(0)
+def build_tiny(data_dir: str, *extra_args: str, arch: str = "pagesum_tiny", seed: int = 0):
+    """(args, task, model) for a tiny model (any ``*_tiny`` architecture) over ``data_dir``, in
+    eval mode, without dropout; ``extra_args`` are fairseq command-line flags."""
+    torch.manual_seed(seed)
     args, task, model = build_model(data_dir, arch, "--criterion", "paged_label_smoothed_cross_entropy",
                                     "--optimizer", "adam", "--dropout", "0.0", "--cpu", *extra_args)
     if hasattr(model.decoder, "page_confidence"):
@@ -24,7 +26,7 @@ def build_tiny(data_dir: str, *extra_args: str, arch: str = "pagesum_tiny"):
 
 
 def make_source_sensitive(model, dictionary, seed: int = 0):
-    """Make a random model's outputs depend strongly on its pages, so that beam search
+    """Make a random model's outputs depend strongly on its input, so that beam search
     ends different examples at different steps (as a trained model does): cross-attention
     is amplified and </s> gets an output direction of its own."""
     with torch.no_grad():
@@ -43,8 +45,15 @@ def bart_twin(args, task, pagesum_model) -> BARTModel:
     return bart.eval()
 
 
+def vocab(dictionary) -> Tuple[int, int]:
+    """Ids of ordinary words: after the specials, before the padding symbols of the dictionary."""
+    return dictionary.nspecial, len(dictionary) - 8
+
+
 def paged_batch(page_lists: Sequence[Sequence[Sequence[int]]], dictionary, max_pages: int = 0) -> torch.Tensor:
-    """Content ids per page per example -> (batch, max_pages, page_len) src_tokens with <s> ... </s>."""
+    """Content ids per page (or document) per example -> (batch, max_pages, page_len)
+    src_tokens, every row ``<s> ... </s>``, missing rows all padding: what the pages and
+    documents views and their collater make."""
     bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
     width = max(len(p) for pages in page_lists for p in pages) + 2
     n_pages = max(max_pages, max(len(pages) for pages in page_lists))
@@ -57,8 +66,6 @@ def paged_batch(page_lists: Sequence[Sequence[Sequence[int]]], dictionary, max_p
 
 def decoder_input(summaries: Sequence[Sequence[int]], dictionary) -> Tuple[torch.Tensor, torch.Tensor]:
     """(target, prev_output_tokens), each (batch, tgt_len): <s> s </s> and </s> <s> s."""
-    from fairseq.data import data_utils
-
     bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
     targets = [torch.tensor([bos, *s, eos]) for s in summaries]
     return (

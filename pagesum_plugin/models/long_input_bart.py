@@ -1,0 +1,61 @@
+"""What every long-input model of this plugin (PageSum, HED, HEPOS, AWESOME) shares: BART,
+built from ``as_bart_args``, with its encoder and decoder classes swapped.
+
+A model names its two classes; fairseq's ``build_encoder`` / ``build_decoder`` hooks build
+them with BART's arguments, and ``forward`` runs them as BART does. The encoder's input is
+the view the model reads (pages, documents, one flat sequence, a segment per row): only the
+encoder knows its layout. Layers a model builds itself go through ``wrap_layer``, as
+fairseq's own do.
+"""
+
+import argparse
+from typing import Optional
+
+from fairseq.distributed import fsdp_wrap
+from fairseq.models.bart import BARTModel
+from fairseq.models.transformer import TransformerConfig
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from torch import Tensor, nn
+
+from .bart_args import as_bart_args
+
+
+class LongInputBARTModel(BARTModel):
+    encoder_class: type  # a TransformerEncoder(Base) subclass: (args, dictionary, embed_tokens)
+    decoder_class: type  # a TransformerDecoder(Base) subclass: (args, dictionary, embed_tokens, no_encoder_attn)
+
+    @classmethod
+    def build_model(cls, args, task):
+        return super().build_model(as_bart_args(args), task)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return cls.encoder_class(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return cls.decoder_class(args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False))
+
+    def forward(
+        self,
+        src_tokens: Tensor,
+        src_lengths: Optional[Tensor],
+        prev_output_tokens: Tensor,
+        features_only: bool = False,
+        return_all_hiddens: bool = False,
+        **unused,
+    ):
+        # src_tokens: the view's layout, e.g. (batch, max_pages, page_len); prev_output_tokens: (batch, tgt_len)
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+                            return_all_hiddens=return_all_hiddens)
+
+
+def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
+    """What fairseq does with every layer it builds: activation checkpointing, then FSDP
+    wrapping. ``cfg``: a TransformerConfig, or BART's Namespace."""
+    if isinstance(cfg, argparse.Namespace):
+        cfg = TransformerConfig.from_namespace(cfg)
+    if cfg.checkpoint_activations:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
