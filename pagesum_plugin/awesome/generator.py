@@ -27,13 +27,8 @@ from ..modules.page_mixing import real_pages
 
 class SegmentSequenceGenerator(PageSumSequenceGenerator):
     @torch.no_grad()
-    def _generate(
-        self,
-        sample: Dict[str, Dict[str, Tensor]],
-        prefix_tokens: Optional[Tensor] = None,
-        constraints: Optional[Tensor] = None,
-        bos_token: Optional[int] = None,
-    ):
+    def _generate(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
+                  constraints: Optional[Tensor] = None, bos_token: Optional[int] = None):
         if len(self.model.models) != 1:
             raise ValueError("segment-by-segment decoding runs one model, not an ensemble")
         if prefix_tokens is not None or constraints is not None:

@@ -28,9 +28,8 @@ from .segmentation import (
     LENGTH_RULE,
     MAX_TOKENS,
     MIN_TOKENS,
-    EmbeddingModelUnavailable,
-    load_sentence_encoder,
     model_tag,
+    sentence_encoder_or_length_rule,
 )
 
 PROG = "python -m pagesum_plugin.awesome.segment"
@@ -83,13 +82,10 @@ def main(argv=None) -> int:
     except (CorpusFormatError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
-    encode, tag = None, LENGTH_RULE
-    if args.embedding_model != LENGTH_RULE:
-        try:
-            encode = load_sentence_encoder(args.embedding_model, args.device, args.batch_size)
-            tag = model_tag(args.embedding_model)
-        except EmbeddingModelUnavailable as err:
-            print(f"{PROG}: {err}; segmenting by the length rule alone (files tagged '{LENGTH_RULE}')")
+    encode = sentence_encoder_or_length_rule(
+        args.embedding_model, lambda why: print(f"{PROG}: {why} (files tagged '{LENGTH_RULE}')"), args.device,
+        args.batch_size)
+    tag = model_tag(args.embedding_model) if encode else LENGTH_RULE
     settings = {"embedding_model": args.embedding_model if encode else LENGTH_RULE,
                 "min_tokens": args.min_tokens, "max_tokens": args.max_tokens}
     for split in args.splits or meta.splits:

@@ -117,3 +117,16 @@ def load_sentence_encoder(name: str = DEFAULT_EMBEDDING_MODEL, device: Optional[
                             show_progress_bar=False)
 
     return encode
+
+
+def sentence_encoder_or_length_rule(name: str, announce: Callable[[str], None], device: Optional[str] = None,
+                                    batch_size: int = 128) -> Optional[Callable[[List[str]], np.ndarray]]:
+    """The sentence encoder ``name``, or None for the length rule alone: when ``name`` is
+    ``LENGTH_RULE``, or when the model cannot be loaded here, which ``announce`` is told."""
+    if name == LENGTH_RULE:
+        return None
+    try:
+        return load_sentence_encoder(name, device, batch_size)
+    except EmbeddingModelUnavailable as err:
+        announce(f"{err}; segmenting by the length rule alone")
+        return None

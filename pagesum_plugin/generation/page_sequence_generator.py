@@ -45,13 +45,8 @@ class PageSumSequenceGenerator(SequenceGenerator):
         self.symbols_to_strip_from_output = self.symbols_to_strip_from_output | {self.bos}
 
     @torch.no_grad()
-    def _generate(
-        self,
-        sample: Dict[str, Dict[str, Tensor]],
-        prefix_tokens: Optional[Tensor] = None,
-        constraints: Optional[Tensor] = None,
-        bos_token: Optional[int] = None,
-    ):
+    def _generate(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
+                  constraints: Optional[Tensor] = None, bos_token: Optional[int] = None):
         src_tokens = sample["net_input"]["src_tokens"]  # (batch, max_pages, page_len)
         if prefix_tokens is None:
             # Targets are "<s> summary </s>", so the first generated token is always <s>.

@@ -261,6 +261,19 @@ def build_memory(kind: str, embed_dim: int, heads: int, slots: int, rate: int, d
 # --------------------------------------------------------------------------- layers
 
 
+def feed_forward(layer, x: Tensor) -> Tensor:
+    """fairseq's feed-forward sublayer of ``layer`` (an encoder or decoder layer), with its
+    residual connection and layer norm, pre- or post-norm as the layer is: (len, rows, dim)."""
+    residual = x
+    if layer.normalize_before:
+        x = layer.final_layer_norm(x)
+    x = layer.activation_dropout_module(layer.activation_fn(layer.fc1(x)))
+    x = layer.residual_connection(layer.dropout_module(layer.fc2(x)), residual)
+    if not layer.normalize_before:
+        x = layer.final_layer_norm(x)
+    return x
+
+
 class MemoryEncoderLayer(TransformerEncoderLayerBase):
     """A BART encoder layer with an external memory.
 
@@ -298,15 +311,7 @@ class MemoryEncoderLayer(TransformerEncoderLayerBase):
             written = x  # H_self
             x = self.memory.read(x, memory_slots, self.normalize_before)
 
-        residual = x
-        if self.normalize_before:
-            x = self.final_layer_norm(x)
-        x = self.activation_fn(self.fc1(x))
-        x = self.activation_dropout_module(x)
-        x = self.fc2(x)
-        x = self.residual_connection(self.dropout_module(x), residual)
-        if not self.normalize_before:
-            x = self.final_layer_norm(x)
+        x = feed_forward(self, x)
         return x, written
 
 
@@ -381,15 +386,7 @@ class MemoryDecoderLayer(TransformerDecoderLayerBase):
             if not self.normalize_before:
                 x = self.encoder_attn_layer_norm(x)
 
-        residual = x
-        if self.normalize_before:
-            x = self.final_layer_norm(x)
-        x = self.activation_fn(self.fc1(x))
-        x = self.activation_dropout_module(x)
-        x = self.fc2(x)
-        x = self.residual_connection(self.dropout_module(x), residual)
-        if not self.normalize_before:
-            x = self.final_layer_norm(x)
+        x = feed_forward(self, x)
         return x, attn, written
 
     def _cache_memory_keys(self, slots: MemorySlots, incremental_state) -> None:

@@ -8,7 +8,7 @@ import argparse
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Dict, Optional
 
 from fairseq import metrics
 from fairseq.data import Dictionary
@@ -193,14 +193,18 @@ class PagedSummarizationTask(FairseqTask):
     def valid_step(self, sample, model, criterion):
         loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
         if self.cfg.eval_rouge:
-            hypos = self.inference_step(self._rouge_generator, [model], sample)
-            hyp_texts = [self.codec.decode(h[0]["tokens"]) for h in hypos]
-            ref_texts = [self.codec.decode(t) for t in sample["target"]]
-            # sums, so that batches (and workers) combine into the corpus mean
-            for name, mean in corpus_rouge(hyp_texts, ref_texts, workers=1).items():
-                logging_output[f"_rouge_{name}_sum"] = mean * len(hyp_texts)
-            logging_output["_rouge_count"] = len(hyp_texts)
+            logging_output.update(self.validation_rouge(sample, model))
         return loss, sample_size, logging_output
+
+    def validation_rouge(self, sample, model) -> Dict[str, float]:
+        """The batch's ROUGE against its references, decoded with the dataset's defaults, as
+        sums (so that batches and workers combine into the corpus mean in reduce_metrics)."""
+        hypos = self.inference_step(self._rouge_generator, [model], sample)
+        hyp_texts = [self.codec.decode(h[0]["tokens"]) for h in hypos]
+        ref_texts = [self.codec.decode(t) for t in sample["target"]]
+        sums = {f"_rouge_{name}_sum": mean * len(hyp_texts)
+                for name, mean in corpus_rouge(hyp_texts, ref_texts, workers=1).items()}
+        return {**sums, "_rouge_count": len(hyp_texts)}
 
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)

@@ -37,13 +37,11 @@ from ..awesome.segmentation import (
     LENGTH_RULE,
     MAX_TOKENS,
     MIN_TOKENS,
-    EmbeddingModelUnavailable,
-    load_sentence_encoder,
     model_tag,
+    sentence_encoder_or_length_rule,
 )
 from ..corpus.format import CorpusSplit, EncodedDocument, load_dictionary
 from ..corpus.views import ViewConfig
-from ..evaluation.rouge import corpus_rouge
 from ..modules.memory import SegmentMemory
 from ..modules.page_mixing import real_pages
 from .paged_summarization import PagedSummarizationConfig, PagedSummarizationTask
@@ -160,12 +158,7 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         total = sum(loss for loss, _, _ in results)
         logging_output = _sum_logs([log for _, _, log in results], sample)
         if self.cfg.eval_rouge:
-            hypos = self.inference_step(self._rouge_generator, [model], sample)
-            hyp_texts = [self.codec.decode(h[0]["tokens"]) for h in hypos]
-            ref_texts = [self.codec.decode(t) for t in sample["target"]]
-            for name, mean in corpus_rouge(hyp_texts, ref_texts, workers=1).items():
-                logging_output[f"_rouge_{name}_sum"] = mean * len(hyp_texts)
-            logging_output["_rouge_count"] = len(hyp_texts)
+            logging_output.update(self.validation_rouge(sample, model))
         return total, logging_output["sample_size"], logging_output
 
     def reduce_metrics(self, logging_outputs, criterion):
@@ -212,11 +205,7 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         if name == LENGTH_RULE:
             return None
         if self._encoder is None:
-            try:
-                self._encoder = load_sentence_encoder(name)
-            except EmbeddingModelUnavailable as err:
-                logger.warning(f"{err}: documents are segmented by the length rule alone")
-                self._encoder = False
+            self._encoder = sentence_encoder_or_length_rule(name, logger.warning) or False  # False: tried
         return self._encoder or None
 
 
