@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 from fairseq.criterions import build_criterion
-from fairseq.sequence_generator import SequenceGenerator
 
 from builders.awesome import awesome_bart_twin, build_awesome, randomize_memories, segment_sample
 from builders.models import decoder_input, make_source_sensitive
+from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.awesome.generator import SegmentSequenceGenerator
 from pagesum_plugin.modules.memory import SegmentMemory
 
@@ -69,14 +69,7 @@ def test_a_fresh_memory_starts_from_bart(copy_task_dir, plain):
     torch.testing.assert_close(model(src, None, prev)[0], bart(src, None, prev)[0], atol=2e-3, rtol=1e-3)
 
 
-SEARCH_SETTINGS = [
-    dict(beam_size=1, max_len_b=12),
-    dict(beam_size=4, len_penalty=2.0, min_len=6, max_len_b=10),
-    dict(beam_size=3, min_len=3, max_len_b=9, no_repeat_ngram_size=3),
-]
-
-
-@pytest.mark.parametrize("settings", SEARCH_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+@over_search_settings
 def test_one_segment_decodes_as_fairseq_stock_generator_on_bart(plain, settings):
     args, task, model = plain
     bart = awesome_bart_twin(args, task, model)
@@ -84,22 +77,7 @@ def test_one_segment_decodes_as_fairseq_stock_generator_on_bart(plain, settings)
     sample = segment_sample(documents, summaries, task.dictionary)
     ours = SegmentSequenceGenerator([model], task.dictionary, **settings).generate([model], sample)
 
-    # this project's rules in stock terms: lengths count summary tokens, <s> never comes again
-    in_stock_terms = {**settings, "min_len": settings.get("min_len", 1) + 1, "max_len_b": settings["max_len_b"] + 1}
-    stock = SequenceGenerator([bart], task.dictionary, tokens_to_suppress=("<s>",), **in_stock_terms)
-    if stock.repeat_ngram_blocker is not None:
-        from test_generation_beam_search import FixedStockBlocker
-
-        stock.repeat_ngram_blocker = FixedStockBlocker(stock.repeat_ngram_blocker)
-    src = sample["net_input"]["src_tokens"][:, 0]
-    bart_sample = {"net_input": {"src_tokens": src, "src_lengths": src.ne(task.dictionary.pad()).sum(1)}}
-    reference = stock.generate([bart], bart_sample, prefix_tokens=src.new_full((3, 1), task.dictionary.bos()))
-    for ours_hypos, ref_hypos in zip(ours, reference):
-        assert len(ours_hypos) == len(ref_hypos)
-        for h, r in zip(ours_hypos, ref_hypos):
-            assert torch.equal(h["tokens"], r["tokens"])
-            torch.testing.assert_close(h["score"], r["score"], atol=1e-5, rtol=0)
-            torch.testing.assert_close(h["positional_scores"], r["positional_scores"], atol=1e-5, rtol=0)
+    assert_same_hypotheses(ours, stock_generate(bart, task.dictionary, sample["net_input"]["src_tokens"][:, 0], settings))
 
 
 # --------------------------------------------------------------------------- decoding

@@ -3,27 +3,15 @@
 
 import pytest
 import torch
-from fairseq.sequence_generator import SequenceGenerator
 
 from builders.models import bart_twin, build_tiny, make_source_sensitive, paged_batch, random_pages
+from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.generation import PageSumSequenceGenerator, ban_repeated_ngrams
 
 
 def make_sample(page_lists, dictionary, max_pages=0):
     src = paged_batch(page_lists, dictionary, max_pages)
     return {"id": torch.arange(len(page_lists)), "net_input": {"src_tokens": src, "src_lengths": src.ne(dictionary.pad()).sum((1, 2))}}
-
-
-class FixedStockBlocker(torch.nn.Module):
-    """fairseq's own Python n-gram blocker, given only the tokens generated so far
-    (what its CUDA kernel sees) instead of the whole padded buffer."""
-
-    def __init__(self, stock):
-        super().__init__()
-        self.stock = stock
-
-    def forward(self, tokens, lprobs, bsz, beam_size, step):
-        return self.stock._no_repeat_ngram(tokens[:, : step + 1], lprobs, bsz, beam_size, step)
 
 
 @pytest.fixture(scope="module")
@@ -42,16 +30,7 @@ def vocab(task):
     return task.dictionary.nspecial, len(task.dictionary) - 8
 
 
-SEARCH_SETTINGS = [
-    dict(beam_size=1, max_len_b=12),
-    dict(beam_size=4, max_len_b=12),
-    dict(beam_size=4, len_penalty=2.0, min_len=6, max_len_b=10),
-    dict(beam_size=4, len_penalty=0.5, max_len_b=14, no_repeat_ngram_size=2),
-    dict(beam_size=3, min_len=3, max_len_b=9, no_repeat_ngram_size=3),
-]
-
-
-@pytest.mark.parametrize("settings", SEARCH_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+@over_search_settings
 def test_one_page_equals_fairseq_stock_generator_on_bart(tiny, settings):
     args, task, model = tiny
     bart = bart_twin(args, task, model)
@@ -60,22 +39,8 @@ def test_one_page_equals_fairseq_stock_generator_on_bart(tiny, settings):
     sample = make_sample(pages, task.dictionary)
     ours = PageSumSequenceGenerator([model], task.dictionary, **settings).generate([model], sample)
 
-    # Our lengths count summary tokens (the forced <s> is not one), and <s> never comes again.
-    in_stock_terms = {**settings, "min_len": settings.get("min_len", 1) + 1, "max_len_b": settings["max_len_b"] + 1}
-    stock = SequenceGenerator([bart], task.dictionary, tokens_to_suppress=("<s>",), **in_stock_terms)
-    if stock.repeat_ngram_blocker is not None:
-        stock.repeat_ngram_blocker = FixedStockBlocker(stock.repeat_ngram_blocker)
-    bart_src = sample["net_input"]["src_tokens"][:, 0]
-    bart_sample = {"net_input": {"src_tokens": bart_src, "src_lengths": bart_src.ne(task.dictionary.pad()).sum(1)}}
-    bos_prefix = bart_src.new_full((3, 1), task.dictionary.bos())  # as BART's hub interface does
-    reference = stock.generate([bart], bart_sample, prefix_tokens=bos_prefix)
-
-    for ours_hypos, ref_hypos in zip(ours, reference):
-        assert len(ours_hypos) == len(ref_hypos)
-        for h, r in zip(ours_hypos, ref_hypos):
-            assert torch.equal(h["tokens"], r["tokens"])
-            torch.testing.assert_close(h["score"], r["score"], atol=1e-5, rtol=0)
-            torch.testing.assert_close(h["positional_scores"], r["positional_scores"], atol=1e-5, rtol=0)
+    reference = stock_generate(bart, task.dictionary, sample["net_input"]["src_tokens"][:, 0], settings)
+    assert_same_hypotheses(ours, reference)
 
 
 def test_no_summary_repeats_an_ngram_when_blocking_is_on(tiny):

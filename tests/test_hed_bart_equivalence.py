@@ -6,7 +6,6 @@ import pytest
 import torch
 from fairseq import checkpoint_utils
 from fairseq.models.bart import BARTModel
-from fairseq.sequence_generator import SequenceGenerator
 
 from builders.hed import build_hed
 from builders.models import (
@@ -18,6 +17,7 @@ from builders.models import (
     save_bart_checkpoint,
     vocab,
 )
+from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.generation import PageSumSequenceGenerator
 
 
@@ -50,26 +50,7 @@ def test_one_document_cluster_equals_fairseq_bart_log_probs(hed):
     torch.testing.assert_close(log_probs(model, src, prev), reference, atol=1e-5, rtol=0)
 
 
-class FixedStockBlocker(torch.nn.Module):
-    """fairseq's own Python n-gram blocker, given only the tokens generated so far."""
-
-    def __init__(self, stock):
-        super().__init__()
-        self.stock = stock
-
-    def forward(self, tokens, lprobs, bsz, beam_size, step):
-        return self.stock._no_repeat_ngram(tokens[:, : step + 1], lprobs, bsz, beam_size, step)
-
-
-SEARCH_SETTINGS = [
-    dict(beam_size=1, max_len_b=12),
-    dict(beam_size=4, max_len_b=12),
-    dict(beam_size=4, len_penalty=2.0, min_len=6, max_len_b=10),
-    dict(beam_size=3, min_len=3, max_len_b=9, no_repeat_ngram_size=2),
-]
-
-
-@pytest.mark.parametrize("settings", SEARCH_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+@over_search_settings
 def test_one_document_beam_search_equals_fairseq_stock_generator_on_bart(copy_task_dir, settings):
     args, task, model = build_hed(copy_task_dir)
     make_source_sensitive(model, task.dictionary)
@@ -78,21 +59,7 @@ def test_one_document_beam_search_equals_fairseq_stock_generator_on_bart(copy_ta
     sample = {"id": torch.arange(3), "net_input": {"src_tokens": src, "src_lengths": src.ne(1).sum((1, 2))}}
     ours = PageSumSequenceGenerator([model], task.dictionary, **settings).generate([model], sample)
 
-    # the project's lengths count summary tokens (the forced <s> is not one); <s> never comes again
-    in_stock_terms = {**settings, "min_len": settings.get("min_len", 1) + 1, "max_len_b": settings["max_len_b"] + 1}
-    stock = SequenceGenerator([bart], task.dictionary, tokens_to_suppress=("<s>",), **in_stock_terms)
-    if stock.repeat_ngram_blocker is not None:
-        stock.repeat_ngram_blocker = FixedStockBlocker(stock.repeat_ngram_blocker)
-    bart_src = src[:, 0]
-    bart_sample = {"net_input": {"src_tokens": bart_src, "src_lengths": bart_src.ne(task.dictionary.pad()).sum(1)}}
-    reference = stock.generate([bart], bart_sample, prefix_tokens=bart_src.new_full((3, 1), task.dictionary.bos()))
-
-    for ours_hypos, ref_hypos in zip(ours, reference):
-        assert len(ours_hypos) == len(ref_hypos)
-        for h, r in zip(ours_hypos, ref_hypos):
-            assert torch.equal(h["tokens"], r["tokens"])
-            torch.testing.assert_close(h["score"], r["score"], atol=1e-5, rtol=0)
-            torch.testing.assert_close(h["positional_scores"], r["positional_scores"], atol=1e-5, rtol=0)
+    assert_same_hypotheses(ours, stock_generate(bart, task.dictionary, src[:, 0], settings))
 
 
 @pytest.fixture(scope="module")

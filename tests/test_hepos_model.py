@@ -4,12 +4,10 @@ import copy
 
 import pytest
 import torch
-from fairseq.sequence_generator import SequenceGenerator
 
 from builders.hepos import (
     ENCODER_VARIANTS,
     SMALL_PATTERNS,
-    HistoryNGramBlocker,
     build_hepos,
     flat_batch,
     random_texts,
@@ -17,6 +15,7 @@ from builders.hepos import (
     single_thread,
 )
 from builders.models import bart_twin, decoder_input, make_source_sensitive
+from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.generation import PageSumSequenceGenerator
 
 
@@ -49,15 +48,7 @@ def test_stride_one_equals_fairseq_bart_log_probs_up_to_1024_tokens(stride_one):
     torch.testing.assert_close(log_probs(model, bart_src, prev), reference, atol=1e-5, rtol=0)  # plain 2-D input
 
 
-SEARCH_SETTINGS = [
-    dict(beam_size=1, max_len_b=10),
-    dict(beam_size=4, max_len_b=12),
-    dict(beam_size=4, len_penalty=2.0, min_len=5, max_len_b=10),
-    dict(beam_size=3, len_penalty=0.5, max_len_b=12, no_repeat_ngram_size=2),
-]
-
-
-@pytest.mark.parametrize("settings", SEARCH_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+@over_search_settings
 def test_stride_one_beam_search_equals_fairseq_stock_generator_on_bart(copy_task_dir, settings):
     args, task, model = build_hepos(copy_task_dir, "--hepos-stride", "1")
     bart = bart_twin(args, task, model)
@@ -65,22 +56,8 @@ def test_stride_one_beam_search_equals_fairseq_stock_generator_on_bart(copy_task
     sample = sample_of(flat_batch(random_texts(torch.Generator().manual_seed(2), [30, 700, 12], d), d), d.pad())
     ours = PageSumSequenceGenerator([model], d, **settings).generate([model], sample)
 
-    # the project's lengths count summary tokens (not the forced <s>), and <s> never comes again
-    in_stock_terms = {**settings, "min_len": settings.get("min_len", 1) + 1, "max_len_b": settings["max_len_b"] + 1}
-    stock = SequenceGenerator([bart], d, tokens_to_suppress=("<s>",), **in_stock_terms)
-    if stock.repeat_ngram_blocker is not None:
-        stock.repeat_ngram_blocker = HistoryNGramBlocker(stock.repeat_ngram_blocker)
-    bart_src = sample["net_input"]["src_tokens"][:, 0]
-    bart_sample = {"net_input": {"src_tokens": bart_src, "src_lengths": bart_src.ne(d.pad()).sum(1)}}
-    reference = stock.generate([bart], bart_sample, prefix_tokens=bart_src.new_full((3, 1), d.bos()))
-
-    for ours_hypos, ref_hypos in zip(ours, reference):
-        assert len(ours_hypos) == len(ref_hypos)
-        for h, r in zip(ours_hypos, ref_hypos):
-            assert torch.equal(h["tokens"], r["tokens"])
-            torch.testing.assert_close(h["score"], r["score"], atol=1e-5, rtol=0)
-            torch.testing.assert_close(h["positional_scores"], r["positional_scores"], atol=1e-5, rtol=0)
-            assert h["page_weights"] is None
+    assert_same_hypotheses(ours, stock_generate(bart, d, sample["net_input"]["src_tokens"][:, 0], settings))
+    assert all(h["page_weights"] is None for hypos in ours for h in hypos)
 
 
 VARIANTS = [("--encoder-attention", e) for e in ENCODER_VARIANTS] + [

@@ -25,18 +25,6 @@ def single_thread():
         torch.set_num_threads(threads)
 
 
-class HistoryNGramBlocker(torch.nn.Module):
-    """fairseq's own Python n-gram blocker, given only the tokens generated so far (what its
-    CUDA kernel sees) instead of the whole padded buffer."""
-
-    def __init__(self, stock):
-        super().__init__()
-        self.stock = stock
-
-    def forward(self, tokens, lprobs, bsz, beam_size, step):
-        return self.stock._no_repeat_ngram(tokens[:, : step + 1], lprobs, bsz, beam_size, step)
-
-
 def build_hepos(data_dir: str, *extra_args: str, seed: int = 0):
     """(args, task, HeposModel) for a hepos_tiny model over ``data_dir``, in eval mode."""
     return build_tiny(data_dir, *extra_args, arch="hepos_tiny", seed=seed)
