@@ -42,7 +42,6 @@ CUDA ``bart.large`` dimensions in bf16.
 
 import argparse
 import copy
-import logging
 import statistics
 import sys
 import time
@@ -62,12 +61,12 @@ from benchmarks.common import (
     describe_machine,
     markdown_table,
     paged_source,
-    random_words,
     peak_step_bytes,
-    setup_device,
-    synchronize,
+    random_words,
+    start,
 )
 from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.profiling import synchronize
 
 # bart.base: 6+6 layers, d=768, 12 heads, GPT-2 BPE vocabulary
 BART_BASE = ModelSize(embed_dim=768, ffn_dim=3072, layers=6, heads=12, vocab_words=50260)
@@ -297,10 +296,7 @@ def cache_growth_rows(model, dictionary, size: ModelSize, dtype, args, device):
 
 def main(argv=None):
     args = parse_args(argv)
-    logging.getLogger("fairseq").setLevel(logging.WARNING)
-    logging.getLogger("pagesum_plugin").setLevel(logging.WARNING)
-    device = setup_device(args)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    device, dtype = start(args)
     size = BART_LARGE if device.type == "cuda" else BART_BASE
     torch.manual_seed(args.seed)
     max_positions = str(max(args.page_len, args.long + 2))
@@ -313,21 +309,21 @@ def main(argv=None):
     growth, page_rows = cache_growth_rows(model, dictionary, size, dtype, args, device)
     model.set_beam_size(1)
 
-    print(
+    setup = (
         f"Machine: {describe_machine(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
         f"{size.heads} heads, vocab {len(dictionary)}, {str(dtype).replace('torch.', '')}. "
         f"Batch {args.batch} document(s), pages of {args.page_len} tokens, searches of {args.steps} summary tokens; "
-        f"ms/step: median step, best of {args.repeats} searches.\n"
+        f"ms/step: median step, best of {args.repeats} searches."
     )
-    header = ["pages", "beam", "layout", "pages MB", "self-attn MB", "state MB", "peak MB", "ms/step"]
-    print(markdown_table(header, sharing))
-    print(
-        f"\nSelf-attention cache over a {args.long}-token summary: 1 document, {args.long_pages} pages of "
+    sharing_header = ["pages", "beam", "layout", "pages MB", "self-attn MB", "state MB", "peak MB", "ms/step"]
+    growth_caption = (
+        f"Self-attention cache over a {args.long}-token summary: 1 document, {args.long_pages} pages of "
         f"{args.page_len} tokens, beam {args.long_beam} ({page_rows} page rows), pages shared by the beams, "
-        f"the two models in lockstep. Step: reordering plus decoder call, median of 10 steps around the step.\n"
+        f"the two models in lockstep. Step: reordering plus decoder call, median of 10 steps around the step."
     )
-    header = ["step", "self-attn cache MB", "fairseq's attention ms", "PageSum's attention ms", "speed-up"]
-    print(markdown_table(header, growth))
+    growth_header = ["step", "self-attn cache MB", "fairseq's attention ms", "PageSum's attention ms", "speed-up"]
+    print("\n\n".join([setup, markdown_table(sharing_header, sharing),
+                       growth_caption, markdown_table(growth_header, growth)]))
 
 
 if __name__ == "__main__":

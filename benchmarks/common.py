@@ -1,5 +1,5 @@
-"""What the benchmarks share: model sizes, model building, synthetic paged batches,
-timing and peak-memory measurement, and markdown tables.
+"""What the benchmarks share: model sizes, start-up, model building, synthetic paged
+batches, the training step, timing and peak-memory measurement, and markdown tables.
 
 The benchmarks measure cost, not quality, so their inputs are random word ids laid
 out exactly as the ``paged_summarization`` task lays them out: every page is
@@ -8,16 +8,20 @@ target ``<s> summary </s>`` shifted right.
 """
 
 import argparse
+import gc
+import logging
 import tempfile
 from dataclasses import dataclass
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 from fairseq.data import Dictionary
+from torch.nn.attention import SDPBackend
 
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.checkpoints.builder import dictionary_directory
-from pagesum_plugin.profiling import best_seconds, peak_memory, synchronize  # noqa: F401  (the benchmarks' timing)
+from pagesum_plugin.profiling import best_seconds, peak_memory
 
 @dataclass(frozen=True)
 class ModelSize:
@@ -49,6 +53,18 @@ BART_LARGE = ModelSize(embed_dim=1024, ffn_dim=4096, layers=12, heads=16, vocab_
 CPU_SMALL = ModelSize(embed_dim=256, ffn_dim=1024, layers=2, heads=4, vocab_words=2000)
 # the pagesum_tiny architecture's dimensions, for decoding speed and fidelity on CPU
 CPU_TINY = ModelSize(embed_dim=64, ffn_dim=128, layers=2, heads=4, vocab_words=60)
+# narrower than CPU_SMALL, for inputs of many thousand tokens on a 2-core CPU
+CPU_LONG_INPUT = ModelSize(embed_dim=128, ffn_dim=512, layers=2, heads=4, vocab_words=2000)
+# the long-input benchmarks' (hepos_memory, awesome_memory) size on each --device
+LONG_INPUT_SIZES = {"cpu": CPU_LONG_INPUT, "cuda": BART_LARGE}
+
+# --attention: which kernels ``F.scaled_dot_product_attention`` may use. ``math``, the
+# reference kernel, materialises every (heads, length, length) score matrix, as BART's
+# original attention does; ``fused`` lets torch pick flash / memory-efficient kernels.
+ATTENTION_KERNELS = {
+    "math": [SDPBackend.MATH],
+    "fused": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH],
+}
 
 
 def add_device_args(parser: argparse.ArgumentParser) -> None:
@@ -58,12 +74,26 @@ def add_device_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
 
 
-def setup_device(args: argparse.Namespace) -> torch.device:
+def device_defaults(args: argparse.Namespace, **defaults: Tuple[int, int]) -> argparse.Namespace:
+    """Fills in each option named in ``defaults`` that was left unset with its default on
+    ``args.device``, given as (CUDA, CPU); returns ``args``."""
+    for name, (on_cuda, on_cpu) in defaults.items():
+        if not getattr(args, name):
+            setattr(args, name, on_cuda if args.device == "cuda" else on_cpu)
+    return args
+
+
+def start(args: argparse.Namespace) -> Tuple[torch.device, torch.dtype]:
+    """Quiets fairseq's and the plugin's INFO logs, checks ``--device``, applies ``--threads``;
+    returns the device and the dtype the models run in (bf16 on CUDA, fp32 on CPU)."""
+    for name in ("fairseq", "pagesum_plugin"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device is visible to torch")
     if args.threads:
         torch.set_num_threads(args.threads)
-    return torch.device(args.device)
+    device = torch.device(args.device)
+    return device, torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
 def make_dictionary(size: ModelSize) -> Dictionary:
@@ -75,40 +105,98 @@ def make_dictionary(size: ModelSize) -> Dictionary:
     return dictionary
 
 
-def build_model(arch: str, size: ModelSize, *extra_args: str, dropout: float = 0.1):
-    """(task, model) for a registered ``arch`` (``pagesum_bart_large`` or ``bart_large``)
-    with the dimensions of ``size``; weights are freshly initialised."""
+def build_model(arch: str, size: ModelSize, *extra_args: str, dropout: float = 0.1,
+                task: str = "paged_summarization"):
+    """(task, model) for a registered ``arch`` (``pagesum_bart_large``, ``bart_large``,
+    ``hepos_bart_large``, ...) of ``task`` with the dimensions of ``size``; weights are
+    freshly initialised."""
     with tempfile.TemporaryDirectory() as data_dir:
         dictionary_directory(make_dictionary(size), data_dir)
-        _, task, model = builder.build_model(data_dir, arch, "--dropout", str(dropout), *size.arch_args(), *extra_args)
-        return task, model
+        _, fairseq_task, model = builder.build_model(data_dir, arch, "--dropout", str(dropout), *size.arch_args(),
+                                                     *extra_args, task=task)
+        return fairseq_task, model
 
 
 def random_words(dictionary: Dictionary, shape: Tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """Ordinary words (no special symbol) of any ``shape``."""
     return torch.randint(dictionary.nspecial, len(dictionary), shape, generator=generator)
+
+
+def random_tokens(dictionary: Dictionary, shape: Tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """``shape`` of random words framed ``<s> words </s>`` along the last dimension."""
+    tokens = random_words(dictionary, shape, generator)
+    tokens[..., 0] = dictionary.bos()
+    tokens[..., -1] = dictionary.eos()
+    return tokens
 
 
 def paged_source(dictionary: Dictionary, batch: int, pages: int, page_len: int, generator: torch.Generator):
     """(batch, pages, page_len) full pages of ``<s> words </s>``."""
-    src = random_words(dictionary, (batch, pages, page_len), generator)
-    src[:, :, 0] = dictionary.bos()
-    src[:, :, -1] = dictionary.eos()
-    return src
+    return random_tokens(dictionary, (batch, pages, page_len), generator)
 
 
 def summary_io(dictionary: Dictionary, batch: int, tgt_len: int, generator: torch.Generator):
     """(target, prev_output_tokens), each (batch, tgt_len): ``<s> s </s>`` and ``</s> <s> s``."""
-    target = random_words(dictionary, (batch, tgt_len), generator)
-    target[:, 0] = dictionary.bos()
-    target[:, -1] = dictionary.eos()
+    target = random_tokens(dictionary, (batch, tgt_len), generator)
     prev_output_tokens = torch.roll(target, 1, dims=1)
     return target, prev_output_tokens
 
 
-def peak_step_bytes(fn: Callable[[], object], device: torch.device, modules: Sequence[torch.nn.Module]) -> int:
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad: int, reduction: str = "mean"):
+    """Label-smoothed (0.1) cross entropy in fp32 of logits (..., vocab) against target (...),
+    padding ignored."""
+    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), target.reshape(-1), ignore_index=pad,
+                           label_smoothing=0.1, reduction=reduction)
+
+
+def training_step(model: torch.nn.Module, src_tokens: torch.Tensor, target: torch.Tensor,
+                  prev_output_tokens: torch.Tensor, pad: int, reduction: str = "mean") -> Callable[[], None]:
+    """One training step without the optimizer update: forward, ``label_smoothed_loss``,
+    backward. ``target`` and ``prev_output_tokens`` are (batch, tgt_len)."""
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        logits, _ = model(src_tokens, None, prev_output_tokens)  # (batch, tgt_len, vocab)
+        label_smoothed_loss(logits, target, pad, reduction).backward()
+
+    return step
+
+
+def peak_step_bytes(fn: Callable[[], object], device: torch.device, modules: Sequence[torch.nn.Module],
+                    root: Optional[torch.nn.Module] = None) -> int:
     """Peak tensor memory that one call of ``fn`` adds on top of what was allocated before it
-    (``pagesum_plugin.profiling.peak_memory``: the CUDA allocator, or torch's MemTracker on CPU)."""
-    return peak_memory(fn, device, modules).added
+    (``pagesum_plugin.profiling.peak_memory``: the CUDA allocator, or torch's MemTracker on CPU;
+    ``root``: a module that ``fn`` calls more than once)."""
+    return peak_memory(fn, device, modules, root=root).added
+
+
+def measure_step(step: Callable[[], None], device: torch.device, repeats: int, modules: Sequence[torch.nn.Module],
+                 root: Optional[torch.nn.Module] = None) -> Optional[Dict[str, float]]:
+    """``{"mb": peak MB, "s": seconds}`` of a training ``step`` of ``modules``: the fastest of
+    ``repeats`` timed steps after a warm-up, then the peak memory of one more (``root`` as in
+    ``peak_step_bytes``). None when CUDA runs out of memory. The gradients are freed and the
+    memory released afterwards."""
+    try:
+        seconds = best_seconds(step, device, repeats)
+        for module in modules:
+            module.zero_grad(set_to_none=True)  # the measured step allocates its gradients afresh
+        peak = peak_step_bytes(step, device, modules, root)
+    except torch.cuda.OutOfMemoryError:
+        return None
+    finally:
+        for module in modules:
+            module.zero_grad(set_to_none=True)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return {"mb": peak / 2**20, "s": seconds}
+
+
+def result_cell(result: Optional[Dict[str, float]], key: str) -> str:
+    """One ``measure_step`` result in a table: ``mb`` in whole MB, ``s`` to 10 ms, OOM for None."""
+    if result is None:
+        return "OOM"
+    return f"{result[key]:.0f}" if key == "mb" else f"{result[key]:.2f}"
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

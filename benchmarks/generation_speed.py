@@ -35,9 +35,8 @@ decoding reproduces the reference (how well the model was trained).
 """
 
 import argparse
-import logging
 import sys
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -51,7 +50,7 @@ from benchmarks.common import (
     describe_machine,
     markdown_table,
     paged_source,
-    setup_device,
+    start,
 )
 from pagesum_plugin.generation import PageSumSequenceGenerator
 
@@ -95,7 +94,7 @@ def net_input(src_tokens: torch.Tensor, pad: int) -> Dict[str, Dict[str, torch.T
 # ---- speed ----------------------------------------------------------------------------
 
 
-def speed_grid(args, device: torch.device, dtype: torch.dtype) -> List[List[object]]:
+def speed_grid(args, device: torch.device, dtype: torch.dtype) -> Tuple[str, List[List[object]]]:
     size = BART_LARGE if device.type == "cuda" else CPU_TINY
     torch.manual_seed(args.seed)
     task, model = build_model("pagesum_bart_large", size, "--max-source-positions", str(args.page_len), dropout=0.0)
@@ -174,10 +173,10 @@ def train_salient_model(model, dictionary, salient: int, updates: int, seed: int
     return model.eval()
 
 
-def fidelity_rows(args, device: torch.device) -> List[List[object]]:
-    """How often pruned decoding's best hypothesis differs from full decoding's, for a
-    summary drawn from one page (pruning to the top page can be exact) and from two
-    (keeping one page must lose half of it)."""
+def fidelity_rows(args, device: torch.device) -> Tuple[str, List[List[object]]]:
+    """(caption, rows): how often pruned decoding's best hypothesis differs from full
+    decoding's, for a summary drawn from one page (pruning to the top page can be exact)
+    and from two (keeping one page must lose half of it)."""
     rows = []
     for salient in (1, 2):
         torch.manual_seed(args.seed)
@@ -200,7 +199,12 @@ def fidelity_rows(args, device: torch.device) -> List[List[object]]:
                      f"{differ}/{len(full)} ({differ / len(full):.1%})"]
                 )
         print(f"fidelity: summaries from {salient} page(s) done", file=sys.stderr, flush=True)
-    return rows
+    caption = (
+        f"Fidelity of page pruning: pagesum_tiny trained {args.train_updates} updates on the salient-page task "
+        f"({FIDELITY_TASK['n_pages']} pages of {FIDELITY_TASK['page_len']} tokens, summaries of "
+        f"{FIDELITY_TASK['summary_len']} words), {args.fidelity_docs} held-out documents, fp32."
+    )
+    return caption, rows
 
 
 def decode_best(model, dictionary, src_tokens, beam: int, top_pages: int) -> List[List[int]]:
@@ -214,21 +218,13 @@ def decode_best(model, dictionary, src_tokens, beam: int, top_pages: int) -> Lis
 
 def main(argv=None):
     args = parse_args(argv)
-    logging.getLogger("fairseq").setLevel(logging.WARNING)
-    logging.getLogger("pagesum_plugin").setLevel(logging.WARNING)
-    device = setup_device(args)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    caption, speed = speed_grid(args, device, dtype)
-    fidelity = fidelity_rows(args, device)
-    header = ["pages", "beam", "pages decoded", "summaries/s", "decoder tokens/s", "speed-up"]
-    print("\n\n".join([caption, markdown_table(header, speed)]))
-    print(
-        f"\nFidelity of page pruning: pagesum_tiny trained {args.train_updates} updates on the salient-page task "
-        f"({FIDELITY_TASK['n_pages']} pages of {FIDELITY_TASK['page_len']} tokens, summaries of "
-        f"{FIDELITY_TASK['summary_len']} words), {args.fidelity_docs} held-out documents, fp32.\n"
-    )
+    device, dtype = start(args)
+    speed_caption, speed = speed_grid(args, device, dtype)
+    fidelity_caption, fidelity = fidelity_rows(args, device)
+    speed_header = ["pages", "beam", "pages decoded", "summaries/s", "decoder tokens/s", "speed-up"]
     fidelity_header = ["summary drawn from pages", "full decoding = reference", "beam", "pages kept", "pruned differs"]
-    print(markdown_table(fidelity_header, fidelity))
+    print("\n\n".join([speed_caption, markdown_table(speed_header, speed),
+                       fidelity_caption, markdown_table(fidelity_header, fidelity)]))
 
 
 if __name__ == "__main__":

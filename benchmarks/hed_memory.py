@@ -34,24 +34,18 @@ kernel. All three models run under the same setting.
 
 import argparse
 import gc
-import logging
 import sys
 from typing import Dict, List
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 
-import pagesum_plugin  # noqa: F401  (registers the task and the models)
-from benchmarks.common import CPU_SMALL, build_model, describe_machine, markdown_table, peak_step_bytes
+from benchmarks.common import (ATTENTION_KERNELS, CPU_SMALL, build_model, describe_machine, markdown_table,
+                               paged_source, peak_step_bytes, start, summary_io, training_step)
 from pagesum_plugin.modules.hed_attention import DocumentLayout, DocumentSelfAttention
 
 MODELS = ("HED block-sparse", "HED dense mask", "PageSum doc pages")
-# small enough for a 2-core CPU, still BART-shaped: dim, ffn, layers (each side), heads, words
-ATTENTION_KERNELS = {
-    "math": [SDPBackend.MATH],
-    "fused": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH],
-}
 
 
 def parse_args(argv=None):
@@ -64,6 +58,7 @@ def parse_args(argv=None):
     parser.add_argument("--attention", choices=ATTENTION_KERNELS, default="math")
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(device="cpu")  # no --device: CPU only
     return parser.parse_args(argv)
 
 
@@ -112,27 +107,6 @@ def with_dense_mask(model):
     return model
 
 
-def make_step(model, src_tokens, target, prev_output_tokens, pad: int):
-    """One training step without the optimizer update: forward, loss, backward."""
-
-    def step():
-        model.zero_grad(set_to_none=True)
-        logits, _ = model(src_tokens, None, prev_output_tokens)  # (batch, tgt_len, vocab)
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1), ignore_index=pad,
-                               label_smoothing=0.1)
-        loss.backward()
-        return loss
-
-    return step
-
-
-def cluster(dictionary, n_docs: int, doc_len: int, generator) -> torch.Tensor:
-    """(1, n_docs, doc_len): n full documents of ``<s> words </s>``."""
-    src = torch.randint(dictionary.nspecial, len(dictionary), (1, n_docs, doc_len), generator=generator)
-    src[:, :, 0], src[:, :, -1] = dictionary.bos(), dictionary.eos()
-    return src
-
-
 def check_dense_equals_sparse(models, src, target, prev, pad) -> None:
     """The dense-mask model computes exactly what the block-sparse one does."""
     losses = []
@@ -145,7 +119,7 @@ def check_dense_equals_sparse(models, src, target, prev, pad) -> None:
     assert torch.allclose(losses[0], losses[1], atol=1e-5), f"dense {losses[1]} != block-sparse {losses[0]}"
 
 
-def measure(args) -> List[Dict[str, float]]:
+def measure(args, device: torch.device) -> List[Dict[str, float]]:
     dictionary, hed = build("hed_bart_large")
     _, hed_dense = build("hed_bart_large")
     hed_dense.load_state_dict(hed.state_dict())
@@ -154,20 +128,18 @@ def measure(args) -> List[Dict[str, float]]:
     models = {MODELS[0]: hed, MODELS[1]: hed_dense, MODELS[2]: pagesum}
 
     generator = torch.Generator().manual_seed(args.seed)
-    target = torch.randint(dictionary.nspecial, len(dictionary), (1, args.tgt_len), generator=generator)
-    target[:, 0], target[:, -1] = dictionary.bos(), dictionary.eos()
-    prev = torch.roll(target, 1, dims=1)
+    target, prev = summary_io(dictionary, 1, args.tgt_len, generator)
     rows = []
     for i, n_docs in enumerate(args.docs):
-        src = cluster(dictionary, n_docs, args.doc_len, generator)
+        src = paged_source(dictionary, 1, n_docs, args.doc_len, generator)  # (1, n_docs, doc_len)
         if i == 0:
             check_dense_equals_sparse(models, src, target, prev, dictionary.pad())
         row = {"docs": n_docs, "tokens": n_docs * args.doc_len}
         for name, model in models.items():
-            step = make_step(model, src, target, prev, dictionary.pad())
+            step = training_step(model, src, target, prev, dictionary.pad())
             step()  # warm-up: the measured step allocates its gradients afresh
             model.zero_grad(set_to_none=True)
-            row[name] = peak_step_bytes(step, torch.device("cpu"), [model]) / 2**20
+            row[name] = peak_step_bytes(step, device, [model]) / 2**20
             model.zero_grad(set_to_none=True)
             gc.collect()
         rows.append(row)
@@ -175,9 +147,7 @@ def measure(args) -> List[Dict[str, float]]:
     return rows
 
 
-def render(rows, args) -> str:
-    dim, ffn, layers, heads, words = (CPU_SMALL.embed_dim, CPU_SMALL.ffn_dim, CPU_SMALL.layers, CPU_SMALL.heads,
-                                      CPU_SMALL.vocab_words)
+def render(rows, args, device: torch.device) -> str:
     first = rows[0]
     header = ["docs", "tokens"] + [f"{m} peak MB" for m in MODELS] + [f"{m} x n={first['docs']}" for m in MODELS]
     table = [
@@ -185,22 +155,20 @@ def render(rows, args) -> str:
         for r in rows
     ]
     setup = (
-        f"Machine: {describe_machine(torch.device('cpu'))}. Model: {layers}+{layers} layers, d={dim}, ffn={ffn}, "
-        f"{heads} heads, vocab {words}+specials, fp32, attention kernel: {args.attention}. Documents of "
-        f"{args.doc_len} tokens, summary of {args.tgt_len} tokens, batch 1, one training step (forward + backward)."
+        f"Machine: {describe_machine(device)}. Model: {CPU_SMALL.layers}+{CPU_SMALL.layers} layers, "
+        f"d={CPU_SMALL.embed_dim}, ffn={CPU_SMALL.ffn_dim}, {CPU_SMALL.heads} heads, vocab {CPU_SMALL.vocab_words}"
+        f"+specials, fp32, attention kernel: {args.attention}. Documents of {args.doc_len} tokens, summary of "
+        f"{args.tgt_len} tokens, batch 1, one training step (forward + backward)."
     )
     return "\n\n".join([setup, markdown_table(header, table)])
 
 
 def main(argv=None):
     args = parse_args(argv)
-    logging.getLogger("fairseq").setLevel(logging.WARNING)
-    logging.getLogger("pagesum_plugin").setLevel(logging.WARNING)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    device, _ = start(args)
     with sdpa_kernel(ATTENTION_KERNELS[args.attention]):
-        rows = measure(args)
-    print(render(rows, args))
+        rows = measure(args, device)
+    print(render(rows, args, device))
 
 
 if __name__ == "__main__":

@@ -28,32 +28,19 @@ soon as it is measured.
 """
 
 import argparse
-import gc
-import logging
-import os
 import sys
-import tempfile
 from typing import Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
-from fairseq import options, tasks
-from fairseq.data import Dictionary
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 
-import pagesum_plugin  # noqa: F401  (registers the task and the models)
-from benchmarks.common import best_seconds, describe_machine, markdown_table, peak_step_bytes
-from pagesum_plugin.corpus.format import CorpusMeta
+from benchmarks.common import (ATTENTION_KERNELS, LONG_INPUT_SIZES, build_model, describe_machine, device_defaults,
+                               markdown_table, measure_step, random_tokens, result_cell, start, summary_io,
+                               training_step)
 
 ENCODERS = ("full", "window", "lsh", "sinkhorn")
 MODELS = tuple(f"HEPOS+{e}" for e in ENCODERS) + ("Sinkhorn, full cross", "PageSum", "Full attn")
 FULL_ENCODERS = ("HEPOS+full", "Full attn")  # quadratic in the input length
-ATTENTION_KERNELS = {
-    "math": [SDPBackend.MATH],
-    "fused": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH],
-}
-# (embed dim, ffn dim, layers, heads, vocabulary words)
-SIZES = {"cpu": (128, 512, 2, 4, 2000), "cuda": (1024, 4096, 12, 16, 50260)}
 
 
 def parse_args(argv=None):
@@ -70,34 +57,8 @@ def parse_args(argv=None):
     parser.add_argument("--attention", choices=ATTENTION_KERNELS, default="math")
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    on_cuda = args.device == "cuda"
-    args.page_len = args.page_len or (1024 if on_cuda else 512)
-    args.tgt_len = args.tgt_len or (512 if on_cuda else 128)
-    args.max_full_tokens = args.max_full_tokens or (16384 if on_cuda else 4096)
-    args.repeats = args.repeats or (3 if on_cuda else 1)
-    return args
-
-
-def build(arch: str, device: str, dtype, *extra: str):
-    """(dictionary, model) for ``arch`` at the device's size, in training mode."""
-    dim, ffn, layers, heads, words = SIZES[device]
-    dims = ["--encoder-embed-dim", dim, "--decoder-embed-dim", dim, "--encoder-ffn-embed-dim", ffn,
-            "--decoder-ffn-embed-dim", ffn, "--encoder-layers", layers, "--decoder-layers", layers,
-            "--encoder-attention-heads", heads, "--decoder-attention-heads", heads]
-    with tempfile.TemporaryDirectory() as data_dir:
-        dictionary = Dictionary()
-        for i in range(words):
-            dictionary.add_symbol(f"w{i}")
-        dictionary.pad_to_multiple_(8)
-        dictionary.save(os.path.join(data_dir, "dict.txt"))
-        CorpusMeta(tokenizer="none", dataset="synthetic", view="flat", dictionary_size=len(dictionary)).save(data_dir)
-        argv = [data_dir, "--task", "paged_summarization", "--arch", arch, "--dropout", "0.1",
-                *map(str, dims), *extra]
-        args = options.parse_args_and_arch(options.get_training_parser(), argv)
-        task = tasks.setup_task(args)
-        model = task.build_model(args)
-    return task.dictionary, model.to(device=device, dtype=dtype).train()
+    return device_defaults(parser.parse_args(argv), page_len=(1024, 512), tgt_len=(512, 128),
+                           max_full_tokens=(16384, 4096), repeats=(3, 1))
 
 
 def model_settings(name: str, tokens: int, page_len: int):
@@ -114,49 +75,24 @@ def model_settings(name: str, tokens: int, page_len: int):
 
 
 def source(dictionary, tokens: int, page_len: int, layout: str, generator) -> torch.Tensor:
-    """Random words as the task lays them out: (1, 1, n) flat, (1, n / page_len, page_len) pages."""
-    if layout == "pages":
-        shape = (1, tokens // page_len, page_len)
-    else:
-        shape = (1, 1, tokens)
-    src = torch.randint(dictionary.nspecial, len(dictionary), shape, generator=generator)
-    src[:, :, 0], src[:, :, -1] = dictionary.bos(), dictionary.eos()
+    """Random words as the task lays them out: (1, 1, n) flat, (1, n / page_len, page_len)
+    pages, (1, n) for fairseq's BART (flat2d)."""
+    shape = (1, tokens // page_len, page_len) if layout == "pages" else (1, 1, tokens)
+    src = random_tokens(dictionary, shape, generator)
     return src[:, 0] if layout == "flat2d" else src
-
-
-def make_step(model, src_tokens, target, prev_output_tokens, pad: int):
-    def step():
-        model.zero_grad(set_to_none=True)
-        logits, _ = model(src_tokens, None, prev_output_tokens)  # (batch, tgt_len, vocab)
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1), ignore_index=pad,
-                               label_smoothing=0.1)
-        loss.backward()
-
-    return step
 
 
 def measure_one(name: str, tokens: int, args, device, dtype) -> Optional[Dict[str, float]]:
     arch, extra, layout = model_settings(name, tokens, args.page_len)
     torch.manual_seed(args.seed)
-    dictionary, model = build(arch, device.type, dtype, *extra)
+    task, model = build_model(arch, LONG_INPUT_SIZES[device.type], *extra)
+    model.to(device=device, dtype=dtype).train()
+    dictionary = task.dictionary
     generator = torch.Generator().manual_seed(args.seed)
     src = source(dictionary, tokens, args.page_len, layout, generator).to(device)
-    target = torch.randint(dictionary.nspecial, len(dictionary), (1, args.tgt_len), generator=generator)
-    target[:, 0], target[:, -1] = dictionary.bos(), dictionary.eos()
-    prev = torch.roll(target, 1, dims=1)
-    step = make_step(model, src, target.to(device), prev.to(device), dictionary.pad())
-    try:
-        seconds = best_seconds(step, device, args.repeats)
-        model.zero_grad(set_to_none=True)
-        peak = peak_step_bytes(step, device, [model])
-    except torch.cuda.OutOfMemoryError:
-        return None
-    finally:
-        del model, step
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    return {"mb": peak / 2**20, "s": seconds}
+    target, prev = (t.to(device) for t in summary_io(dictionary, 1, args.tgt_len, generator))
+    step = training_step(model, src, target, prev, dictionary.pad())
+    return measure_step(step, device, args.repeats, [model])
 
 
 def measure(args, device, dtype) -> List[Dict[str, object]]:
@@ -175,19 +111,16 @@ def measure(args, device, dtype) -> List[Dict[str, object]]:
 
 def render(rows, args, device, dtype) -> str:
     def cell(value, key):
-        if value is None:
-            return "OOM"
-        if value == "skipped":
-            return "—"
-        return f"{value[key]:.0f}" if key == "mb" else f"{value[key]:.2f}"
+        return "—" if value == "skipped" else result_cell(value, key)
 
     header = ["input tokens"] + list(MODELS)
     memory = [[f"{r['tokens']:,}"] + [cell(r[m], "mb") for m in MODELS] for r in rows]
     time = [[f"{r['tokens']:,}"] + [cell(r[m], "s") for m in MODELS] for r in rows]
-    dim, ffn, layers, heads, words = SIZES[device.type]
+    size = LONG_INPUT_SIZES[device.type]
     setup = (
-        f"Machine: {describe_machine(device)}. Model: {layers}+{layers} layers, d={dim}, ffn={ffn}, {heads} heads, "
-        f"vocab {words + 4}, {str(dtype).replace('torch.', '')}, attention kernel: {args.attention}. "
+        f"Machine: {describe_machine(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
+        f"ffn={size.ffn_dim}, {size.heads} heads, vocab {size.vocab_words + 4}, {str(dtype).replace('torch.', '')}, "
+        f"attention kernel: {args.attention}. "
         f"Summary {args.tgt_len} tokens, batch 1; PageSum pages of {args.page_len} tokens; HEPOS stride 4, "
         f"window 256, LSH 4 x 64, Sinkhorn blocks of 128; full encoder attention up to {args.max_full_tokens:,} "
         f"tokens (— past it). Step time: best of {args.repeats} after a warm-up step."
@@ -198,14 +131,7 @@ def render(rows, args, device, dtype) -> str:
 
 def main(argv=None):
     args = parse_args(argv)
-    logging.getLogger("fairseq").setLevel(logging.WARNING)
-    logging.getLogger("pagesum_plugin").setLevel(logging.WARNING)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no CUDA device is visible to torch")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    device, dtype = start(args)
     with sdpa_kernel(ATTENTION_KERNELS[args.attention]):
         rows = measure(args, device, dtype)
     print(render(rows, args, device, dtype))

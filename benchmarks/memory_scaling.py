@@ -44,34 +44,28 @@ is not. Both models run under the same setting.
 """
 
 import argparse
-import gc
-import logging
 import sys
 from typing import Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 
 from benchmarks.common import (
+    ATTENTION_KERNELS,
     BART_LARGE,
     CPU_SMALL,
     add_device_args,
     build_model,
     describe_machine,
     markdown_table,
-    setup_device,
-    best_seconds,
+    measure_step,
     paged_source,
-    peak_step_bytes,
+    start,
     summary_io,
+    training_step,
 )
 
 MODELS = ("PageSum", "BART")
-ATTENTION_KERNELS = {
-    "math": [SDPBackend.MATH],
-    "fused": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH],
-}
 
 
 def parse_args(argv=None):
@@ -111,20 +105,6 @@ def build_pair(args, device: torch.device, dtype: torch.dtype):
     return task.dictionary, models, size
 
 
-def make_step(model, src_tokens, target, prev_output_tokens, pad: int):
-    """One training step without the optimizer update: forward, loss, backward."""
-
-    def step():
-        model.zero_grad(set_to_none=True)
-        logits, _ = model(src_tokens, None, prev_output_tokens)  # (batch, tgt_len, vocab)
-        loss = F.cross_entropy(
-            logits.float().view(-1, logits.size(-1)), target.view(-1), ignore_index=pad, label_smoothing=0.1
-        )
-        loss.backward()
-
-    return step
-
-
 def measure(args, dictionary, models, device) -> List[Dict[str, Optional[float]]]:
     generator = torch.Generator().manual_seed(args.seed)
     target, prev_output_tokens = (t.to(device) for t in summary_io(dictionary, 1, args.tgt_len, generator))
@@ -134,12 +114,8 @@ def measure(args, dictionary, models, device) -> List[Dict[str, Optional[float]]
         inputs = {"PageSum": paged.to(device), "BART": concatenated(paged).to(device)}
         row = {"pages": n_pages, "tokens": n_pages * args.page_len}
         for name, model in models.items():
-            step = make_step(model, inputs[name], target, prev_output_tokens, dictionary.pad())
-            row[name] = run_or_oom(step, model, device, args.repeats)
-            model.zero_grad(set_to_none=True)
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            step = training_step(model, inputs[name], target, prev_output_tokens, dictionary.pad())
+            row[name] = measure_step(step, device, args.repeats, [model])
         rows.append(row)
         print(f"{n_pages} pages done", file=sys.stderr, flush=True)
     return rows
@@ -148,16 +124,6 @@ def measure(args, dictionary, models, device) -> List[Dict[str, Optional[float]]
 def concatenated(paged: torch.Tensor) -> torch.Tensor:
     """(1, n, page_len) pages -> (1, n * page_len): the same tokens as one document."""
     return paged.reshape(paged.size(0), -1)
-
-
-def run_or_oom(step, model, device: torch.device, repeats: int):
-    try:
-        seconds = best_seconds(step, device, repeats)
-        model.zero_grad(set_to_none=True)  # the measured step allocates its gradients afresh
-        peak = peak_step_bytes(step, device, [model])
-    except torch.cuda.OutOfMemoryError:
-        return None
-    return {"mb": peak / 2**20, "s": seconds}
 
 
 def render(rows, args, size, vocab: int, device, dtype) -> str:
@@ -198,9 +164,7 @@ def render(rows, args, size, vocab: int, device, dtype) -> str:
 
 def main(argv=None):
     args = parse_args(argv)
-    logging.getLogger("fairseq").setLevel(logging.WARNING)
-    device = setup_device(args)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    device, dtype = start(args)
     dictionary, models, size = build_pair(args, device, dtype)
     with sdpa_kernel(ATTENTION_KERNELS[args.attention]):
         rows = measure(args, dictionary, models, device)

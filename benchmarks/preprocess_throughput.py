@@ -117,8 +117,8 @@ def main():
         tokens = stats["source_tokens"] / stats["examples"]
         print(f"{args.documents} synthetic documents, {tokens:.0f} source tokens each on average, "
               f"BPE: {'BART' if args.gpt2_dir else f'{args.bpe_vocab_size}-token byte-level, trained here'}")
-        print(f"| input format | workers | seconds | documents/s | MB/s |")
-        print(f"|---|---:|---:|---:|---:|")
+        print("| input format | workers | seconds | documents/s | MB/s |")
+        print("|---|---:|---:|---:|---:|")
         for input_format, corpus in corpora.items():
             megabytes = corpus.stat().st_size / 1e6
             for workers in args.workers:
