@@ -32,6 +32,7 @@ from torch.nn.attention import sdpa_kernel
 from benchmarks.common import (ATTENTION_KERNELS, LONG_INPUT_SIZES, build_model, describe_machine, device_defaults,
                                label_smoothed_loss, markdown_table, measure_step, random_tokens, result_cell, start,
                                summary_io, training_step)
+from pagesum_plugin.models.awesome import MEMORY_DEPTH
 
 MODELS = ("AWESOME (attentive)", "AWESOME (compressive)", "Se3", "PageSum", "HEPOS")
 
@@ -133,7 +134,8 @@ def render(rows, args, device, dtype) -> str:
         f"ffn={size.ffn_dim}, {size.heads} heads, vocab {size.vocab_words + 4}, {str(dtype).replace('torch.', '')}, "
         f"attention kernel: math. Segments (and PageSum pages) of {args.segment_len} tokens; summary "
         f"{args.tgt_len} tokens (AWESOME: split over the segments); AWESOME memory: {args.memory_slots} slots in "
-        f"all {size.layers} encoder and decoder layers; batch 1. "
+        f"{min(MEMORY_DEPTH, size.layers)} of the {size.layers} encoder and decoder layers (attentive: the last, "
+        f"compressive: the first); batch 1. "
         f"Step time: best of {args.repeats} after a warm-up step."
     )
     return "\n\n".join([

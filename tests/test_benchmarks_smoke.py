@@ -1,0 +1,44 @@
+"""Every benchmark script runs end to end on a tiny grid and prints its tables. This checks
+that the scripts work, not what they measure: the numbers are in BENCHMARKS.md."""
+
+import subprocess
+import sys
+
+import pytest
+
+from builders.cli import REPO_ROOT
+
+pytestmark = pytest.mark.slow  # a few seconds of model building per script
+
+TINY_RUNS = {  # script: (arguments, what its tables must name)
+    "hepos_memory": (["--device", "cpu", "--tokens", "512", "--max-full-tokens", "512", "--page-len", "256",
+                      "--tgt-len", "16"],
+                     ["HEPOS+full", "HEPOS+window", "HEPOS+lsh", "HEPOS+sinkhorn", "Sinkhorn, full cross", "PageSum",
+                      "Full attn"]),
+    "awesome_memory": (["--device", "cpu", "--segments", "2", "--segment-len", "128", "--tgt-len", "32",
+                        "--memory-slots", "16"],
+                       ["AWESOME (attentive)", "AWESOME (compressive)", "Se3", "PageSum", "HEPOS"]),
+    "hed_memory": (["--docs", "2", "3", "--doc-len", "64", "--tgt-len", "16"],
+                   ["HED block-sparse", "HED dense mask", "PageSum doc pages"]),
+    "memory_scaling": (["--device", "cpu", "--quick", "--pages", "1", "2", "--page-len", "64", "--tgt-len", "16"],
+                       ["PageSum", "BART"]),
+    "beam_cache": (["--device", "cpu", "--quick", "--pages", "2", "--beams", "2", "--page-len", "32", "--steps", "3",
+                    "--long", "12", "--long-pages", "2", "--long-beam", "2"],
+                   ["pages MB", "self-attn cache MB"]),
+    "generation_speed": (["--device", "cpu", "--quick", "--pages", "1", "2", "--beams", "1", "2", "--page-len", "32",
+                          "--out-len", "4", "--train-updates", "5", "--fidelity-docs", "8"],
+                         ["summaries/s", "pruned differs"]),
+}
+
+
+@pytest.mark.parametrize("script", list(TINY_RUNS))
+def test_the_benchmark_prints_a_table_of_every_system_it_compares(script):
+    arguments, names = TINY_RUNS[script]
+    result = subprocess.run([sys.executable, "-m", f"benchmarks.{script}", "--threads", "1", *arguments],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("Machine: CPU")
+    header = next(line for line in result.stdout.splitlines() if line.startswith("| "))
+    for name in names:
+        assert name in result.stdout, f"{name!r} missing from {script}'s output"
+    assert "|---:" in result.stdout and len(header.split("|")) > 3
