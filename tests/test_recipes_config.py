@@ -163,3 +163,28 @@ def test_bart_large_init_selects_the_checkpoint_without_cnn_pretraining():
     train = overrides(plan("arxiv", INIT="bart.large")["arxiv"]["fairseq-hydra-train"])
     assert train["checkpoint.finetune_from_model"] == "/bart/bart.large/model.pt"
     assert train["checkpoint.save_dir"] == "/out/arxiv/bart.large/checkpoints"
+
+
+@pytest.mark.parametrize("recipe, encoder, patterns, source_tokens", [
+    ("govreport_hepos", "sinkhorn", {"sinkhorn_block_size": 128}, 10240),
+    ("pubmed_hepos", "lsh", {"lsh_rounds": 4, "lsh_bucket_size": 64}, 7168),
+])
+def test_hepos_recipes_train_and_decode_with_the_papers_section_6_settings(recipe, encoder, patterns, source_tokens):
+    """Huang et al. (2021), Section 6: Sinkhorn on 10,240 tokens (GovReport) or LSH with 4
+    rounds of 64-token buckets on 7,168 (PubMed), HEPOS stride 4; Adafactor at lr 1e-4 after
+    10,000 warm-up updates, clipping 0.1, 2 documents x 32 accumulated; beam 4, length penalty 2."""
+    config = OmegaConf.load(CONFIGS / f"{recipe}.yaml")
+    model = config.model
+    assert (model.encoder_attention, model.cross_attention, model.hepos_stride) == (encoder, "hepos", 4)
+    assert {key: model[key] for key in patterns} == patterns
+    assert model.max_source_positions == config.task.max_source_tokens == source_tokens
+    assert (config.optimizer._name, config.optimization.lr[0], config.lr_scheduler.warmup_updates) == (
+        "adafactor", 1e-4, 10000)
+    assert config.optimization.clip_norm == 0.1
+    for gpus, update_freq in ((1, 32), (2, 16), (4, 8)):
+        commands = plan(recipe, NUM_GPUS=str(gpus))[recipe]
+        train = overrides(commands["fairseq-hydra-train"])
+        assert (train["dataset.batch_size"], train["optimization.update_freq"]) == ("2", f"[{update_freq}]")
+    generate = commands["fairseq-generate"]
+    assert (flag(generate, "--view"), flag(generate, "--max-source-tokens")) == ("flat", str(source_tokens))
+    assert (flag(generate, "--beam"), flag(generate, "--lenpen")) == ("4", "2.0")
