@@ -11,6 +11,7 @@ if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
 from builders.cli import TRAIN_FLAGS, run_cli  # noqa: E402
+from builders.corpora import acl_papers, paged_sentencepiece_data, write_jsonl  # noqa: E402
 from builders.paged_data import write_copy_task  # noqa: E402
 
 
@@ -33,3 +34,22 @@ def trained_run(copy_task_dir, tmp_path_factory):
     save_dir = str(tmp_path_factory.mktemp("run"))
     log = run_cli(["fairseq-train", copy_task_dir, *TRAIN_FLAGS, "--max-update", "72", "--save-dir", save_dir])
     return save_dir, log
+
+
+@pytest.fixture(scope="module")
+def papers(request):
+    """Real ACL papers: the test module's ``PAPERS = (count, offset)``, by default the first 6."""
+    count, offset = getattr(request.module, "PAPERS", (6, 0))
+    return acl_papers(count, offset=offset)
+
+
+@pytest.fixture(scope="module")
+def jsonl(tmp_path_factory, papers):
+    """``papers`` in the generic jsonl format (sections)."""
+    return str(write_jsonl(tmp_path_factory.mktemp("jsonl") / "test.jsonl", papers))
+
+
+@pytest.fixture(scope="module")
+def paged(tmp_path_factory, jsonl):
+    """``papers`` preprocessed into discourse pages with a small sentencepiece vocabulary."""
+    return paged_sentencepiece_data(jsonl, tmp_path_factory.mktemp("paged") / "data")

@@ -1,28 +1,15 @@
 """``pagesum-baseline``: Lead-k and greedy Oracle on real papers, from jsonl and paged data."""
 
-import pytest
 from rouge_score import rouge_scorer
 
-from builders.corpora import acl_papers, paged_sentencepiece_data, write_jsonl
+from builders.corpora import write_jsonl
 from pagesum_plugin.evaluation import rouge
 from pagesum_plugin.evaluation.baselines import main, oracle
 from pagesum_plugin.evaluation.data import iter_documents
 from pagesum_plugin.corpus.sentences import split_sentences
 
 
-@pytest.fixture(scope="module")
-def papers():
-    return acl_papers(6, offset=40)
-
-
-@pytest.fixture(scope="module")
-def jsonl(tmp_path_factory, papers):
-    return str(write_jsonl(tmp_path_factory.mktemp("jsonl") / "test.jsonl", papers))
-
-
-@pytest.fixture(scope="module")
-def paged(tmp_path_factory, jsonl):
-    return paged_sentencepiece_data(jsonl, tmp_path_factory.mktemp("paged") / "data")
+PAPERS = (6, 40)  # the conftest fixtures papers, jsonl and paged read them
 
 
 def _read(path):

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from builders.corpora import acl_papers, paged_sentencepiece_data, write_jsonl
 from pagesum_plugin.evaluation import analysis, plots
 from pagesum_plugin.evaluation.data import iter_documents
 from pagesum_plugin.evaluation.rouge import tokenize
@@ -16,19 +15,7 @@ from pagesum_plugin.corpus.sentences import split_sentences
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module")
-def papers():
-    return acl_papers(4, offset=60)
-
-
-@pytest.fixture(scope="module")
-def jsonl(tmp_path_factory, papers):
-    return str(write_jsonl(tmp_path_factory.mktemp("jsonl") / "test.jsonl", papers))
-
-
-@pytest.fixture(scope="module")
-def paged(tmp_path_factory, jsonl):
-    return paged_sentencepiece_data(jsonl, tmp_path_factory.mktemp("paged") / "data")
+PAPERS = (4, 60)  # the conftest fixtures papers, jsonl and paged read them
 
 
 def _plot(capsys, *argv):
