@@ -4,7 +4,14 @@
 import pytest
 import torch
 
-from builders.models import bart_twin, build_tiny, make_source_sensitive, paged_batch, random_pages
+from builders.models import (
+    assert_incremental_equals_full,
+    bart_twin,
+    build_tiny,
+    make_source_sensitive,
+    paged_batch,
+    random_pages,
+)
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.generation import PageSumSequenceGenerator, ban_repeated_ngrams
 
@@ -103,19 +110,7 @@ def test_incremental_decoding_equals_full_recomputation_at_every_step(sensitive)
     dataset, sample = first_test_examples(task, 4)
     src = sample["net_input"]["src_tokens"]
     prev = sample["net_input"]["prev_output_tokens"]  # (batch, tgt_len)
-    full_logits, full_extra = model(src, None, prev)
-
-    real = prev.ne(task.dictionary.pad())  # (batch, tgt_len): positions that are not padding
-
-    encoder_out = model.encoder(src)
-    state = {}
-    for t in range(prev.size(1)):
-        step_logits, step_extra = model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)
-        rows = real[:, t]
-        torch.testing.assert_close(step_logits[rows, 0], full_logits[rows, t], atol=1e-4, rtol=0)
-        torch.testing.assert_close(
-            step_extra["page_weights"][rows, :, 0], full_extra["page_weights"][rows, :, t], atol=1e-5, rtol=0
-        )
+    assert_incremental_equals_full(model, src, prev, task.dictionary.pad())
 
 
 def test_batched_decoding_with_different_page_counts_equals_one_at_a_time(sensitive):

@@ -5,7 +5,14 @@ import pytest
 import torch
 
 from builders.hed import build_hed
-from builders.models import decoder_input, make_source_sensitive, paged_batch, random_pages, vocab
+from builders.models import (
+    assert_incremental_equals_full,
+    decoder_input,
+    make_source_sensitive,
+    paged_batch,
+    random_pages,
+    vocab,
+)
 from pagesum_plugin.generation import PageSumSequenceGenerator
 
 DOC_COUNTS = (2, 1, 4, 3)  # the longest cluster (the first) has fewer documents than another
@@ -35,16 +42,7 @@ def test_incremental_decoding_equals_the_full_forward_pass(hed):
     task, model = hed
     src = paged_batch(clusters(task), task.dictionary)
     _, prev = decoder_input(SUMMARIES, task.dictionary)
-    full_logits, full_extra = model(src, None, prev)
-    real = prev.ne(task.dictionary.pad())
-    encoder_out = model.encoder(src)
-    state = {}
-    for t in range(prev.size(1)):
-        logits, extra = model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)
-        rows = real[:, t]
-        torch.testing.assert_close(logits[rows, 0], full_logits[rows, t], atol=1e-4, rtol=0)
-        torch.testing.assert_close(extra["page_weights"][rows, :, 0], full_extra["page_weights"][rows, :, t],
-                                   atol=1e-5, rtol=0)
+    assert_incremental_equals_full(model, src, prev, task.dictionary.pad())
 
 
 def test_a_batch_of_clusters_equals_each_cluster_alone(hed):

@@ -14,7 +14,7 @@ from builders.hepos import (
     sample_of,
     single_thread,
 )
-from builders.models import bart_twin, decoder_input, make_source_sensitive
+from builders.models import assert_incremental_equals_full, bart_twin, decoder_input, make_source_sensitive
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.generation import PageSumSequenceGenerator
 
@@ -74,15 +74,7 @@ def test_incremental_decoding_equals_the_full_forward_pass(copy_task_dir, flag, 
     d = task.dictionary
     src = flat_batch(random_texts(torch.Generator().manual_seed(3), [41, 17, 30], d), d)
     _, prev = decoder_input([[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]], d)
-    full = log_probs(model, src, prev)
-
-    encoder_out = model.encoder(src)
-    state = {}
-    real = prev.ne(d.pad())
-    for t in range(prev.size(1)):
-        logits, _ = model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)
-        step = torch.log_softmax(logits.float(), dim=-1)[:, 0]
-        torch.testing.assert_close(step[real[:, t]], full[real[:, t], t], atol=1e-5, rtol=0)
+    assert_incremental_equals_full(model, src, prev, d.pad())
 
 
 @pytest.mark.parametrize("flag,value", VARIANTS, ids=lambda x: x)

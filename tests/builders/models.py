@@ -101,3 +101,22 @@ def random_pages(rng: torch.Generator, n_pages: int, low: int, high: int, min_le
         length = int(torch.randint(min_len, max_len + 1, (1,), generator=rng))
         pages.append(torch.randint(low, high, (length,), generator=rng).tolist())
     return pages
+
+
+def assert_incremental_equals_full(model, src_tokens, prev_output_tokens, pad: int, encoder_out=None,
+                                   full_output=None, atol: float = 1e-4) -> None:
+    """Decoding one token at a time, with fairseq's incremental state, gives at every
+    position that is not padding the logits of the full forward pass, and its page weights
+    where the model reports them. ``encoder_out`` and ``full_output`` default to the model's
+    own encoder and forward pass over ``src_tokens``."""
+    full_logits, full_extra = full_output or model(src_tokens, None, prev_output_tokens)
+    encoder_out = encoder_out or model.encoder(src_tokens)
+    real = prev_output_tokens.ne(pad)  # (batch, tgt_len)
+    state = {}
+    for t in range(prev_output_tokens.size(1)):
+        logits, extra = model.decoder(prev_output_tokens[:, : t + 1], encoder_out=encoder_out, incremental_state=state)
+        rows = real[:, t]
+        torch.testing.assert_close(logits[rows, 0], full_logits[rows, t], atol=atol, rtol=0)
+        if full_extra.get("page_weights") is not None:
+            torch.testing.assert_close(extra["page_weights"][rows, :, 0], full_extra["page_weights"][rows, :, t],
+                                       atol=1e-5, rtol=0)
