@@ -6,8 +6,10 @@ import torch
 
 from builders.hed import build_hed
 from builders.models import (
+    assert_batched_equals_alone,
     assert_incremental_equals_full,
     decoder_input,
+    log_probs,
     make_source_sensitive,
     paged_batch,
     random_pages,
@@ -33,11 +35,6 @@ def clusters(task, seed=0):
     return result
 
 
-def log_probs(model, src_tokens, prev):
-    logits, extra = model(src_tokens, None, prev)
-    return torch.log_softmax(logits.float(), dim=-1), extra
-
-
 def test_incremental_decoding_equals_the_full_forward_pass(hed):
     task, model = hed
     src = paged_batch(clusters(task), task.dictionary)
@@ -48,15 +45,7 @@ def test_incremental_decoding_equals_the_full_forward_pass(hed):
 def test_a_batch_of_clusters_equals_each_cluster_alone(hed):
     task, model = hed
     examples = clusters(task, 1)
-    _, prev = decoder_input(SUMMARIES, task.dictionary)
-    batched, batched_extra = log_probs(model, paged_batch(examples, task.dictionary), prev)
-    for i, (cluster, summary) in enumerate(zip(examples, SUMMARIES)):
-        _, prev_i = decoder_input([summary], task.dictionary)
-        alone, extra = log_probs(model, paged_batch([cluster], task.dictionary), prev_i)
-        length = len(summary) + 2
-        torch.testing.assert_close(batched[i, :length], alone[0], atol=1e-5, rtol=0)
-        torch.testing.assert_close(batched_extra["page_weights"][i, : len(cluster), :length],
-                                   extra["page_weights"][0], atol=1e-5, rtol=0)
+    assert_batched_equals_alone(model, examples, SUMMARIES, task.dictionary)
 
 
 def test_permuting_the_documents_leaves_the_summary_distribution_unchanged(hed):

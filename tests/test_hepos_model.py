@@ -14,7 +14,14 @@ from builders.hepos import (
     sample_of,
     single_thread,
 )
-from builders.models import assert_incremental_equals_full, bart_twin, decoder_input, make_source_sensitive
+from builders.models import (
+    assert_batched_equals_alone,
+    assert_incremental_equals_full,
+    bart_twin,
+    decoder_input,
+    log_probs,
+    make_source_sensitive,
+)
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.generation import PageSumSequenceGenerator
 
@@ -31,11 +38,6 @@ def stride_one(copy_task_dir):
     return build_hepos(copy_task_dir, "--hepos-stride", "1")
 
 
-def log_probs(model, src_tokens, prev):
-    logits, _ = model(src_tokens, None, prev)
-    return torch.log_softmax(logits.float(), dim=-1)
-
-
 def test_stride_one_equals_fairseq_bart_log_probs_up_to_1024_tokens(stride_one):
     args, task, model = stride_one
     bart = bart_twin(args, task, model)
@@ -43,9 +45,9 @@ def test_stride_one_equals_fairseq_bart_log_probs_up_to_1024_tokens(stride_one):
     src = flat_batch(random_texts(torch.Generator().manual_seed(1), [1022, 400, 37], d), d)  # (3, 1, 1024)
     _, prev = decoder_input([[5, 6, 7, 8], [9, 10], [11, 12, 13]], d)
     bart_src = src[:, 0]
-    reference = log_probs(bart, bart_src, prev)
-    torch.testing.assert_close(log_probs(model, src, prev), reference, atol=1e-5, rtol=0)
-    torch.testing.assert_close(log_probs(model, bart_src, prev), reference, atol=1e-5, rtol=0)  # plain 2-D input
+    reference = log_probs(bart, bart_src, prev)[0]
+    torch.testing.assert_close(log_probs(model, src, prev)[0], reference, atol=1e-5, rtol=0)
+    torch.testing.assert_close(log_probs(model, bart_src, prev)[0], reference, atol=1e-5, rtol=0)  # plain 2-D input
 
 
 @over_search_settings
@@ -83,12 +85,7 @@ def test_batched_equals_one_at_a_time(copy_task_dir, flag, value):
     d = task.dictionary
     texts = random_texts(torch.Generator().manual_seed(4), [41, 17, 30], d)
     summaries = [[5, 6, 7, 8, 9], [11, 12], [13, 14, 15]]
-    _, prev = decoder_input(summaries, d)
-    batched = log_probs(model, flat_batch(texts, d), prev)
-    for i, (text, summary) in enumerate(zip(texts, summaries)):
-        _, alone_prev = decoder_input([summary], d)
-        alone = log_probs(model, flat_batch([text], d), alone_prev)
-        torch.testing.assert_close(batched[i, : alone.size(1)], alone[0], atol=1e-5, rtol=0)
+    assert_batched_equals_alone(model, texts, summaries, d, make_batch=lambda rows: flat_batch(rows, d))
 
 
 def test_beams_sharing_one_encoder_output_decode_as_beams_with_their_own(copy_task_dir):

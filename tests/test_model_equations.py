@@ -5,7 +5,15 @@ import copy
 import pytest
 import torch
 
-from builders.models import bart_twin, build_tiny, decoder_input, paged_batch, random_pages
+from builders.models import (
+    assert_batched_equals_alone,
+    bart_twin,
+    build_tiny,
+    decoder_input,
+    log_probs,
+    paged_batch,
+    random_pages,
+)
 from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
 
 
@@ -17,11 +25,6 @@ def tiny(copy_task_dir):
 
 def vocab_range(task):
     return task.dictionary.nspecial, len(task.dictionary) - 8
-
-
-def log_probs(model, src_tokens, prev):
-    logits, extra = model(src_tokens, None, prev)
-    return torch.log_softmax(logits.float(), dim=-1), extra
 
 
 def test_one_page_equals_fairseq_bart_log_probs(tiny):
@@ -71,13 +74,7 @@ def test_example_alone_equals_example_in_mixed_batch(tiny):
     low, high = vocab_range(task)
     examples = [random_pages(rng, n, low, high) for n in (3, 1, 5, 2)]
     summaries = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16], [17]]
-    _, prev = decoder_input(summaries, task.dictionary)
-    batched, _ = log_probs(model, paged_batch(examples, task.dictionary), prev)
-    for i, (pages, summary) in enumerate(zip(examples, summaries)):
-        _, prev_i = decoder_input([summary], task.dictionary)
-        alone, _ = log_probs(model, paged_batch([pages], task.dictionary), prev_i)
-        length = len(summary) + 2
-        torch.testing.assert_close(batched[i, :length], alone[0], atol=1e-5, rtol=0)
+    assert_batched_equals_alone(model, examples, summaries, task.dictionary)
 
 
 def test_page_weights_sum_to_one_over_real_pages_and_zero_on_padding(tiny):

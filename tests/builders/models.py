@@ -120,3 +120,26 @@ def assert_incremental_equals_full(model, src_tokens, prev_output_tokens, pad: i
         if full_extra.get("page_weights") is not None:
             torch.testing.assert_close(extra["page_weights"][rows, :, 0], full_extra["page_weights"][rows, :, t],
                                        atol=1e-5, rtol=0)
+
+
+def log_probs(model, src_tokens, prev_output_tokens):
+    """(log-probabilities (batch, tgt_len, vocab) in fp32, the decoder's extra output) of a
+    full forward pass."""
+    logits, extra = model(src_tokens, None, prev_output_tokens)
+    return torch.log_softmax(logits.float(), dim=-1), extra
+
+
+def assert_batched_equals_alone(model, examples, summaries, dictionary, make_batch=None) -> None:
+    """A batch of examples (each a list of pages or documents of content ids) of different
+    sizes gives every example the log-probabilities, and page weights, that it gets alone."""
+    make_batch = make_batch or (lambda rows: paged_batch(rows, dictionary))
+    _, prev = decoder_input(summaries, dictionary)
+    batched, batched_extra = log_probs(model, make_batch(examples), prev)
+    for i, (example, summary) in enumerate(zip(examples, summaries)):
+        _, prev_i = decoder_input([summary], dictionary)
+        alone, extra = log_probs(model, make_batch([example]), prev_i)
+        length = len(summary) + 2  # <s> summary </s>
+        torch.testing.assert_close(batched[i, :length], alone[0], atol=1e-5, rtol=0)
+        if extra.get("page_weights") is not None:
+            torch.testing.assert_close(batched_extra["page_weights"][i, : len(example), :length],
+                                       extra["page_weights"][0], atol=1e-5, rtol=0)
