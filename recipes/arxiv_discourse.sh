@@ -5,8 +5,4 @@
 #              (or name each split with ARXIV_TRAIN, ARXIV_VALID, ARXIV_TEST)
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_dataset arxiv
-check_shared_settings
-
-use_dataset arxiv
-run_experiment arxiv_discourse
+run_recipe arxiv arxiv_discourse

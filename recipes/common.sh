@@ -256,6 +256,15 @@ run_experiment() {
     fi
 }
 
+# run_recipe DATASET EXPERIMENT: the whole of a recipe that runs one experiment on one
+# dataset: check the environment, then run the experiment's stages.
+run_recipe() {
+    require_dataset "$1"
+    check_shared_settings
+    use_dataset "$1"
+    run_experiment "$2"
+}
+
 # tee_log FILE: keep the training log while it streams (not in PLAN mode).
 tee_log() {
     if [ "${PLAN:-0}" = 1 ]; then cat; else mkdir -p "$(dirname "$1")" && tee "$1"; fi

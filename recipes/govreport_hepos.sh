@@ -9,9 +9,5 @@
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh. Here INIT
 # defaults to bart.large.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_dataset govreport
 INIT=${INIT:-bart.large}
-check_shared_settings
-
-use_dataset govreport
-run_experiment govreport_hepos
+run_recipe govreport govreport_hepos

@@ -6,8 +6,4 @@
 #                  MULTINEWS_TEST; the .tgt file is found next to it)
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_dataset multinews
-check_shared_settings
-
-use_dataset multinews
-run_experiment multinews
+run_recipe multinews multinews

@@ -13,8 +13,4 @@
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh. The YAML holds
 # one cluster per update, as the paper trains.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_dataset multinews
-check_shared_settings
-
-use_dataset multinews
-run_experiment multinews_hed
+run_recipe multinews multinews_hed

@@ -5,8 +5,4 @@
 #               (or name each split with PUBMED_TRAIN, PUBMED_VALID, PUBMED_TEST)
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_dataset pubmed
-check_shared_settings
-
-use_dataset pubmed
-run_experiment pubmed
+run_recipe pubmed pubmed

@@ -9,9 +9,5 @@
 # Shared settings (OUT_DIR, BART_DIR, NUM_GPUS, ...): see recipes/common.sh. Here INIT
 # defaults to bart.large.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-require_dataset pubmed
 INIT=${INIT:-bart.large}
-check_shared_settings
-
-use_dataset pubmed
-run_experiment pubmed_hepos
+run_recipe pubmed pubmed_hepos
