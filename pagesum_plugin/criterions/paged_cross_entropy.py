@@ -1,7 +1,5 @@
 """Label-smoothed cross entropy on PageSum's page-mixed distribution, with page-weight metrics."""
 
-import math
-from dataclasses import dataclass
 
 import torch
 from fairseq import metrics
@@ -12,12 +10,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 
 
-@dataclass
-class PagedLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
-    pass
-
-
-@register_criterion("paged_label_smoothed_cross_entropy", dataclass=PagedLabelSmoothedCrossEntropyConfig)
+@register_criterion("paged_label_smoothed_cross_entropy", dataclass=LabelSmoothedCrossEntropyCriterionConfig)
 class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     """The paper's loss (label smoothing 0.1 in its recipes) plus how focused the mixing is:
 

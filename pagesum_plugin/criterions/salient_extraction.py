@@ -1,7 +1,6 @@
 """Binary cross entropy of the salient-sentence extractor against its oracle labels, with
 precision, recall and F1 of its decisions (score > 0, i.e. probability > 0.5)."""
 
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -10,12 +9,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 
-@dataclass
-class SalientExtractionCriterionConfig(FairseqDataclass):
-    pass
-
-
-@register_criterion("salient_extraction", dataclass=SalientExtractionCriterionConfig)
+@register_criterion("salient_extraction", dataclass=FairseqDataclass)  # no options
 class SalientExtractionCriterion(FairseqCriterion):
     def forward(self, model, sample, reduce=True):
         logits, padding = model(**sample["net_input"])  # (batch, n), (batch, n)

@@ -8,7 +8,6 @@ comparison for all hypotheses at once with tensor ops.
 
 import math
 
-import torch
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 from torch import Tensor
 
