@@ -7,7 +7,7 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.models.bart import BARTModel
 
-from builders.hed import build_hed
+from builders.hed import build_hed, dense_reference_encoder
 from builders.models import (
     bart_twin,
     decoder_input,
@@ -20,6 +20,7 @@ from builders.models import (
 )
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.modules.hed_attention import DocumentLayout
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +92,22 @@ def test_a_bart_checkpoint_loaded_into_hed_reads_one_document_as_bart_does(copy_
     _, prev = decoder_input([[5, 6], [7, 8, 9], [10]], task.dictionary)
     reference = log_probs(bart, src[:, 0], prev)[0]
     torch.testing.assert_close(log_probs(model, src, prev)[0], reference, atol=1e-5, rtol=0)
+
+
+def test_a_document_longer_than_bart_reads_its_tiled_positions_past_1024(copy_task_dir, bart_checkpoint):
+    """Section 5.3: a document of more than 1,024 tokens is read with BART's positions tiled;
+    its token at position 1,024 + p is embedded with BART's row for position p, and the
+    encoder over the whole cluster equals the dense masked reference."""
+    args, task, model = load_into_hed(copy_task_dir, bart_checkpoint[1])
+    low, high = vocab(task.dictionary)
+    rng = torch.Generator().manual_seed(8)
+    long_doc = torch.randint(low, high, (1400,), generator=rng).tolist()  # 1,402 tokens with <s> and </s>
+    cluster = [long_doc, random_pages(rng, 1, low, high)[0]]
+    layout = DocumentLayout(paged_batch([cluster], task.dictionary), task.dictionary.pad())
+    assert int(layout.positions.max()) == 1401
+    table = model.encoder.embed_positions.weight
+    offset = model.encoder.padding_idx + 1
+    assert torch.equal(table[offset + 1024 + 300], table[offset + 300]), "position 1,324 reads BART's row 300"
+    states = model.encoder(paged_batch([cluster], task.dictionary))["encoder_out"][0][:, 0]  # (src_len, dim)
+    reference = dense_reference_encoder(args, model.encoder, cluster, task.dictionary)
+    torch.testing.assert_close(states[: reference.size(0)], reference, atol=1e-5, rtol=0)
