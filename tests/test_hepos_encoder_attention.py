@@ -15,6 +15,7 @@ from pagesum_plugin.modules.efficient_attention import (
     LSHAttention,
     SinkhornAttention,
     SlidingWindowAttention,
+    lsh_attention,
     lsh_buckets,
     sinkhorn_attention,
     sinkhorn_block_sort,
@@ -55,6 +56,12 @@ def at_real_positions(out, padding):
 
 def assert_close_where_real(ours, reference, padding):
     torch.testing.assert_close(at_real_positions(ours, padding), at_real_positions(reference, padding), atol=1e-5, rtol=0)
+
+
+def assert_heads_close_where_real(ours, reference, padding):
+    """Per-head outputs (batch, heads, len, head_dim) compared at real query positions only."""
+    real = ~padding[:, None, :, None]
+    torch.testing.assert_close(torch.nan_to_num(ours) * real, torch.nan_to_num(reference) * real, atol=1e-5, rtol=0)
 
 
 def pairs(length):
@@ -125,33 +132,113 @@ def test_lsh_bucket_is_the_argmax_over_rotations_and_their_negations():
     assert torch.equal(lsh_buckets(3.7 * x, rotations), buckets)  # angular: the norm does not matter
 
 
+def sorted_chunks(buckets, padding, chunk):
+    """(batch, heads, rounds, len): each position's chunk once the positions of a round are
+    ranked by (bucket, position), padding after every bucket."""
+    batch, heads, rounds, length = buckets.shape
+    chunks = torch.empty_like(buckets)
+    for b, h, r in torch.cartesian_prod(torch.arange(batch), torch.arange(heads), torch.arange(rounds)).tolist():
+        row, pad = buckets[b, h, r].tolist(), padding[b].tolist()
+        order = sorted(range(length), key=lambda p: (pad[p], row[p], p))
+        chunks[b, h, r] = torch.tensor(order).argsort() // chunk
+    return chunks
+
+
+def rounds_showing(buckets, padding, chunk):
+    """(batch, heads, len, len): in how many rounds query i sees key j, by Reformer's rule: one
+    sort order for queries and keys, and a query in chunk c sees the keys of chunks c and c - 1."""
+    chunks = sorted_chunks(buckets, padding, chunk)
+    gap = chunks[..., :, None] - chunks[..., None, :]  # (batch, heads, rounds, len, len)
+    return ((gap == 0) | (gap == 1)).sum(dim=2)
+
+
+def lsh_dense_reference(q, k, v, padding, buckets, chunk):
+    """softmax(q k^T) v over the keys some round shows the query, a key weighed by the number of
+    rounds that show it: the rounds' outputs combined by their log-sum-exp (Kitaev et al. 2020)."""
+    seen = rounds_showing(buckets, padding, chunk)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) + seen.float().log()  # log 0 = -inf: never seen
+    scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
+    return torch.einsum("bhqk,bhkd->bhqd", torch.softmax(scores, -1), v)
+
+
+def shared_vectors(module, x):
+    """(q_proj(x) + k_proj(x)) / 2 per head: the one vector the HEPOS authors hash per position."""
+    shared = (module.q_proj(x) + module.k_proj(x)) / 2
+    return shared.view(x.size(0), x.size(1), module.num_heads, module.head_dim).permute(1, 2, 0, 3)
+
+
 def lsh_reference(module, x, padding, chunk):
-    """Each round: rank queries and keys by (bucket, position); a query in chunk c sees the keys
-    of chunks c and c - 1; rounds combined by their log-sum-exp."""
+    """BART's q, k, v attending over the chunks of one sort order per round, the order of the
+    buckets of each position's shared query-key vector."""
     q, k, v = (per_head(module, x, w) for w in "qkv")
-    batch, heads, length, _ = q.shape
-    rotations = module.rotations(x.device, x.dtype)
-    n_buckets = 2 * rotations.size(3)
+    buckets = lsh_buckets(shared_vectors(module, x), module.rotations(x.device, x.dtype))
+    return merge_heads(module, lsh_dense_reference(q, k, v, padding, buckets, chunk))
 
-    def chunk_of(vectors):  # (batch, heads, rounds, len): the chunk of every position
-        buckets = lsh_buckets(vectors, rotations).masked_fill(padding[:, None, None, :], n_buckets)
-        ranks = torch.empty_like(buckets)
-        for index in torch.cartesian_prod(*(torch.arange(n) for n in buckets.shape[:3])).tolist():
-            row = buckets[tuple(index)].tolist()
-            order = sorted(range(length), key=lambda p: (row[p], p))
-            ranks[tuple(index)] = torch.tensor(order).argsort()
-        return ranks // chunk
 
-    q_chunk, k_chunk = chunk_of(q), chunk_of(k)
-    outs, lses = [], []
-    for r in range(rotations.size(2)):
-        gap = q_chunk[:, :, r, :, None] - k_chunk[:, :, r, None, :]  # (batch, heads, len, len)
-        allowed = ((gap == 0) | (gap == 1)) & ~padding[:, None, None, :]
-        scores = torch.einsum("bhqd,bhkd->bhqk", q, k).masked_fill(~allowed, float("-inf"))
-        lses.append(torch.logsumexp(scores, -1))
-        outs.append(torch.einsum("bhqk,bhkd->bhqd", torch.softmax(scores, -1), v))
-    weights = torch.softmax(torch.stack(lses), dim=0)[..., None]
-    return merge_heads(module, (torch.stack(outs) * weights).sum(0))
+def test_lsh_hashes_each_position_once_from_its_shared_query_key_vector():
+    """Reformer hashes one vector per position (shared-QK), and so do the HEPOS authors:
+    ``(q_proj(x) + k_proj(x)) / 2`` (LongDocSum, LSHSelfAttention), not queries and keys apart."""
+    module = variant(LSHAttention, rounds=3, bucket_size=4, n_buckets=8)
+    x, _ = states(batch=2, length=13)
+    q, k = per_head(module, x, "q"), per_head(module, x, "k")
+    expected = lsh_buckets(shared_vectors(module, x), module.rotations(x.device, x.dtype))
+    assert torch.equal(module.buckets(q, k), expected)  # (batch, heads, rounds, len): one bucket per position
+
+
+def test_lsh_query_meets_the_keys_of_its_bucket_in_its_chunk_or_the_chunk_before():
+    """Kitaev et al. (2020), Section 2: with one hash shared by a position's query and key, sorting
+    by bucket puts "the i-th query and the i-th key" at the same position, so a bucket no larger
+    than a chunk lies in one chunk or two adjacent ones, and each query, attending to the keys of
+    its chunk and of the chunk before, sees every key of its bucket sorted at or before it.
+
+    The buckets are known by construction: a position's hashed vector is +e_d or -e_d, which the
+    identity rotation sends to bucket d or d + dims. Queries and keys are unrelated random
+    vectors: hashed apart, a bucket's queries and keys would land in unrelated chunks."""
+    head_dim, length, chunk = 8, 24, 4
+    generator = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(2, HEADS, length, head_dim, generator=generator) for _ in range(3))
+    padding = torch.zeros(2, length, dtype=torch.bool)
+    padding[1, 21:] = True
+    sizes = {3: 4, 12: 3, 0: 2, 9: 4, 5: 1, 14: 6, 7: 4}  # bucket: members; bucket 14 is larger than a chunk
+    members = torch.tensor([bucket for bucket, n in sizes.items() for _ in range(n)])
+    labels = torch.stack([members[torch.randperm(length, generator=generator)] for _ in range(2 * HEADS)])
+    labels = labels.view(2, HEADS, 1, length)  # (batch, heads, rounds=1, len), scattered over the positions
+    direction = torch.nn.functional.one_hot(labels[:, :, 0] % head_dim, head_dim).float()
+    hashed = torch.where(labels[:, :, 0, :, None] < head_dim, direction, -direction)  # (batch, heads, len, dim)
+    identity = torch.eye(head_dim).expand(HEADS, head_dim, head_dim)[:, :, None]  # (heads, dim, rounds=1, dim)
+    buckets = lsh_buckets(hashed, identity)
+    assert torch.equal(buckets, labels)  # every position is hashed into its known bucket
+
+    ours = lsh_attention(q, k, v, padding, buckets, chunk)
+    reference = lsh_dense_reference(q, k, v, padding, buckets, chunk)
+    assert_heads_close_where_real(ours, reference, padding)
+
+    # what that reference promises for a bucket that fits in a chunk
+    i, j = pairs(length)
+    real = ~padding[:, None, :, None] & ~padding[:, None, None, :]
+    same_bucket = (buckets[:, :, 0, :, None] == buckets[:, :, 0, None, :]) & real  # (batch, heads, len, len)
+    fits = same_bucket & (same_bucket.sum(-1, keepdim=True) <= chunk)
+    assert fits.any() and (same_bucket & ~fits).any()  # buckets of both kinds
+    chunks = sorted_chunks(buckets, padding, chunk)[:, :, 0]  # (batch, heads, len)
+    gap = chunks[..., :, None] - chunks[..., None, :]
+    seen = rounds_showing(buckets, padding, chunk) > 0
+    assert (gap[fits].abs() <= 1).all()  # the same chunk or adjacent ones
+    assert seen[fits & (j <= i)].all()  # every key of the bucket sorted at or before the query
+    assert seen[fits & (gap == 0)].all()  # and, in one chunk, the bucket's queries and keys all meet
+
+
+def test_lsh_rounds_each_sort_queries_and_keys_by_the_same_buckets():
+    """Each round hashes the positions anew; within a round queries, keys and values follow one
+    sort order, padding after every bucket; the rounds share one softmax (their log-sum-exps)."""
+    generator = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(3, HEADS, 29, 8, generator=generator) for _ in range(3))
+    padding = torch.zeros(3, 29, dtype=torch.bool)
+    padding[1, 17:] = True
+    padding[2, 26:] = True
+    buckets = torch.randint(6, (3, HEADS, 3, 29), generator=generator)  # 3 rounds of 6 buckets
+    ours = lsh_attention(q, k, v, padding, buckets, 5)
+    reference = lsh_dense_reference(q, k, v, padding, buckets, 5)
+    assert_heads_close_where_real(ours, reference, padding)
 
 
 def test_lsh_attends_within_chunks_of_sorted_buckets_over_rounds():

@@ -9,9 +9,10 @@ adds parameters), and changes only which keys each query sees:
   is symmetric) and a stride ``s`` adds the keys ``(i - j) mod s == 0``.
   Memory O(n w), plus O(2 n g) and O(n^2 / s).
 * ``LSHAttention`` (2.3, Kitaev et al. 2020): ``l`` rounds of random-rotation hashing put
-  similar queries and keys into the same buckets; queries and keys are sorted by bucket and
-  cut into chunks of ``b_l``, and each query attends to the keys of its chunk and of the
-  chunk before. O(l n b_l).
+  similar queries and keys into the same buckets; each position is hashed once (from one
+  vector shared by its query and key), positions are sorted by bucket and cut into chunks of
+  ``b_l``, and each query attends to the keys of its chunk and of the chunk before, so a
+  query meets the keys of its own bucket. O(l n b_l).
 * ``SinkhornAttention`` (2.3, Tay et al. 2020): the sequence is cut into blocks of ``b_s``; a
   Sinkhorn sorting network turns block-to-block scores into a (soft) permutation of the
   blocks, and each query attends to its own block and to the block sorted next to it.
@@ -154,42 +155,49 @@ def lsh_attention(
     k: Tensor,
     v: Tensor,
     key_padding_mask: Optional[Tensor],
-    rotations: Tensor,
+    buckets: Tensor,
     chunk_size: int,
     dropout: Callable[[Tensor], Tensor] = lambda p: p,
 ) -> Tensor:
-    """Each round sorts queries and keys by (bucket, position), cuts both into chunks of
-    ``chunk_size``, and lets chunk ``c`` of queries attend to chunks ``c`` and ``c - 1`` of keys.
-    Padding sorts after every bucket. Rounds are combined as parts of one softmax: round ``r``'s
-    output weighs ``exp(lse_r - logsumexp_r(lse_r))``, its share of the total softmax mass.
+    """Reformer's chunked attention over one bucket id per position and round.
 
-    q, k, v: (batch, heads, len, head_dim); rotations: (heads, head_dim, rounds, n_buckets / 2).
+    Each round sorts the positions by (bucket, position), and queries, keys and values all
+    follow that one order (Kitaev et al. 2020, Section 2: "sort the queries and keys by
+    bucket"; with one hash per position the i-th query and the i-th key of the sorted
+    sequence are the same position). The sorted sequence is cut into chunks of
+    ``chunk_size``, and the queries of chunk ``c`` attend to the keys of chunks ``c`` and
+    ``c - 1`` (the first chunk has no chunk before it). A bucket of at most ``chunk_size``
+    positions lies in one chunk or in two adjacent ones, so each of its queries sees every key
+    of the bucket sorted at or before it (itself included), and all of them when the bucket
+    lies in one chunk. Padding sorts after
+    every bucket and is never attended to. Rounds are combined as parts of one softmax: round
+    ``r``'s output weighs ``exp(lse_r - logsumexp_r(lse_r))``, its share of the total mass,
+    which is softmax(q k^T) over the union of the rounds' keys, a key counted once per round
+    that shows it to the query.
+
+    q, k, v: (batch, heads, len, head_dim); buckets: (batch, heads, rounds, len) integer
+    bucket ids (its values at padding are ignored); returns (batch, heads, len, head_dim).
     """
     batch, heads, length, head_dim = q.shape
-    rounds, n_buckets = rotations.size(2), 2 * rotations.size(3)
+    rounds = buckets.size(2)
     padded = round_up(length, chunk_size)
     n_chunks = padded // chunk_size
     padding = padding_mask(key_padding_mask, batch, length, padded, q.device)  # (batch, padded)
     q, k, v = (pad_length(x, padded) for x in (q, k, v))
-    positions = torch.arange(padded, device=q.device)
 
-    with torch.no_grad():
+    with torch.no_grad():  # positions sorted by (bucket, position), padding last: (batch, heads, rounds, padded)
+        sort_keys = F.pad(buckets.to(device=q.device, dtype=torch.long), (0, padded - length))
+        sort_keys = sort_keys.masked_fill(padding[:, None, None, :], torch.iinfo(torch.long).max)
+        order = torch.sort(sort_keys, dim=-1, stable=True).indices
 
-        def sort_order(x: Tensor) -> Tensor:  # (batch, heads, rounds, padded): positions sorted by (bucket, position)
-            buckets = lsh_buckets(x, rotations).masked_fill(padding[:, None, None, :], n_buckets)
-            return (buckets * padded + positions).argsort(dim=-1)
-
-        q_order, k_order = sort_order(q), sort_order(k)
-
-    def by_order(x: Tensor, order: Tensor) -> Tensor:  # (batch, heads, padded, d) -> (batch, heads, rounds, padded, d)
+    def by_order(x: Tensor) -> Tensor:  # (batch, heads, padded, d) -> (batch, heads, rounds, n_chunks, chunk, d)
         expanded = x[:, :, None].expand(-1, -1, rounds, -1, -1)
-        return expanded.gather(3, order[..., None].expand(-1, -1, -1, -1, x.size(-1)))
+        gathered = expanded.gather(3, order[..., None].expand(-1, -1, -1, -1, x.size(-1)))
+        return gathered.view(batch, heads, rounds, n_chunks, chunk_size, x.size(-1))
 
-    chunked = (batch, heads, rounds, n_chunks, chunk_size)
-    q_sorted = by_order(q, q_order).view(*chunked, head_dim)
-    k_sorted = by_order(k, k_order).view(*chunked, head_dim)
-    v_sorted = by_order(v, k_order).view(*chunked, head_dim)
-    key_masked = padding[:, None, None, :].expand(-1, heads, rounds, -1).gather(3, k_order).view(*chunked)
+    q_sorted, k_sorted, v_sorted = by_order(q), by_order(k), by_order(v)
+    key_masked = padding[:, None, None, :].expand(-1, heads, rounds, -1).gather(3, order)
+    key_masked = key_masked.view(batch, heads, rounds, n_chunks, chunk_size)
     if n_chunks > 1:  # each chunk also sees the chunk before it (the first chunk has none)
         k_sorted = torch.cat([k_sorted, look_back(k_sorted, 0.0)], dim=4)
         v_sorted = torch.cat([v_sorted, look_back(v_sorted, 0.0)], dim=4)
@@ -203,7 +211,7 @@ def lsh_attention(
     probs = torch.exp(filled - lse[..., None]).masked_fill(masked, 0.0)
     out = torch.einsum("bhrnck,bhrnkd->bhrncd", dropout(probs).type_as(v), v_sorted)  # (batch, heads, rounds, n_chunks, chunk, d)
 
-    undo = q_order.argsort(dim=-1)  # back to positions: (batch, heads, rounds, padded)
+    undo = order.argsort(dim=-1)  # back to positions: (batch, heads, rounds, padded)
     out = out.reshape(batch, heads, rounds, padded, head_dim).gather(3, undo[..., None].expand(-1, -1, -1, -1, head_dim))
     lse = lse.reshape(batch, heads, rounds, padded).gather(3, undo)
     round_weights = torch.softmax(lse, dim=2).type_as(out)  # (batch, heads, rounds, padded)
@@ -364,7 +372,23 @@ class SlidingWindowAttention(EfficientSelfAttention):
 class LSHAttention(EfficientSelfAttention):
     """Section 2.3: ``rounds`` rounds of hashing into ``n_buckets`` buckets, chunks of ``bucket_size``.
 
-    Queries and keys keep BART's separate projections and are hashed with the same rotations.
+    Each position is hashed ONCE per round, from the one vector its query and key share:
+    ``(q_proj(x) + k_proj(x)) / 2``, the vector the HEPOS authors hash (LongDocSum,
+    ``Model/longbart/utils/lsh_attention.py``, ``LSHSelfAttention.forward`` and
+    ``_hash_vectors``). Queries, keys and values are then sorted by that one bucket id, so, as
+    in Reformer's shared-QK attention (Kitaev et al. 2020, Section 2), the query and the keys
+    of a bucket line up in the same or adjacent chunks. Hashing queries and keys separately
+    gives them two different sort orders, and query chunk ``c`` need not meet the keys of its
+    own bucket at all.
+
+    Unlike the authors' code, which then attends with that shared vector as the query and its
+    length-normalised copy as the key (shared-QK, with Reformer's mask on a token attending to
+    itself), the scores here are BART's own ``q_proj(x) k_proj(x)^T / sqrt(d)``: a BART
+    checkpoint keeps its pretrained attention function (every weight loads and is used as
+    pretrained, and one chunk covering the sequence is exactly BART's full attention), and no
+    self-mask is needed, since ``q_i . k_i`` does not dominate when the query and key differ.
+    Only which keys a query sees comes from the shared hash.
+
     Training draws fresh rotations at every call from torch's random generator (fixed by the
     run's seed); evaluation uses the rotations of ``seed``, so decoding is deterministic."""
 
@@ -385,9 +409,17 @@ class LSHAttention(EfficientSelfAttention):
             return torch.randn(shape, device=device, dtype=dtype)
         return torch.randn(shape, generator=torch.Generator().manual_seed(self.seed)).to(device=device, dtype=dtype)
 
+    def hashed_vectors(self, q: Tensor, k: Tensor) -> Tensor:
+        """The one vector hashed per position: ``(q_proj(x) + k_proj(x)) / 2`` (q arrives scaled)."""
+        return (q / self.scaling + k) / 2
+
+    def buckets(self, q: Tensor, k: Tensor) -> Tensor:
+        """(batch, heads, rounds, len): every position's bucket in every round."""
+        with torch.no_grad():
+            return lsh_buckets(self.hashed_vectors(q, k), self.rotations(q.device, q.dtype))
+
     def attend(self, q, k, v, key_padding_mask):
-        rotations = self.rotations(q.device, q.dtype)
-        return lsh_attention(q, k, v, key_padding_mask, rotations, self.bucket_size, self.dropout_module)
+        return lsh_attention(q, k, v, key_padding_mask, self.buckets(q, k), self.bucket_size, self.dropout_module)
 
 
 class SinkhornAttention(EfficientSelfAttention):
