@@ -12,6 +12,7 @@ if TESTS_DIR not in sys.path:
 
 from builders.cli import TRAIN_FLAGS, run_cli  # noqa: E402
 from builders.corpora import acl_papers, paged_sentencepiece_data, write_jsonl  # noqa: E402
+from builders.hepos import single_thread  # noqa: E402
 from builders.paged_data import write_copy_task  # noqa: E402
 
 
@@ -53,3 +54,11 @@ def jsonl(tmp_path_factory, papers):
 def paged(tmp_path_factory, jsonl):
     """``papers`` preprocessed into discourse pages with a small sentencepiece vocabulary."""
     return paged_sentencepiece_data(jsonl, tmp_path_factory.mktemp("paged") / "data")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models on one CPU thread (``pytestmark = pytest.mark.usefixtures("one_thread")``):
+    at these sizes more threads cost more than they save, and far more on a busy machine."""
+    with single_thread():
+        yield

@@ -11,6 +11,8 @@ import pytest
 from builders.awesome import awesome_bart_twin, build_awesome, paper_examples, write_text_corpus
 from builders.cli import USER_DIR, run_cli
 from builders.models import save_bart_checkpoint
+from pagesum_plugin import from_pretrained
+from pagesum_plugin.awesome.extract import SalientExtractor
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 
 pytestmark = pytest.mark.slow  # end-to-end runs of fairseq-train and fairseq-generate
@@ -22,11 +24,15 @@ COMMON = ["--user-dir", USER_DIR, "--optimizer", "adam", "--lr", "1e-3", "--drop
 SUMMARIZER = ["--task", "segmented_summarization", "--segmentation", "length", "--salient-sentences", "extractor"]
 
 
+def pipeline_papers():
+    return paper_examples(6, offset=30, sentences=16)  # train, valid and test: 2 each
+
+
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     root = tmp_path_factory.mktemp("awesome_pipeline")
     data = str(root / "data")
-    papers = paper_examples(6, offset=30, sentences=16)
+    papers = pipeline_papers()
     write_text_corpus(data, {"train": papers[:2], "valid": papers[2:4], "test": papers[4:]})
     logs = {}
     logs["segment"] = run_cli([sys.executable, "-m", "pagesum_plugin.awesome.segment", data, "--embedding-model",
@@ -77,3 +83,18 @@ def test_generate_and_score_run_on_the_concatenated_summaries(pipeline):
     assert len(hypotheses) == N_TEST
     scores, _ = json.JSONDecoder().raw_decode(logs["score"][logs["score"].index("{"):])  # stdout, then stderr
     assert scores["examples"] == N_TEST and {"rouge1", "rouge2", "rougeLsum"} <= set(scores["scores"])
+
+
+def test_summarize_with_the_trained_extractor_equals_fairseq_generate(pipeline):
+    """summarize() on the raw test documents: segmented as the corpus was, the extractor's
+    salient sentences (at the threshold the extract stage used) in every segment's input,
+    decoded with fairseq-generate's settings, gives fairseq-generate's hypotheses."""
+    root, data, logs = pipeline
+    awesome = from_pretrained(str(root / "awesome"), "checkpoint_best.pt", data_name_or_path=data)
+    extractor = SalientExtractor.from_checkpoint(str(root / "extractor" / "checkpoint_best.pt"), data, threshold=0.3)
+    texts = [paper["text"] for paper in pipeline_papers()[4:]]
+    with pytest.raises(ValueError, match="extractor="):
+        awesome.summarize(texts)
+    summaries = awesome.summarize(texts, extractor=extractor, beam=2, max_len_b=8, min_len=1, lenpen=1.0,
+                                  no_repeat_ngram_size=0)
+    assert summaries == (root / "test.hyp.txt").read_text(encoding="utf-8").splitlines()

@@ -4,10 +4,9 @@ MLP, trained on oracle labels, fine-tuned from a BART checkpoint."""
 import numpy as np
 import pytest
 import torch
-from fairseq import options, tasks
 from fairseq.criterions import build_criterion
 
-from builders.awesome import paper_examples, write_text_corpus
+from builders.awesome import build_extractor, paper_examples, write_text_corpus
 from builders.models import bart_twin, build_tiny
 from pagesum_plugin.awesome import label as label_cli
 from pagesum_plugin.awesome.cache import salient_path
@@ -20,15 +19,6 @@ def labelled(tmp_path_factory):
     write_text_corpus(data_dir, {"train": papers[:2], "valid": papers[2:]})
     assert label_cli.main([data_dir, "--workers", "1"]) == 0
     return data_dir
-
-
-def build_extractor(data_dir, *extra):
-    argv = [data_dir, "--task", "salient_extraction", "--arch", "awesome_extractor_tiny",
-            "--criterion", "salient_extraction", "--optimizer", "adam", "--dropout", "0.0", "--cpu", *extra]
-    args = options.parse_args_and_arch(options.get_training_parser(), argv)
-    task = tasks.setup_task(args)
-    torch.manual_seed(0)
-    return args, task, task.build_model(args)
 
 
 def test_every_sentence_gets_a_score_from_the_mean_of_its_final_states(labelled):

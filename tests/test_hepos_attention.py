@@ -3,23 +3,12 @@
 import pytest
 import torch
 
-from builders.hepos import (
-    attention_like,
-    dense_attention,
-    merge_heads,
-    per_head,
-    single_thread,
-    stock_attention,
-)
+from builders.hepos import attention_like, dense_attention, merge_heads, per_head, stock_attention
 from pagesum_plugin.modules.hepos_attention import CrossAttention, HeposAttention, LinformerCrossAttention
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
+
 DIM = 24
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    with single_thread():
-        yield
 
 
 def inputs(batch=3, src_len=23, tgt_len=5, seed=0, pad_from=None):

@@ -3,18 +3,14 @@
 import pytest
 import torch
 
-from builders.hepos import build_hepos, single_thread
+from builders.hepos import build_hepos
 from builders.models import bart_twin, save_bart_checkpoint
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
+
 BART_POSITIONS = 16  # the checkpoint's source positions (fairseq's table has 2 more rows: the offset)
 OFFSET = 2  # padding index 1 + 1: rows 0 and 1 of a learned position table are not positions
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    with single_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

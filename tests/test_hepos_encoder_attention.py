@@ -3,14 +3,7 @@
 import pytest
 import torch
 
-from builders.hepos import (
-    attention_like,
-    dense_attention,
-    merge_heads,
-    per_head,
-    single_thread,
-    stock_attention,
-)
+from builders.hepos import attention_like, dense_attention, merge_heads, per_head, stock_attention
 from pagesum_plugin.modules.efficient_attention import (
     LSHAttention,
     SinkhornAttention,
@@ -21,13 +14,9 @@ from pagesum_plugin.modules.efficient_attention import (
     sinkhorn_block_sort,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
+
 DIM, HEADS = 32, 4
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    with single_thread():
-        yield
 
 
 def states(batch=3, length=37, seed=0, pad_from=None):

@@ -8,21 +8,17 @@ import pytest
 import torch
 
 from builders.bpe import build_gpt2_bpe
-from builders.hepos import build_hepos, single_thread
+from builders.hepos import build_hepos
 from builders.models import make_source_sensitive
 from builders.paged_data import copy_task_examples, make_dictionary, write_corpus
 from pagesum_plugin import from_pretrained
 from pagesum_plugin.corpus.format import CorpusMeta
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
+
 FLAT = ["--view", "flat", "--max-source-tokens", "24"]
 SINKHORN = ["--encoder-attention", "sinkhorn", "--sinkhorn-block-size", "8"]
 LSH = ["--encoder-attention", "lsh", "--lsh-bucket-size", "8"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    with single_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -5,15 +5,7 @@ import copy
 import pytest
 import torch
 
-from builders.hepos import (
-    ENCODER_VARIANTS,
-    SMALL_PATTERNS,
-    build_hepos,
-    flat_batch,
-    random_texts,
-    sample_of,
-    single_thread,
-)
+from builders.hepos import ENCODER_VARIANTS, SMALL_PATTERNS, build_hepos, flat_batch, random_texts, sample_of
 from builders.models import (
     assert_batched_equals_alone,
     assert_incremental_equals_full,
@@ -25,11 +17,7 @@ from builders.models import (
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.generation import PageSumSequenceGenerator
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    with single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
 
 
 @pytest.fixture(scope="module")

@@ -68,6 +68,26 @@ def build_awesome(data_dir: str, *extra_args: str, arch: str = "awesome_tiny", s
     return args, task, task.build_model(args).eval()
 
 
+def build_extractor(data_dir: str, *extra_args: str, arch: str = "awesome_extractor_tiny", seed: int = 0):
+    """(args, task, SalientExtractorModel) over ``data_dir`` with the salient_extraction task."""
+    argv = [data_dir, "--task", "salient_extraction", "--arch", arch, "--criterion", "salient_extraction",
+            "--optimizer", "adam", "--dropout", "0.0", "--cpu", *extra_args]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    task = tasks.setup_task(args)
+    torch.manual_seed(seed)
+    return args, task, task.build_model(args)
+
+
+def save_checkpoint(path: str, args, model) -> None:
+    """``model`` and the arguments it was built with, in the layout of a fairseq-train
+    checkpoint that ``from_pretrained`` and ``checkpoint_utils`` load."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    history = [{"criterion_name": args.criterion, "optimizer_name": args.optimizer, "lr_scheduler_state": {"best": None},
+                "num_updates": 0}]
+    torch.save({"args": args, "model": model.state_dict(), "optimizer_history": history, "extra_state": {},
+                "last_optimizer_state": None}, path)
+
+
 def randomize_memories(model, scale: float = 0.5, seed: int = 0):
     """Memory read projections start at zero (the layer equals BART's); tests that need the
     memories to matter give them random weights."""
