@@ -6,13 +6,21 @@ import argparse
 import numpy as np
 import pytest
 import torch
+from fairseq import options
 from fairseq.criterions import build_criterion
 
 from builders.awesome import awesome_bart_twin, build_awesome, randomize_memories, segment_sample
 from builders.models import decoder_input, make_source_sensitive
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.awesome.generator import SegmentSequenceGenerator
-from pagesum_plugin.modules.memory import SegmentMemory
+from pagesum_plugin.models.awesome import memory_layer_ids
+from pagesum_plugin.modules.memory import (
+    AttentiveMemory,
+    CompressiveMemory,
+    MemoryDecoderLayer,
+    MemoryEncoderLayer,
+    SegmentMemory,
+)
 
 
 def vocab(task):
@@ -203,3 +211,56 @@ def test_a_plain_bart_checkpoint_loads_with_fresh_memories(copy_task_dir, plain)
 def test_decoding_defaults_are_per_segment_and_let_a_segment_summary_be_empty(plain):
     _, task, _ = plain
     assert (task.generation_defaults.min_len, task.generation_defaults.max_len_b) == (0, 256)
+
+
+# --------------------------------------------------------------------------- architectures
+
+
+# BART-large's depth and AWESOME's memory settings, at a width small enough to build on a CPU
+NARROW = ["--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+          "--decoder-attention-heads", "2"]
+
+
+def memory_layers(stack) -> list:
+    return [i for i, layer in enumerate(stack.layers) if isinstance(layer, (MemoryEncoderLayer, MemoryDecoderLayer))]
+
+
+def test_awesome_bart_large_is_bart_large_with_the_papers_memory_settings(copy_task_dir):
+    """Sec. 3.1 and Appendix D: m = 1024 memory slots for BART-large, compression rate r = 5,
+    and memories in the last 3 layers (attentive) of BART-large's 12 + 12."""
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        copy_task_dir, "--task", "segmented_summarization", "--arch", "awesome_bart_large"])  # not built: 400M weights
+    assert (args.encoder_embed_dim, args.encoder_layers, args.decoder_layers) == (1024, 12, 12)
+    assert (args.memory, args.memory_slots, args.compression_rate, args.memory_in) == ("attentive", 1024, 5, "both")
+    for side, layers in (("encoder", args.encoder_layers), ("decoder", args.decoder_layers)):
+        assert memory_layer_ids(args, side, layers) == (9, 10, 11)
+
+
+def test_attentive_memory_sits_in_the_last_three_encoder_and_decoder_layers_with_1024_slots(copy_task_dir):
+    args, _, model = build_awesome(copy_task_dir, *NARROW, arch="awesome_bart_large")
+    assert memory_layers(model.encoder) == memory_layers(model.decoder) == [9, 10, 11]
+    for memory in model.encoder.memories + model.decoder.memories:
+        assert isinstance(memory, AttentiveMemory)
+        assert memory.slots == 1024 and tuple(memory.initial.shape) == (1024, 16)
+
+
+def test_compressive_memory_sits_in_the_first_three_layers_and_compresses_half_its_slots_by_five(copy_task_dir):
+    """Eq. 1-6: the first half of the m = 1024 slots holds history compressed by a
+    convolution of ratio r = 5, the other half the most recent states."""
+    args, _, model = build_awesome(copy_task_dir, *NARROW, "--memory", "compressive", arch="awesome_bart_large")
+    assert memory_layers(model.encoder) == memory_layers(model.decoder) == [0, 1, 2]
+    memories = model.encoder.memories + model.decoder.memories
+    assert len(memories) == 6
+    for memory in memories:
+        assert isinstance(memory, CompressiveMemory)
+        assert (memory.slots, memory.rate) == (1024, 5)
+        assert (memory.compress.kernel_size, memory.compress.stride) == ((5,), (5,))
+    memory = memories[0]
+    # 512 recent states, and 5 x 512 pushed out before them: exactly enough to fill both halves
+    states = torch.randn(1, 512 + 5 * 512, 16)
+    with torch.no_grad():
+        slots = memory.update(memory.initial_slots(1, states), states, torch.zeros(1, states.size(1), dtype=torch.bool))
+        compressed = memory.compress(states[0, :5 * 512].t().unsqueeze(0)).squeeze(0).t()  # (512, 16)
+    assert not slots.empty.any()
+    torch.testing.assert_close(slots.values[0, :512], compressed)  # the compressed half
+    torch.testing.assert_close(slots.values[0, 512:], states[0, -512:])  # the recent half

@@ -2,6 +2,7 @@
 hook that reads it."""
 
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from builders.awesome import paper_examples, write_text_corpus
 from builders.paged_data import document_of_pages
 from pagesum_plugin.awesome import segment as segment_cli
-from pagesum_plugin.awesome.cache import load_segmentation, segments_path
+from pagesum_plugin.awesome.cache import embeddings_path, load_segmentation, segments_path
 from pagesum_plugin.awesome.documents import unit_texts
 from pagesum_plugin.awesome.segmentation import model_tag, opens_new_segment, segment_sentences
 from pagesum_plugin.corpus.codec import TextCodec
@@ -129,7 +130,7 @@ def test_an_unavailable_embedding_model_falls_back_to_the_length_rule_and_says_s
     assert not segments_path(text_dir, "test", model_tag(missing)).exists()
 
 
-def test_segmenting_a_split_with_embeddings_follows_the_similarities(text_dir):
+def test_segmenting_a_split_with_embeddings_follows_the_similarities(text_dir, tmp_path):
     codec = TextCodec.from_data_dir(text_dir)
     corpus = CorpusSplit(text_dir, "train")
 
@@ -137,7 +138,8 @@ def test_segmenting_a_split_with_embeddings_follows_the_similarities(text_dir):
         texts = [t for d in range(len(corpus)) for t in unit_texts(codec, corpus.document(d))]
         return np.stack([np.eye(8)[(texts.index(s) // 10) % 8] for s in sentences])
 
-    segment_ids, targets = segment_cli.segment_split(text_dir, "train", codec, one_topic_per_ten_sentences, 1, 10_000)
+    embeddings = segment_cli.embed_split(text_dir, "train", codec, one_topic_per_ten_sentences, tmp_path / "e.npy")
+    segment_ids, targets = segment_cli.segment_split(text_dir, "train", codec, embeddings, 1, 10_000)
     first = corpus.structure.example_units
     for d in range(len(corpus)):
         ids = segment_ids[first[d]: first[d + 1]]
@@ -146,6 +148,62 @@ def test_segmenting_a_split_with_embeddings_follows_the_similarities(text_dir):
         opens = np.flatnonzero(np.diff(ids)) + 1  # a huge maximum: only similarity cuts
         assert set(opens) <= set(np.flatnonzero(np.diff(topic)) + 1)
         assert len(targets.of_example(d)) == ids[-1] + 1
+
+
+class CountingEncoder:
+    """A stand-in sentence embedding model: a fixed random vector per sentence text; counts
+    how often it is loaded and how many sentences it embeds."""
+
+    loads = 0
+    sentences = 0
+
+    def __init__(self, *args):
+        CountingEncoder.loads += 1
+
+    def __call__(self, sentences):
+        CountingEncoder.sentences += len(sentences)
+        return np.stack([np.random.RandomState(zlib.crc32(s.encode())).randn(8) for s in sentences]).astype(np.float32)
+
+
+def test_the_sentences_are_embedded_once_per_split_and_segmenting_again_reuses_them(text_dir, monkeypatch, capsys):
+    """The issue: "Cache the embeddings, so that segmentation runs once per corpus."
+    Segmenting again with other lengths (Algorithm 1's l_min, l_max) reads the cached
+    embeddings: no model is loaded and no sentence embedded."""
+    monkeypatch.setattr(segment_cli, "sentence_encoder_or_length_rule", lambda name, *args: CountingEncoder())
+    monkeypatch.setattr(CountingEncoder, "loads", 0)
+    monkeypatch.setattr(CountingEncoder, "sentences", 0)
+    units = len(CorpusSplit(text_dir, "train").structure.unit_length)
+    model = ["--embedding-model", "stand-in", "--splits", "train"]
+
+    assert segment_cli.main([text_dir, *model, "--min-tokens", "20", "--max-tokens", "300"]) == 0
+    assert (CountingEncoder.loads, CountingEncoder.sentences) == (1, units)
+    cache = embeddings_path(text_dir, "train", "stand-in")
+    assert np.load(cache).dtype == np.float16 and np.load(cache).shape == (units, 8)
+    first, _ = load_segmentation(text_dir, "train", "stand-in", units)
+    capsys.readouterr()
+
+    assert segment_cli.main([text_dir, *model, "--min-tokens", "150", "--max-tokens", "300"]) == 0
+    assert (CountingEncoder.loads, CountingEncoder.sentences) == (1, units), "the encoder ran again"
+    assert "read from the cache" in capsys.readouterr().out
+    second, _ = load_segmentation(text_dir, "train", "stand-in", units)
+    assert json.loads(segments_path(text_dir, "train", "stand-in").with_suffix(".json").read_text())["min_tokens"] == 150
+    assert not np.array_equal(first, second)  # other lengths, other segments
+
+    # the cached float16 values are what the segments come from: embedding again gives the same
+    assert segment_cli.main([text_dir, *model, "--min-tokens", "150", "--max-tokens", "300",
+                             "--no-embedding-cache"]) == 0
+    assert (CountingEncoder.loads, CountingEncoder.sentences) == (2, 2 * units)
+    assert np.array_equal(load_segmentation(text_dir, "train", "stand-in", units)[0], second)
+
+
+def test_cached_embeddings_of_another_model_are_not_read(text_dir, monkeypatch):
+    monkeypatch.setattr(segment_cli, "sentence_encoder_or_length_rule", lambda name, *args: CountingEncoder())
+    monkeypatch.setattr(CountingEncoder, "loads", 0)
+    assert segment_cli.main([text_dir, "--embedding-model", "stand-in", "--splits", "test"]) == 0
+    assert segment_cli.cached_embeddings(text_dir, "test", "stand-in") is not None
+    assert segment_cli.cached_embeddings(text_dir, "test", "other/stand-in") is None  # same tag, another model
+    assert segment_cli.main([text_dir, "--embedding-model", "other/stand-in", "--splits", "test"]) == 0
+    assert CountingEncoder.loads == 2
 
 
 @pytest.mark.slow

@@ -9,14 +9,21 @@ BIN_DIR = os.path.dirname(sys.executable)  # console scripts of the environment 
 USER_DIR = os.path.join(REPO_ROOT, "pagesum_plugin")
 
 
-def run_cli(argv, cwd=None, timeout=600):
-    """Run a console command, failing the test with its output if it fails."""
-    env = dict(
+def subprocess_env(**variables: str) -> dict:
+    """This environment, with the project importable and its console commands first on the path."""
+    return dict(
         os.environ,
         PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
         PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""),
+        **variables,
     )
-    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_cli(argv, cwd=None, timeout=600, **variables: str):
+    """Run a console command (with environment ``variables``), failing the test with its
+    output if it fails."""
+    result = subprocess.run(argv, cwd=cwd, env=subprocess_env(**variables), capture_output=True, text=True,
+                            timeout=timeout)
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     return result.stdout + result.stderr

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from builders.bpe import Gpt2BpeFiles, build_gpt2_bpe
-from builders.cli import BIN_DIR, REPO_ROOT
+from builders.cli import REPO_ROOT, subprocess_env
 from builders.corpora import acl_papers
 from builders.models import bart_twin, build_tiny, save_bart_checkpoint
 from pagesum_plugin.corpus.format import CorpusMeta
@@ -47,12 +47,7 @@ def recipe_env(**variables: str) -> dict[str, str]:
     """The environment of a recipe run on this machine: the project's commands first on the
     path and, unless ``variables`` say otherwise, no GPU, one worker and one thread (runs go
     two at a time on two cores)."""
-    env = dict(
-        os.environ,
-        PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        PATH=BIN_DIR + os.pathsep + os.environ.get("PATH", ""),
-        NUM_GPUS="0", WORKERS="1", GEN_BATCH_SIZE="2", OMP_NUM_THREADS="1",
-    )
+    env = subprocess_env(NUM_GPUS="0", WORKERS="1", GEN_BATCH_SIZE="2", OMP_NUM_THREADS="1")
     env.update(variables)
     return env
 
