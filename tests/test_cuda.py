@@ -1,0 +1,69 @@
+"""What only a GPU can show: decoding and page masking in half precision, and the n-gram
+blocker on CUDA tensors. Every test here is skipped, with the reason, where torch sees no
+CUDA device; BENCHMARKS.md says where they last ran."""
+
+import pytest
+import torch
+from fairseq import utils
+
+from builders.models import build_tiny, decoder_input, log_probs, make_source_sensitive, paged_batch
+from pagesum_plugin.generation import PageSumSequenceGenerator, ban_repeated_ngrams
+from pagesum_plugin.generation.ngram_blocking import NoRepeatNGramBlocker
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none)")
+
+HALF = [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, id="bf16")]
+
+
+def half_model(copy_task_dir, dtype):
+    """A tiny PageSum whose summaries depend on its pages, on the GPU in ``dtype``."""
+    _, task, model = build_tiny(copy_task_dir)
+    make_source_sensitive(model, task.dictionary)
+    return task, model.to(device="cuda", dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_precision_batched_decoding_equals_one_document_at_a_time(copy_task_dir, dtype):
+    task, model = half_model(copy_task_dir, dtype)
+    task.load_dataset("test")
+    dataset = task.datasets["test"]
+    indices = list(range(8))
+    generator = PageSumSequenceGenerator([model], task.dictionary, beam_size=4, max_len_b=30, no_repeat_ngram_size=3)
+    batched = generator.generate([model], utils.move_to_cuda(dataset.collater([dataset[i] for i in indices])))
+    for i, hypos in zip(indices, batched):
+        alone = generator.generate([model], utils.move_to_cuda(dataset.collater([dataset[i]])))[0]
+        assert torch.equal(hypos[0]["tokens"], alone[0]["tokens"])
+        torch.testing.assert_close(hypos[0]["positional_scores"], alone[0]["positional_scores"], atol=5e-2, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_precision_page_masking_with_padding_pages_gives_no_nan(copy_task_dir, dtype):
+    """Padding pages are masked out of the page softmax (Eq. 8) without NaN or inf in fp16
+    and bf16, and get exactly zero weight."""
+    task, model = half_model(copy_task_dir, dtype)
+    d = task.dictionary
+    examples = [[[10, 11, 12], [13, 14]], [[15, 16, 17, 18]]]  # 2 and 1 real pages
+    src = paged_batch(examples, d, max_pages=7).cuda()  # 5 and 6 padding pages
+    _, prev = decoder_input([[20, 21, 22], [23]], d)
+    with torch.no_grad():
+        lprobs, extra = log_probs(model, src, prev.cuda())
+    real = prev.cuda().ne(d.pad())
+    assert bool(torch.isfinite(lprobs[real]).all())
+    weights = extra["page_weights"]  # (batch, pages, tgt_len)
+    assert bool(torch.isfinite(weights).all())
+    assert bool((weights[0, 2:] == 0).all()) and bool((weights[1, 1:] == 0).all())
+
+
+def test_the_ngram_blocker_on_cuda_bans_what_it_bans_on_the_cpu():
+    """fairseq's CUDA kernel where it is built, our tensor blocker otherwise: the same bans."""
+    rng = torch.Generator().manual_seed(0)
+    rows, step, vocab = 12, 40, 9  # a small vocabulary, so that n-grams repeat
+    history = torch.randint(4, vocab, (rows, step + 1), generator=rng)
+    buffer = torch.cat([history, torch.ones(rows, 8, dtype=torch.long)], dim=1)  # padding past the step
+    lprobs = torch.randn(rows, vocab, generator=rng)
+    for n in (2, 3, 4):
+        expected = ban_repeated_ngrams(history, lprobs.clone(), n)
+        blocker = NoRepeatNGramBlocker(n)
+        banned = blocker(buffer.cuda(), lprobs.clone().cuda(), rows // 4, 4, step)
+        assert torch.equal(banned.cpu().isinf(), expected.isinf()), f"n = {n}"
+        assert bool(expected.isinf().any()), "the history must repeat some n-gram"
