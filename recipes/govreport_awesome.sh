@@ -15,6 +15,10 @@
 #   train       fairseq-hydra-train of AWESOME, fine-tuned from bart.large
 #   generate    fairseq-generate, segment by segment
 #   score       pagesum-score
+# The salient sentences and the segmentation are the YAML's task.salient_sentences and
+# task.segmentation, or what TRAIN_ARGS sets them to (task.salient_sentences=none: "attentive
+# memory only"); training and decoding both use them. Without salient sentences the oracle
+# labels and the extractor stage are skipped; with oracle ones, the extractor stage.
 #
 #   GOVREPORT_DIR    GovReport as JSON lines: train.jsonl, valid.jsonl, test.jsonl
 #                    (or name each split with GOVREPORT_TRAIN, GOVREPORT_VALID, GOVREPORT_TEST)
@@ -64,6 +68,20 @@ yaml_value() {
     "$PYTHON" -c "from omegaconf import OmegaConf as O; print(O.select(O.load('$CONFIG_DIR/$EXP_CONFIG.yaml'), '$1'))"
 }
 
+# task_value KEY: the summarizer's task.KEY as training sees it: the last TRAIN_ARGS
+# override of it (task.KEY=, +task.KEY= or ++task.KEY=), else the YAML's value.
+task_value() {
+    local word value words
+    value=$(EXP_CONFIG=$SUMMARIZER_CONFIG yaml_value "task.$1")
+    read -r -a words <<<"${TRAIN_ARGS:-}"
+    for word in ${words[@]+"${words[@]}"}; do
+        word=${word#++}
+        word=${word#+}
+        [[ "$word" == "task.$1="* ]] && value=${word#*=}
+    done
+    echo "$value"
+}
+
 device_flags() {
     if (( NUM_GPUS == 0 )); then echo "$1"; fi
 }
@@ -71,13 +89,17 @@ device_flags() {
 # segment_stage DATA: Algorithm 1 and target assignment, and the oracle labels, once per corpus.
 segment_stage() {
     local data=$1
-    run "$PYTHON" -m pagesum_plugin.awesome.segment "$data" --embedding-model "$(yaml_value task.segmentation)" \
+    run "$PYTHON" -m pagesum_plugin.awesome.segment "$data" --embedding-model "$SEGMENTATION" \
         $(device_flags "--device cpu")
-    if [ "${PLAN:-0}" != 1 ] && [ ! -f "$data/train.segments.$(yaml_value task.segmentation).npy" ]; then
+    if [ "${PLAN:-0}" != 1 ] && [ ! -f "$data/train.segments.$SEGMENTATION.npy" ]; then
         die "the sentence embedding model could not be loaded (see above): segments follow the length rule; " \
-            "train with TRAIN_ARGS=task.segmentation=length GEN_ARGS='--segmentation length', or install the model"
+            "train with TRAIN_ARGS=task.segmentation=length, or install the model"
     fi
-    run "$PYTHON" -m pagesum_plugin.awesome.label "$data" --workers "$WORKERS"
+    if [ "$SALIENT" = none ]; then
+        echo "$RECIPE: no salient sentences (task.salient_sentences=none): no oracle labels" >&2
+    else
+        run "$PYTHON" -m pagesum_plugin.awesome.label "$data" --workers "$WORKERS"
+    fi
 }
 
 # extractor_stage DATA RUN_DIR: train the extractor from BART's encoder, then write its
@@ -105,7 +127,8 @@ awesome_generate_stage() {
     [ "${FP16:-0}" = 1 ] && (( NUM_GPUS > 0 )) && device=(--fp16)
     # shellcheck disable=SC2046,SC2086  # flag lists
     run fairseq-generate "$data" --user-dir "$USER_DIR" --task segmented_summarization \
-        $(yaml_flags task segmentation salient_sentences max_input_tokens max_summary_tokens) \
+        --segmentation "$SEGMENTATION" --salient-sentences "$SALIENT" \
+        $(yaml_flags task max_input_tokens max_summary_tokens) \
         --path "$run_dir/checkpoints/checkpoint_best.pt" --gen-subset test \
         $(yaml_flags generation beam lenpen no_repeat_ngram_size min_len max_len_b) --max-len-a 0 \
         --batch-size "$GEN_BATCH_SIZE" "${device[@]}" \
@@ -115,6 +138,12 @@ awesome_generate_stage() {
 
 data="$OUT_DIR/$NAME/data" run_dir="$OUT_DIR/$NAME/$INIT"
 EXP_CONFIG=$SUMMARIZER_CONFIG
+SALIENT=$(task_value salient_sentences)
+SEGMENTATION=$(task_value segmentation)
+case "$SALIENT" in
+    none | oracle | extractor) ;;
+    *) die "task.salient_sentences must be none, oracle or extractor, got '$SALIENT'" ;;
+esac
 [ "${PLAN:-0}" = 1 ] && echo "# experiment: $NAME"
 [ "${PLAN:-0}" = 1 ] || echo "$RECIPE: experiment $NAME -> $OUT_DIR/$NAME" >&2
 if stage_enabled preprocess; then
@@ -127,7 +156,9 @@ if stage_enabled segment; then
     require_path -f "$data/meta.json" "preprocessed data (run the preprocess stage)"
     segment_stage "$data"
 fi
-if stage_enabled extractor; then
+if stage_enabled extractor && [ "$SALIENT" != extractor ]; then
+    echo "$RECIPE: salient sentences: $SALIENT, so no extractor: skipping the extractor stage" >&2
+elif stage_enabled extractor; then
     require_path -f "$data/train.salient.oracle.npy" "oracle labels (run the segment stage)"
     EXP_CONFIG=$EXTRACTOR_CONFIG
     set_batch_flags
@@ -135,7 +166,12 @@ if stage_enabled extractor; then
     EXP_CONFIG=$SUMMARIZER_CONFIG
 fi
 if stage_enabled train; then
-    require_path -f "$data/train.salient.extractor.npy" "the extractor's salient sentences (run the extractor stage)"
+    require_path -f "$data/train.segments.$SEGMENTATION.npy" "the segments (run the segment stage)"
+    case "$SALIENT" in
+        extractor) require_path -f "$data/train.salient.extractor.npy" \
+            "the extractor's salient sentences (run the extractor stage)" ;;
+        oracle) require_path -f "$data/train.salient.oracle.npy" "the oracle's salient sentences (run the segment stage)" ;;
+    esac
     set_batch_flags
     if [ "${DRY_RUN:-0}" = 1 ]; then  # common.sh's toy overrides, those the YAML can take
         DRY_RUN=0 TRAIN_ARGS="$(toy_overrides) ${TRAIN_ARGS:-}" train_stage "$data" "$run_dir" 2>&1 |

@@ -3,11 +3,19 @@
 Per split and segmentation (``TAG``: the embedding model's tag, or ``length``)::
 
     {split}.segments.TAG.npy    (n_units,) int32: every unit's segment within its example
-    {split}.segments.TAG.json   how they were made (model, min/max tokens, unit count)
-    {split}.targets.TAG.npz     every segment's target ids (Appendix A.2):
+    {split}.segments.TAG.json   how they were made (model, min/max tokens, unit count,
+                                targets_format)
+    {split}.targets.TAG.npz     every segment's target ids (Appendix A.2), each with a
+                                leading space (``documents.segment_summary_ids``):
                                   ids (sum,) int32, lengths (n_segments,), example_segments
                                   (n_examples + 1,) offsets; and for inspection every summary
                                   sentence's segment: sentence_segment, example_sentences
+
+Per split and sentence embedding model (``TAG``: its tag), what segmentation reads::
+
+    {split}.embeddings.TAG.npy  (n_units, dim) float16: every unit's sentence embedding,
+                                so that segmenting again (other lengths) embeds nothing
+    {split}.embeddings.TAG.json the model's name, units and dimension
 
 Per split and source of salient sentences (``oracle`` or ``extractor``)::
 
@@ -24,6 +32,10 @@ import numpy as np
 from ..corpus.format import CorpusFormatError
 
 SALIENT_SOURCES = ("oracle", "extractor")
+# 2: every segment's target reads after another sentence (a leading space), so that the
+# segments' summaries concatenate into text joined by single spaces. 1 (no such field):
+# targets without it, whose summaries ran together ("agreed.Veterans").
+TARGETS_FORMAT = 2
 
 
 def segments_path(data_dir, split: str, tag: str) -> Path:
@@ -32,6 +44,10 @@ def segments_path(data_dir, split: str, tag: str) -> Path:
 
 def targets_path(data_dir, split: str, tag: str) -> Path:
     return Path(data_dir) / f"{split}.targets.{tag}.npz"
+
+
+def embeddings_path(data_dir, split: str, tag: str) -> Path:
+    return Path(data_dir) / f"{split}.embeddings.{tag}.npy"
 
 
 def salient_path(data_dir, split: str, source: str) -> Path:
@@ -84,7 +100,8 @@ def save_segmentation(data_dir, split: str, tag: str, segment_ids: np.ndarray, t
                       settings: dict) -> None:
     np.save(segments_path(data_dir, split, tag), segment_ids.astype(np.int32))
     targets.save(targets_path(data_dir, split, tag))
-    info = {**settings, "units": int(len(segment_ids)), "segments": int(len(targets.lengths))}
+    info = {**settings, "units": int(len(segment_ids)), "segments": int(len(targets.lengths)),
+            "targets_format": TARGETS_FORMAT}
     Path(data_dir, f"{split}.segments.{tag}.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
@@ -105,6 +122,9 @@ def load_segmentation(data_dir, split: str, tag: str, num_units: int):
     for path in (seg_path, tgt_path):
         if not path.exists():
             raise _missing(path, command)
+    if segmentation_settings(data_dir, split, tag).get("targets_format") != TARGETS_FORMAT:
+        raise CorpusFormatError(f"{tgt_path} was written by an older version (segment targets without their "
+                                f"leading space): run `{command}` again")
     segment_ids = np.load(seg_path).astype(np.int64)
     if len(segment_ids) != num_units:
         raise CorpusFormatError(f"{seg_path} holds {len(segment_ids)} units but the corpus has {num_units}: "

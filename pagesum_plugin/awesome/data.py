@@ -153,6 +153,18 @@ class SegmentedSummarizationDataset(ExampleDataset):
         return np.vstack((self.longest_input, self.longest_target)).T
 
 
+def sentence_inputs(document: EncodedDocument, bos: int, eos: int, max_sentence_tokens: int) -> List[torch.Tensor]:
+    """The extractor's input of every sentence of a document: ``<s> sentence </s>``, each
+    sentence as it reads on its own (its first word without the leading space), cut to
+    ``max_sentence_tokens`` tokens."""
+    heads = np.split(document.heads, np.cumsum(document.head_plain)[:-1])
+    sentences = []
+    for u, spaced in enumerate(unit_ids(document)):
+        ids = np.concatenate([heads[u], spaced[document.head_spaced[u]:]])[: max_sentence_tokens - 2]
+        sentences.append(torch.from_numpy(np.concatenate([[bos], ids, [eos]]).astype(np.int64)))
+    return sentences
+
+
 class SalientExtractionDataset(ExampleDataset):
     """Sentences of each example with their labels; the collater packs every sentence of
     the batch into rows: src_tokens (n_sentences, sent_len), sentence_counts (batch,)."""
@@ -174,15 +186,9 @@ class SalientExtractionDataset(ExampleDataset):
         return len(self.sentence_counts)
 
     def __getitem__(self, index: int) -> Dict:
-        document = self.corpus.document(index)
-        bos, eos = self.dictionary.bos(), self.dictionary.eos()
         n = int(self.sentence_counts[index])
-        # every sentence reads on its own: the first word without its leading space
-        heads = np.split(document.heads, np.cumsum(document.head_plain)[:-1])
-        sentences = []
-        for u, spaced in enumerate(unit_ids(document)[:n]):
-            ids = np.concatenate([heads[u], spaced[document.head_spaced[u]:]])[: self.max_sentence_tokens - 2]
-            sentences.append(torch.from_numpy(np.concatenate([[bos], ids, [eos]]).astype(np.int64)))
+        sentences = sentence_inputs(self.corpus.document(index), self.dictionary.bos(), self.dictionary.eos(),
+                                    self.max_sentence_tokens)[:n]
         first = self.corpus.structure.example_units[index]
         labels = None if self.labels is None else torch.from_numpy(self.labels[first: first + n].astype(np.float32))
         return {"id": index, "sentences": sentences, "labels": labels}

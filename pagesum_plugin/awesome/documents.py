@@ -29,13 +29,27 @@ def segment_example(document: EncodedDocument, embeddings: Optional[np.ndarray],
     return segment_sentences(lengths, embeddings, min_tokens, max_tokens, opening_lengths=opening)
 
 
+def segment_summary_ids(codec: TextCodec, text: str) -> np.ndarray:
+    """A segment's target ids: its summary as it reads after another sentence, with a leading
+    space, as the corpus stores every document sentence (``codec.encode_document``); none
+    for an empty summary.
+
+    Every segment's target has that form, the first segment's too: whatever the segments
+    before it summarized, a segment's summary starts the same way, and the document's
+    summary, the concatenation of the segments' ids, decodes as their texts joined by
+    single spaces (the codec drops the leading space of the whole)."""
+    text = " ".join(text.split())
+    return codec.ids(" " + text) if text else np.zeros(0, dtype=np.int64)
+
+
 def example_targets(codec: TextCodec, document: EncodedDocument, segment_ids: np.ndarray, reference: str):
-    """(every segment's target ids, every summary sentence's segment) of one example."""
+    """(every segment's target ids (``segment_summary_ids``), every summary sentence's segment)
+    of one example."""
     units = unit_ids(document)
     num_segments = int(segment_ids[-1]) + 1
     texts = [codec.decode(np.concatenate([units[u] for u in np.flatnonzero(segment_ids == j)]))
              for j in range(num_segments)]
     sentences = split_sentences(reference)
     assignment = assign_sentences(sentences, texts)
-    targets = [codec.encode_summary(text) for text in segment_summaries(sentences, assignment, num_segments)]
+    targets = [segment_summary_ids(codec, text) for text in segment_summaries(sentences, assignment, num_segments)]
     return targets, assignment

@@ -15,12 +15,49 @@ import sys
 import numpy as np
 import torch
 from fairseq import checkpoint_utils
+from fairseq.data import data_utils
 
-from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
+from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit, EncodedDocument
 from ..criterions.salient_extraction import sentence_probabilities
 from .cache import salient_path
+from .data import sentence_inputs
 
 PROG = "python -m pagesum_plugin.awesome.extract"
+DEFAULT_THRESHOLD = 0.5
+
+
+def load_extractor(path: str, data_dir: str):
+    """(model, task) of an extractor checkpoint (``fairseq-train --task salient_extraction``),
+    its dictionary read from ``data_dir``; the model in eval mode, on the CPU."""
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data_dir)})
+    return models[0].eval(), task
+
+
+class SalientExtractor:
+    """A trained extractor applied to one encoded document at a time (what ``summarize()``
+    uses for the salient sentences of a raw document): the sentences whose probability
+    exceeds ``threshold`` are salient, exactly as this command marks a stored document's."""
+
+    def __init__(self, model, task, threshold: float = DEFAULT_THRESHOLD):
+        self.model, self.task, self.threshold = model.eval(), task, threshold
+
+    @classmethod
+    def from_checkpoint(cls, path: str, data_dir: str, threshold: float = DEFAULT_THRESHOLD) -> "SalientExtractor":
+        return cls(*load_extractor(path, data_dir), threshold=threshold)
+
+    def to(self, device) -> "SalientExtractor":
+        self.model.to(device)
+        return self
+
+    @torch.no_grad()
+    def predict(self, document: EncodedDocument) -> np.ndarray:
+        """(n_sentences,) bool: every sentence (unit) of ``document``, salient or not."""
+        dictionary = self.task.dictionary
+        sentences = sentence_inputs(document, dictionary.bos(), dictionary.eos(), self.task.cfg.max_sentence_tokens)
+        device = next(self.model.parameters()).device
+        src_tokens = data_utils.collate_tokens(sentences, dictionary.pad()).to(device)
+        logits, padding = self.model(src_tokens, torch.tensor([len(sentences)], device=device))
+        return (sentence_probabilities(logits, padding) > self.threshold).cpu().numpy()
 
 
 @torch.no_grad()
@@ -42,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("data", help="data directory written by pagesum-preprocess")
     parser.add_argument("--path", required=True, help="the extractor's checkpoint (fairseq-train --task salient_extraction)")
     parser.add_argument("--splits", nargs="+", help="splits to label (default: every split of the corpus)")
-    parser.add_argument("--threshold", type=float, default=0.5, help="probability above which a sentence is salient")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help="probability above which a sentence is salient")
     parser.add_argument("--batch-size", type=int, default=1, help="documents per batch")
     parser.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is visible")
     return parser
@@ -53,8 +91,8 @@ def main(argv=None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
     try:
         meta = CorpusMeta.load(args.data)
-        models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
-        model = models[0].to(device).eval()
+        model, task = load_extractor(args.path, args.data)
+        model = model.to(device)
         for split in args.splits or meta.splits:
             labels = predict_split(model, task, split, args.threshold, device, args.batch_size)
             np.save(salient_path(args.data, split, "extractor"), labels)

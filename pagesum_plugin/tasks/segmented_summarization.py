@@ -184,8 +184,8 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         settings = self._segmentation_settings()
         embeddings = None
         encode = self._sentence_encoder(settings)
-        if encode is not None:
-            embeddings = encode(unit_texts(self.codec, document))
+        if encode is not None:  # rounded as the segment command's cache stores them
+            embeddings = np.asarray(encode(unit_texts(self.codec, document))).astype(np.float16).astype(np.float32)
         streams = segment_example(document, embeddings, settings.get("min_tokens", MIN_TOKENS),
                                   settings.get("max_tokens", MAX_TOKENS))
         headers = SalientHeaders.from_codec(self.codec) if salient is not None else None
