@@ -231,9 +231,7 @@ run_experiment() {
     EXP_CONFIG=${2:-$name}
     [ -f "$CONFIG_DIR/$EXP_CONFIG.yaml" ] || die "no settings for experiment $name: $CONFIG_DIR/$EXP_CONFIG.yaml"
     if stage_enabled preprocess; then  # every file is checked before anything runs
-        require_path -f "$EXP_TRAIN" "$name training split"
-        require_path -f "$EXP_VALID" "$name validation split"
-        require_path -f "$EXP_TEST" "$name test split"
+        require_raw_splits "$name"
     fi
     set_batch_flags
     # experiments that differ only in the model share one preprocessed copy of the data
@@ -247,9 +245,23 @@ run_experiment() {
         require_path -f "$data/meta.json" "preprocessed data (run the preprocess stage)"
         train_stage "$data" "$run_dir" 2>&1 | tee_log "$run_dir/train.log"
     fi
+    generate_and_score "$data" "$run_dir" generate_stage
+}
+
+# require_raw_splits NAME: the experiment's native train, validation and test files exist.
+require_raw_splits() {
+    require_path -f "$EXP_TRAIN" "$1 training split"
+    require_path -f "$EXP_VALID" "$1 validation split"
+    require_path -f "$EXP_TEST" "$1 test split"
+}
+
+# generate_and_score DATA RUN_DIR GENERATE: the generate stage (the function GENERATE, which
+# decodes the test split with the trained checkpoint) and the score stage, where enabled.
+generate_and_score() {
+    local data=$1 run_dir=$2 generate=$3
     if stage_enabled generate; then
         require_path -f "$run_dir/checkpoints/checkpoint_best.pt" "a trained checkpoint (run the train stage)"
-        generate_stage "$data" "$run_dir"
+        "$generate" "$data" "$run_dir"
     fi
     if stage_enabled score; then
         score_stage "$data" "$run_dir"

@@ -102,18 +102,19 @@ segment_stage() {
     fi
 }
 
-# extractor_stage DATA RUN_DIR: train the extractor from BART's encoder, then write its
-# salient sentences for every split.
+# awesome_train_stage DATA RUN_DIR: common.sh's train stage on EXP_CONFIG, with DRY_RUN=1's toy
+# overrides cut to what the YAML's task has (toy_overrides).
+awesome_train_stage() {
+    local toy=""
+    [ "${DRY_RUN:-0}" = 1 ] && toy=$(toy_overrides)
+    DRY_RUN=0 TRAIN_ARGS="$toy ${TRAIN_ARGS:-}" train_stage "$1" "$2" 2>&1 | tee_log "$2/train.log"
+}
+
+# extractor_stage DATA RUN_DIR: train the extractor from BART's encoder (its own YAML: no
+# SETTINGS, no TRAIN_ARGS), then write its salient sentences for every split.
 extractor_stage() {
     local data=$1 run_dir=$2
-    [ "${PLAN:-0}" = 1 ] || mkdir -p "$run_dir"
-    machine_overrides "$data" "$run_dir"
-    local overrides=("${MACHINE[@]}")
-    if [ -n "${EXTRACTOR_ARCH:-}" ]; then overrides+=(model._name="$EXTRACTOR_ARCH"); fi
-    # shellcheck disable=SC2207  # the overrides are a word list
-    [ "${DRY_RUN:-0}" = 1 ] && overrides+=($(toy_overrides))
-    run ${PAGESUM_LAUNCHER:-} fairseq-hydra-train --config-dir "$CONFIG_DIR" --config-name "$EXP_CONFIG" \
-        "${overrides[@]}" 2>&1 | tee_log "$run_dir/train.log"
+    ARCH=${EXTRACTOR_ARCH:-} SETTINGS="" TRAIN_ARGS="" awesome_train_stage "$data" "$run_dir"
     run "$PYTHON" -m pagesum_plugin.awesome.extract "$data" --path "$run_dir/checkpoints/checkpoint_best.pt" \
         $(device_flags --cpu)
 }
@@ -147,9 +148,7 @@ esac
 [ "${PLAN:-0}" = 1 ] && echo "# experiment: $NAME"
 [ "${PLAN:-0}" = 1 ] || echo "$RECIPE: experiment $NAME -> $OUT_DIR/$NAME" >&2
 if stage_enabled preprocess; then
-    require_path -f "$EXP_TRAIN" "$NAME training split"
-    require_path -f "$EXP_VALID" "$NAME validation split"
-    require_path -f "$EXP_TEST" "$NAME test split"
+    require_raw_splits "$NAME"
     preprocess_stage "$data"
 fi
 if stage_enabled segment; then
@@ -173,17 +172,6 @@ if stage_enabled train; then
         oracle) require_path -f "$data/train.salient.oracle.npy" "the oracle's salient sentences (run the segment stage)" ;;
     esac
     set_batch_flags
-    if [ "${DRY_RUN:-0}" = 1 ]; then  # common.sh's toy overrides, those the YAML can take
-        DRY_RUN=0 TRAIN_ARGS="$(toy_overrides) ${TRAIN_ARGS:-}" train_stage "$data" "$run_dir" 2>&1 |
-            tee_log "$run_dir/train.log"
-    else
-        train_stage "$data" "$run_dir" 2>&1 | tee_log "$run_dir/train.log"
-    fi
+    awesome_train_stage "$data" "$run_dir"
 fi
-if stage_enabled generate; then
-    require_path -f "$run_dir/checkpoints/checkpoint_best.pt" "a trained checkpoint (run the train stage)"
-    awesome_generate_stage "$data" "$run_dir"
-fi
-if stage_enabled score; then
-    score_stage "$data" "$run_dir"
-fi
+generate_and_score "$data" "$run_dir" awesome_generate_stage

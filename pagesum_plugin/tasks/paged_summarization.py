@@ -13,7 +13,7 @@ from typing import Dict, Optional
 from fairseq import metrics
 from fairseq.data import Dictionary
 from fairseq.dataclass import FairseqDataclass
-from fairseq.tasks import FairseqTask, register_task
+from fairseq.tasks import register_task
 from omegaconf import II
 
 from ..corpus.codec import TextCodec
@@ -25,6 +25,7 @@ from ..evaluation.rouge import corpus_rouge
 from ..generation import PageSumSequenceGenerator
 from ..generation.defaults import for_dataset
 from ..generation.outputs import InputOrderFile, page_weights_record
+from .one_dictionary import OneDictionaryTask
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class PagedSummarizationConfig(FairseqDataclass):
 
 
 @register_task("paged_summarization", dataclass=PagedSummarizationConfig)
-class PagedSummarizationTask(FairseqTask):
+class PagedSummarizationTask(OneDictionaryTask):
     cfg: PagedSummarizationConfig
 
     def __init__(self, cfg: PagedSummarizationConfig, dictionary: Dictionary, meta: CorpusMeta):
@@ -133,14 +134,6 @@ class PagedSummarizationTask(FairseqTask):
 
     def max_positions(self):
         return (None, None)  # pages and summaries are truncated, never filtered out
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
 
     @property
     def codec(self) -> TextCodec:

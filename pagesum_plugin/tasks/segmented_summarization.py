@@ -1,16 +1,12 @@
-"""AWESOME's tasks.
-
-``segmented_summarization``: the ``paged_summarization`` task on the ``segments`` view,
+"""AWESOME's summarization task, ``segmented_summarization``: the ``paged_summarization`` task on the ``segments`` view,
 with the segments cut by Algorithm 1 and every segment's own target (both cached by
 ``python -m pagesum_plugin.awesome.segment``), optionally the salient sentences of the
 other segments in every segment's input (``--salient-sentences``). A training step
 runs the segments of a batch in order, carrying the memories from one to the next with
 stopped gradients, and back-propagates each segment's loss before the next segment
 runs, so the peak memory of a step does not grow with the number of segments.
-Decoding is segment by segment too (``awesome.generator``).
-
-``salient_extraction``: sentences with their oracle labels, for the extractor that
-picks the salient sentences (``models/extractor.py``).
+Decoding is segment by segment too (``awesome.generator``). The extractor of the salient
+sentences trains on its own task, ``salient_extraction`` (``tasks/salient_extraction.py``).
 """
 
 import contextlib
@@ -22,25 +18,17 @@ import numpy as np
 import torch
 from fairseq import metrics
 from fairseq.data import Dictionary
-from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.dataclass import ChoiceEnum
 from fairseq.optim.amp_optimizer import AMPOptimizer
-from fairseq.tasks import FairseqTask, register_task
-from omegaconf import II
+from fairseq.tasks import register_task
 
-from ..awesome.cache import load_salient, load_segmentation, salient_path, segmentation_settings
-from ..awesome.data import SalientExtractionDataset, SegmentedSummarizationDataset, segment_inputs
+from ..awesome.cache import load_salient, load_segmentation, segmentation_settings
+from ..awesome.data import SegmentedSummarizationDataset, segment_inputs
 from ..awesome.documents import segment_example, unit_texts
 from ..awesome.generator import SegmentSequenceGenerator
 from ..awesome.salient import SalientHeaders
-from ..awesome.segmentation import (
-    DEFAULT_EMBEDDING_MODEL,
-    LENGTH_RULE,
-    MAX_TOKENS,
-    MIN_TOKENS,
-    model_tag,
-    sentence_encoder_or_length_rule,
-)
-from ..corpus.format import CorpusSplit, EncodedDocument, load_dictionary
+from ..awesome import segmentation as algorithm_1  # AWESOME's Algorithm 1 and its settings
+from ..corpus.format import CorpusSplit, EncodedDocument
 from ..corpus.views import ViewConfig
 from ..modules.memory import SegmentMemory
 from ..modules.page_mixing import real_pages
@@ -57,7 +45,7 @@ SEGMENT_LENGTHS = dict(min_len=0, max_len_b=256)
 @dataclass
 class SegmentedSummarizationConfig(PagedSummarizationConfig):
     segmentation: str = field(
-        default=model_tag(DEFAULT_EMBEDDING_MODEL),
+        default=algorithm_1.model_tag(algorithm_1.DEFAULT_EMBEDDING_MODEL),
         metadata={"help": "the cached segmentation to read: the tag that `python -m pagesum_plugin.awesome.segment` "
                   "printed (the embedding model's name, or 'length' for the length rule alone)"},
     )
@@ -81,7 +69,7 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
 
     def __init__(self, cfg: SegmentedSummarizationConfig, dictionary: Dictionary, meta):
         super().__init__(cfg, dictionary, meta)
-        self.view = ViewConfig(view="segments", max_segment_tokens=MAX_TOKENS + 2)
+        self.view = ViewConfig(view="segments", max_segment_tokens=algorithm_1.MAX_TOKENS + 2)
         # decoding settings apply to every segment: the dataset's search, per-segment lengths
         self.generation_defaults = replace(self.generation_defaults, **SEGMENT_LENGTHS)
         self._encoder = None  # the sentence embedding model, loaded when a raw document needs it
@@ -90,7 +78,8 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         corpus = CorpusSplit(self.cfg.data, split)
         num_units = len(corpus.structure.unit_length)
         segment_ids, targets = load_segmentation(self.cfg.data, split, self.cfg.segmentation, num_units)
-        max_tokens = segmentation_settings(self.cfg.data, split, self.cfg.segmentation).get("max_tokens", MAX_TOKENS)
+        settings = segmentation_settings(self.cfg.data, split, self.cfg.segmentation)
+        max_tokens = settings.get("max_tokens", algorithm_1.MAX_TOKENS)
         self.view = ViewConfig(view="segments", max_segment_tokens=max_tokens + 2)
         salient, headers = None, None
         if self.cfg.salient_sentences != "none":
@@ -186,10 +175,10 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         encode = self._sentence_encoder(settings)
         if encode is not None:  # rounded as the segment command's cache stores them
             embeddings = np.asarray(encode(unit_texts(self.codec, document))).astype(np.float16).astype(np.float32)
-        streams = segment_example(document, embeddings, settings.get("min_tokens", MIN_TOKENS),
-                                  settings.get("max_tokens", MAX_TOKENS))
+        max_tokens = settings.get("max_tokens", algorithm_1.MAX_TOKENS)
+        streams = segment_example(document, embeddings, settings.get("min_tokens", algorithm_1.MIN_TOKENS), max_tokens)
         headers = SalientHeaders.from_codec(self.codec) if salient is not None else None
-        view = ViewConfig(view="segments", max_segment_tokens=settings.get("max_tokens", MAX_TOKENS) + 2)
+        view = ViewConfig(view="segments", max_segment_tokens=max_tokens + 2)
         return segment_inputs(document, streams, view, self.dictionary.bos(), self.dictionary.eos(), salient,
                               headers, self.cfg.max_input_tokens)
 
@@ -201,11 +190,11 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         return {}
 
     def _sentence_encoder(self, settings: dict):
-        name = settings.get("embedding_model", LENGTH_RULE)
-        if name == LENGTH_RULE:
+        name = settings.get("embedding_model", algorithm_1.LENGTH_RULE)
+        if name == algorithm_1.LENGTH_RULE:
             return None
         if self._encoder is None:
-            self._encoder = sentence_encoder_or_length_rule(name, logger.warning) or False  # False: tried
+            self._encoder = algorithm_1.sentence_encoder_or_length_rule(name, logger.warning) or False  # False: tried
         return self._encoder or None
 
 
@@ -223,60 +212,3 @@ def _sum_logs(logs: List[Dict], sample: Dict) -> Dict:
     merged["nsegments"] = merged.get("nsentences", 0)
     merged["nsentences"] = merged["ndocuments"] = sample["nsentences"]
     return merged
-
-
-# --------------------------------------------------------------------------- extraction
-
-
-@dataclass
-class SalientExtractionConfig(FairseqDataclass):
-    data: str = field(default="", metadata={"help": "data directory written by pagesum-preprocess"})
-    max_sentence_tokens: int = field(default=64, metadata={"help": "tokens per sentence, <s> and </s> included"})
-    max_sentences: Optional[int] = field(
-        default=None, metadata={"help": "train on a document's first N sentences only (default: all)"}
-    )
-    seed: int = II("common.seed")
-
-
-@register_task("salient_extraction", dataclass=SalientExtractionConfig)
-class SalientExtractionTask(FairseqTask):
-    """Sentences of the stored corpus with their greedy-oracle labels
-    (``python -m pagesum_plugin.awesome.label`` writes them)."""
-
-    cfg: SalientExtractionConfig
-
-    def __init__(self, cfg: SalientExtractionConfig, dictionary: Dictionary):
-        super().__init__(cfg)
-        self.dictionary = dictionary
-
-    @classmethod
-    def setup_task(cls, cfg: SalientExtractionConfig, **kwargs):
-        return cls(cfg, load_dictionary(cfg.data))
-
-    def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
-        corpus = CorpusSplit(self.cfg.data, split)
-        labels = load_salient(self.cfg.data, split, "oracle", len(corpus.structure.unit_length))
-        self.datasets[split] = self.extraction_dataset(corpus, labels, training=True)
-        logger.info(f"{split}: {len(corpus)} examples, labels from {salient_path(self.cfg.data, split, 'oracle')}")
-
-    def extraction_dataset(self, corpus: CorpusSplit, labels=None, training: bool = False) -> SalientExtractionDataset:
-        return SalientExtractionDataset(
-            corpus, self.dictionary, labels, self.cfg.max_sentence_tokens,
-            max_sentences=self.cfg.max_sentences if training else None,
-            shuffle=training and corpus.split == getattr(self.cfg, "train_subset", "train"), seed=self.cfg.seed,
-        )
-
-    def get_batch_iterator(self, dataset, required_batch_size_multiple=1, **kwargs):
-        # batch rows are documents of varying sentence counts; none may be dropped
-        return super().get_batch_iterator(dataset, required_batch_size_multiple=1, **kwargs)
-
-    def max_positions(self):
-        return None
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
