@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from builders.hepos import attention_like, dense_attention, merge_heads, per_head, stock_attention
 from pagesum_plugin.modules.hepos_attention import CrossAttention, HeposAttention, LinformerCrossAttention
@@ -167,3 +168,35 @@ def test_linformer_output_does_not_depend_on_batch_padding():
     batched, _ = module(query, memory, memory, key_padding_mask=padding, static_kv=True)
     alone, _ = module(query[:, 1:], memory[:12, 1:], memory[:12, 1:], key_padding_mask=padding[1:, :12], static_kv=True)
     torch.testing.assert_close(batched[:, 1:], alone, atol=1e-5, rtol=0)
+
+
+class LargestTensor(TorchDispatchMode):
+    """Records the most elements of any tensor an operation produces inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.numel = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in (out if isinstance(out, (tuple, list)) else [out]):
+            if isinstance(tensor, torch.Tensor):
+                self.numel = max(self.numel, tensor.numel())
+        return out
+
+
+def test_hepos_scores_hold_n_over_s_keys_per_head_not_n():
+    """Section 3: a head scores only its n / s_h source positions, so the largest tensor of a
+    training pass (the scores) is (batch, heads, m, n / s_h), a quarter of full
+    cross-attention's (batch, heads, m, n) at s_h = 4, with no dense mask or per-head copy."""
+    heads, stride, src_len, tgt_len = 4, 4, 2048, 64
+    query, memory, padding = inputs(batch=1, src_len=src_len, tgt_len=tgt_len)
+    largest = {}
+    for name, module in (("hepos", hepos(heads, stride)), ("full", attention_like(
+            stock_attention(DIM, heads, 0, encoder_decoder_attention=True), CrossAttention))):
+        module.train()
+        with LargestTensor() as record:
+            module(query, memory, memory, key_padding_mask=padding, static_kv=True, need_weights=False)
+        largest[name] = record.numel
+    assert largest["hepos"] == heads * tgt_len * src_len // stride
+    assert largest["full"] == heads * tgt_len * src_len
