@@ -100,6 +100,12 @@ def speed_grid(args, device: torch.device, dtype: torch.dtype) -> Tuple[str, Lis
     task, model = build_model("pagesum_bart_large", size, "--max-source-positions", str(args.page_len), dropout=0.0)
     model.to(device=device, dtype=dtype).eval()
     dictionary = task.dictionary
+    caption = (
+        f"Machine: {describe_machine(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
+        f"{size.heads} heads, vocab {len(dictionary)}, {str(dtype).replace('torch.', '')}. "
+        f"Batch {args.batch} documents, pages of {args.page_len} tokens, "
+        f"summaries of exactly {args.out_len} tokens, best of {args.repeats} runs."
+    )
     generator = torch.Generator().manual_seed(args.seed)
     rows = []
     for n_pages in args.pages:
@@ -113,12 +119,6 @@ def speed_grid(args, device: torch.device, dtype: torch.dtype) -> Tuple[str, Lis
                 speedup = f"{pruned[0] / full[0]:.2f}x"
                 rows.append([n_pages, beam, args.top_pages, f"{pruned[0]:.2f}", f"{pruned[1]:.0f}", speedup])
             print(f"pages={n_pages} beam={beam} done", file=sys.stderr, flush=True)
-    caption = (
-        f"Machine: {describe_machine(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
-        f"{size.heads} heads, vocab {len(dictionary)}, {str(dtype).replace('torch.', '')}. "
-        f"Batch {args.batch} documents, pages of {args.page_len} tokens, "
-        f"summaries of exactly {args.out_len} tokens, best of {args.repeats} runs."
-    )
     return caption, rows
 
 
