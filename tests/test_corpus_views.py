@@ -77,9 +77,12 @@ def test_segments_hold_whole_sentences_and_open_only_when_the_next_would_overflo
     assert contents(pages) == [[10, 11, 12, 13], [14, 15, 16, 17]]
 
 
-def test_unknown_views_and_pages_too_short_for_a_token_are_refused():
+def test_an_unknown_view_is_refused():
     with pytest.raises(ValueError, match="unknown view"):
         ViewConfig("chapters")
+
+
+def test_pages_too_short_for_a_token_between_bos_and_eos_are_refused():
     with pytest.raises(ValueError, match="room"):
         ViewConfig(max_page_tokens=2)
 

@@ -1,5 +1,10 @@
 """``pagesum-baseline``: Lead-k and greedy Oracle on real papers, from jsonl and paged data."""
 
+import contextlib
+import io
+from types import SimpleNamespace
+
+import pytest
 from rouge_score import rouge_scorer
 
 from builders.corpora import write_jsonl
@@ -30,7 +35,7 @@ def test_lead_k_writes_the_first_k_sentences_of_each_document(jsonl, papers, tmp
         assert line == " ".join(first)
 
 
-def test_oracle_beats_lead_and_starts_from_the_best_single_sentence(jsonl, papers, tmp_path):
+def test_oracle_beats_lead_by_more_than_ten_rouge_1_points(jsonl, tmp_path):
     out, refs = tmp_path / "oracle.txt", tmp_path / "ref.txt"
     assert main(["--input", jsonl, "--method", "oracle", "--out", str(out), "--ref-out", str(refs)]) == 0
     lead_out = tmp_path / "lead.txt"
@@ -38,6 +43,9 @@ def test_oracle_beats_lead_and_starts_from_the_best_single_sentence(jsonl, paper
     oracle_r1 = rouge.corpus_rouge(_read(out), _read(refs))["rouge1"]
     lead_r1 = rouge.corpus_rouge(_read(lead_out), _read(refs))["rouge1"]
     assert oracle_r1 > lead_r1 + 10
+
+
+def test_oracle_starts_from_the_best_single_sentence(jsonl, papers):
     # Greedy step 1 is the best single sentence: check it by brute force on one paper.
     sentences = next(iter_documents(jsonl)).sentences
     reference = papers[0]["summary"]
@@ -52,23 +60,39 @@ def test_oracle_stops_when_no_sentence_adds_rouge():
     assert oracle(["a b c", "d e f"], "x y z") == []
 
 
-def test_baselines_read_paged_data_and_keep_every_example(paged, papers, tmp_path, capsys):
-    out, refs = tmp_path / "lead.txt", tmp_path / "ref.txt"
-    assert main(["--input", paged, "--split", "test", "--method", "lead", "--k", "3", "--out", str(out),
-                 "--ref-out", str(refs)]) == 0
-    assert "wrote 6 lead summaries" in capsys.readouterr().out
-    assert _read(refs) == [" ".join(p["summary"].split()) for p in papers]
-    for line, doc in zip(_read(out), iter_documents(paged, "test")):
+@pytest.fixture(scope="module")
+def paged_lead(paged, tmp_path_factory):
+    """Lead-3 on the paged test split, run once: its exit status, what it printed, and the
+    summary and reference files it wrote."""
+    root = tmp_path_factory.mktemp("paged_lead")
+    out, refs, printed = root / "lead.txt", root / "ref.txt", io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = main(["--input", paged, "--split", "test", "--method", "lead", "--k", "3", "--out", str(out),
+                       "--ref-out", str(refs)])
+    return SimpleNamespace(status=status, printed=printed.getvalue(), out=out, refs=refs)
+
+
+def test_baselines_read_paged_data_and_keep_every_example(paged_lead, paged, papers):
+    assert paged_lead.status == 0
+    assert "wrote 6 lead summaries" in paged_lead.printed
+    assert _read(paged_lead.refs) == [" ".join(p["summary"].split()) for p in papers]
+    for line, doc in zip(_read(paged_lead.out), iter_documents(paged, "test")):
         assert line == " ".join(doc.sentences[:3])
+
+
+def test_lead_k_on_paged_data_takes_the_document_sentences_as_on_jsonl(paged_lead, papers, tmp_path):
     # Lead-k takes the document's sentences, not the pages' "Section name:" headed text.
     jsonl_lead = tmp_path / "jsonl_lead.txt"
     assert main(["--input", str(write_jsonl(tmp_path / "test.jsonl", papers)), "--method", "lead", "--k", "3",
                  "--out", str(jsonl_lead)]) == 0
-    assert _read(out) == _read(jsonl_lead)
+    assert _read(paged_lead.out) == _read(jsonl_lead)
+
+
+def test_oracle_on_paged_data_beats_lead_k(paged_lead, paged, tmp_path):
     oracle_out = tmp_path / "oracle.txt"
     assert main(["--input", paged, "--split", "test", "--method", "oracle", "--out", str(oracle_out)]) == 0
-    scores = rouge.corpus_rouge(_read(oracle_out), _read(refs))
-    assert scores["rouge1"] > rouge.corpus_rouge(_read(out), _read(refs))["rouge1"]
+    scores = rouge.corpus_rouge(_read(oracle_out), _read(paged_lead.refs))
+    assert scores["rouge1"] > rouge.corpus_rouge(_read(paged_lead.out), _read(paged_lead.refs))["rouge1"]
 
 
 def test_a_paged_directory_without_split_is_a_clear_error(paged, tmp_path, capsys):

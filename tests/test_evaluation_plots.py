@@ -53,18 +53,30 @@ def test_page_importance_heatmap_shows_the_weights_of_the_requested_example(tmp_
 def test_page_importance_accepts_a_matrix_from_python(tmp_path):
     numbers = plots.plot_page_importance(np.array([[0.5, 0.5], [0.9, 0.1]]), None, str(tmp_path / "m.png"))
     assert numbers["top_page_per_step"] == [1, 1]
+
+
+def test_page_importance_refuses_a_step_whose_weights_do_not_sum_to_one(tmp_path):
     with pytest.raises(ValueError, match="sum to 1"):
         plots.plot_page_importance(np.array([[0.5, 0.4]]), None, str(tmp_path / "bad.png"))
 
 
-def test_a_bad_weights_row_is_reported_with_file_line_and_field(tmp_path, capsys):
+def _page_importance_of_bad_weights(tmp_path, example_id):
+    """``pagesum-plot page-importance --id example_id`` on one example whose second step's
+    weights sum to 1.2: the exit status."""
     path = _write_weights(tmp_path / "w.jsonl", [
         {"id": 0, "hypothesis": "a b", "tokens": ["a", "b"], "page_weights": [[0.5, 0.5], [0.9, 0.3]]},
     ])
-    assert plots.main(["page-importance", "--weights", path, "--id", "0", "--out", str(tmp_path / "x.png")]) == 2
+    return plots.main(["page-importance", "--weights", path, "--id", example_id, "--out", str(tmp_path / "x.png")])
+
+
+def test_a_bad_weights_row_is_reported_with_file_line_and_field(tmp_path, capsys):
+    assert _page_importance_of_bad_weights(tmp_path, "0") == 2
     err = capsys.readouterr().err
     assert "w.jsonl, line 1, field 'page_weights'" in err
-    assert plots.main(["page-importance", "--weights", path, "--id", "9", "--out", str(tmp_path / "x.png")]) == 2
+
+
+def test_an_id_not_in_the_weights_file_is_reported(tmp_path, capsys):
+    assert _page_importance_of_bad_weights(tmp_path, "9") == 2
     assert "no hypothesis with id 9" in capsys.readouterr().err
 
 
@@ -200,8 +212,7 @@ def _is_next_probability(model_dir, first, second):
     return float(torch.softmax(logits, dim=-1)[0])
 
 
-def test_coherence_is_the_mean_next_sentence_probability_of_each_summary(tiny_bert, jsonl, paged, papers, tmp_path,
-                                                                         capsys):
+def test_coherence_is_the_mean_next_sentence_probability_of_each_summary(tiny_bert, papers, tmp_path, capsys):
     hyp = tmp_path / "hyp.txt"
     hyp.write_text(" ".join(papers[0]["summary"].split()) + "\nOne sentence only.\n")
     out = tmp_path / "coherence.png"
@@ -211,6 +222,11 @@ def test_coherence_is_the_mean_next_sentence_probability_of_each_summary(tiny_be
     expected = np.mean([_is_next_probability(tiny_bert, a, b) for a, b in zip(sentences, sentences[1:])])
     assert numbers["scores"][0] == pytest.approx(expected, abs=1e-5)
     assert numbers["mean"] == pytest.approx(expected, abs=1e-5) and _is_png(out)
+
+
+def test_coherence_of_reference_summaries_is_the_same_from_jsonl_and_paged_data(tiny_bert, jsonl, paged, tmp_path,
+                                                                                capsys):
+    out = tmp_path / "coherence.png"
     # Reference summaries of jsonl files and of paged data score the same abstracts.
     from_jsonl = _plot(capsys, "coherence", "--model", tiny_bert, "--input", jsonl, "--out", str(out))
     from_paged = _plot(capsys, "coherence", "--model", tiny_bert, "--input", paged, "--split", "test",

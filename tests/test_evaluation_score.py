@@ -62,12 +62,15 @@ def test_help_states_lowercasing_and_sentence_splitting(capsys):
     assert "lowercased" in text and "split_sentences" in text and "--sentence-split" in text
 
 
-def test_a_better_system_is_significantly_better_and_a_copy_is_not(systems, capsys):
+def test_a_better_system_is_significantly_better_on_every_metric(systems, capsys):
     report = _score_json(capsys, "--hyp", systems["oracle"], "--ref", systems["ref"], "--compare", systems["lead"])
     p_values = report["compare"]["p_values"]
     assert set(p_values) == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
     assert all(p < 0.01 for p in p_values.values()), p_values
     assert all(d > 0 for d in report["compare"]["difference"].values())
+
+
+def test_a_system_compared_with_a_copy_of_itself_is_not_significantly_different(systems, capsys):
     same = _score_json(capsys, "--hyp", systems["lead"], "--ref", systems["ref"], "--compare", systems["lead"])
     assert all(p == 1.0 for p in same["compare"]["p_values"].values())
 
@@ -116,6 +119,9 @@ def test_approximate_randomization_matches_the_exact_permutation_p_value():
 
 def test_bootstrap_interval_of_a_constant_is_that_constant():
     assert bootstrap_ci(np.full(30, 0.4)) == pytest.approx((0.4, 0.4))
+
+
+def test_bootstrap_interval_of_spread_out_scores_is_a_narrow_interval_around_their_mean():
     low, high = bootstrap_ci(np.arange(100) / 100)
     assert low < 0.495 < high and high - low < 0.2
 

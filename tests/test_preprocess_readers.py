@@ -29,9 +29,12 @@ def test_jsonl_sections_keep_names_and_text(tmp_path, papers):
     assert _words(first.text) == _words(" ".join(s["text"] for s in paper["sections"]))
 
 
-def test_jsonl_documents_and_plain_text(tmp_path, papers):
+def test_jsonl_documents_are_read_as_one_unit_per_document(tmp_path, papers):
     clusters = list(read_examples(write_jsonl(tmp_path / "d.jsonl", papers, "documents"), "jsonl"))
     assert clusters[0].kind == "documents" and len(clusters[0].units) == len(papers[0]["sections"])
+
+
+def test_jsonl_plain_text_is_read_as_a_single_unit(tmp_path, papers):
     plain = list(read_examples(write_jsonl(tmp_path / "t.jsonl", papers, "text"), "jsonl"))
     assert plain[0].kind == "text" and len(plain[0].units) == 1
 
@@ -81,11 +84,17 @@ def test_aclsum_abstract_is_summary_and_body_sections_are_units(tmp_path):
     assert examples[0].units[0].name == raw["pdf_parse"]["body_text"][0]["section"]
 
 
-def test_example_from_raw_accepts_text_sections_and_clusters():
+def test_example_from_raw_reads_a_string_as_one_unnamed_unit():
     assert example_from_raw("One. Two.").units == [Unit("One. Two.")]
+
+
+def test_example_from_raw_reads_sections_given_as_dicts_or_name_text_pairs():
     sections = example_from_raw([{"name": "Intro", "text": "A."}, ("Method", "B.")], id="7")
     assert sections.id == "7" and sections.kind == "sections"
     assert [(u.name, u.text) for u in sections.units] == [("Intro", "A."), ("Method", "B.")]
+
+
+def test_example_from_raw_reads_a_list_of_strings_as_a_cluster_of_documents():
     assert example_from_raw(["doc one", "doc two"]).kind == "documents"
 
 
