@@ -29,9 +29,9 @@ from typing import Dict, List, Optional
 import torch
 from torch.nn.attention import sdpa_kernel
 
-from benchmarks.common import (ATTENTION_KERNELS, LONG_INPUT_SIZES, build_model, describe_machine, device_defaults,
-                               label_smoothed_loss, markdown_table, measure_step, random_tokens, result_cell, start,
-                               summary_io, training_step)
+from benchmarks.common import (ATTENTION_KERNELS, LONG_INPUT_SIZES, build_model, describe_device, device_defaults,
+                               dtype_name, label_smoothed_loss, markdown_table, measure_step, random_tokens,
+                               result_cell, start, summary_io, training_step)
 from pagesum_plugin.models.awesome import MEMORY_DEPTH
 
 MODELS = ("AWESOME (attentive)", "AWESOME (compressive)", "Se3", "PageSum", "HEPOS")
@@ -130,8 +130,8 @@ def render(rows, args, device, dtype) -> str:
               + [f"{r[m]['mb'] / first[m]['mb']:.2f}x" if r[m] and first[m] else "-" for m in MODELS] for r in rows]
     size = LONG_INPUT_SIZES[device.type]
     setup = (
-        f"Machine: {describe_machine(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
-        f"ffn={size.ffn_dim}, {size.heads} heads, vocab {size.vocab_words + 4}, {str(dtype).replace('torch.', '')}, "
+        f"Machine: {describe_device(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
+        f"ffn={size.ffn_dim}, {size.heads} heads, vocab {size.vocab_words + 4}, {dtype_name(dtype)}, "
         f"attention kernel: math. Segments (and PageSum pages) of {args.segment_len} tokens; summary "
         f"{args.tgt_len} tokens (AWESOME: split over the segments); AWESOME memory: {args.memory_slots} slots in "
         f"{min(MEMORY_DEPTH, size.layers)} of the {size.layers} encoder and decoder layers (attentive: the last, "

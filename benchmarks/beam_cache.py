@@ -58,7 +58,8 @@ from benchmarks.common import (
     ModelSize,
     add_device_args,
     build_model,
-    describe_machine,
+    describe_device,
+    dtype_name,
     markdown_table,
     paged_source,
     peak_step_bytes,
@@ -310,8 +311,8 @@ def main(argv=None):
     model.set_beam_size(1)
 
     setup = (
-        f"Machine: {describe_machine(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
-        f"{size.heads} heads, vocab {len(dictionary)}, {str(dtype).replace('torch.', '')}. "
+        f"Machine: {describe_device(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
+        f"{size.heads} heads, vocab {len(dictionary)}, {dtype_name(dtype)}. "
         f"Batch {args.batch} document(s), pages of {args.page_len} tokens, searches of {args.steps} summary tokens; "
         f"ms/step: median step, best of {args.repeats} searches."
     )

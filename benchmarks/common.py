@@ -21,7 +21,7 @@ from torch.nn.attention import SDPBackend
 
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.checkpoints.builder import dictionary_directory
-from pagesum_plugin.profiling import best_seconds, peak_memory
+from pagesum_plugin.profiling import best_seconds, describe_device, peak_memory  # noqa: F401  (re-exported)
 
 @dataclass(frozen=True)
 class ModelSize:
@@ -186,10 +186,15 @@ def measure_step(step: Callable[[], None], device: torch.device, repeats: int, m
     finally:
         for module in modules:
             module.zero_grad(set_to_none=True)
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        free_memory(device)
     return {"mb": peak / 2**20, "s": seconds}
+
+
+def free_memory(device: torch.device) -> None:
+    """Release what the last measurement left: Python's garbage, and CUDA's cached blocks."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def result_cell(result: Optional[Dict[str, float]], key: str) -> str:
@@ -205,7 +210,5 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
     return "\n".join(lines)
 
 
-def describe_machine(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
-    return f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}"
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")

@@ -47,7 +47,8 @@ from benchmarks.common import (
     add_device_args,
     best_seconds,
     build_model,
-    describe_machine,
+    describe_device,
+    dtype_name,
     markdown_table,
     paged_source,
     start,
@@ -101,8 +102,8 @@ def speed_grid(args, device: torch.device, dtype: torch.dtype) -> Tuple[str, Lis
     model.to(device=device, dtype=dtype).eval()
     dictionary = task.dictionary
     caption = (
-        f"Machine: {describe_machine(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
-        f"{size.heads} heads, vocab {len(dictionary)}, {str(dtype).replace('torch.', '')}. "
+        f"Machine: {describe_device(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
+        f"{size.heads} heads, vocab {len(dictionary)}, {dtype_name(dtype)}. "
         f"Batch {args.batch} documents, pages of {args.page_len} tokens, "
         f"summaries of exactly {args.out_len} tokens, best of {args.repeats} runs."
     )

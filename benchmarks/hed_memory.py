@@ -33,7 +33,6 @@ kernel. All three models run under the same setting.
 """
 
 import argparse
-import gc
 import sys
 from typing import Dict, List
 
@@ -41,8 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
-from benchmarks.common import (ATTENTION_KERNELS, CPU_SMALL, build_model, describe_machine, markdown_table,
-                               paged_source, peak_step_bytes, start, summary_io, training_step)
+from benchmarks.common import (ATTENTION_KERNELS, CPU_SMALL, build_model, describe_device, markdown_table,
+                               free_memory, paged_source, peak_step_bytes, start, summary_io, training_step)
 from pagesum_plugin.modules.hed_attention import DocumentLayout, DocumentSelfAttention
 
 MODELS = ("HED block-sparse", "HED dense mask", "PageSum doc pages")
@@ -141,7 +140,7 @@ def measure(args, device: torch.device) -> List[Dict[str, float]]:
             model.zero_grad(set_to_none=True)
             row[name] = peak_step_bytes(step, device, [model]) / 2**20
             model.zero_grad(set_to_none=True)
-            gc.collect()
+            free_memory(device)
         rows.append(row)
         print(f"{n_docs} documents done", file=sys.stderr, flush=True)
     return rows
@@ -155,7 +154,7 @@ def render(rows, args, device: torch.device) -> str:
         for r in rows
     ]
     setup = (
-        f"Machine: {describe_machine(device)}. Model: {CPU_SMALL.layers}+{CPU_SMALL.layers} layers, "
+        f"Machine: {describe_device(device)}. Model: {CPU_SMALL.layers}+{CPU_SMALL.layers} layers, "
         f"d={CPU_SMALL.embed_dim}, ffn={CPU_SMALL.ffn_dim}, {CPU_SMALL.heads} heads, vocab {CPU_SMALL.vocab_words}"
         f"+specials, fp32, attention kernel: {args.attention}. Documents of {args.doc_len} tokens, summary of "
         f"{args.tgt_len} tokens, batch 1, one training step (forward + backward)."

@@ -34,9 +34,9 @@ from typing import Dict, List, Optional
 import torch
 from torch.nn.attention import sdpa_kernel
 
-from benchmarks.common import (ATTENTION_KERNELS, LONG_INPUT_SIZES, build_model, describe_machine, device_defaults,
-                               markdown_table, measure_step, random_tokens, result_cell, start, summary_io,
-                               training_step)
+from benchmarks.common import (ATTENTION_KERNELS, LONG_INPUT_SIZES, build_model, describe_device, device_defaults,
+                               dtype_name, markdown_table, measure_step, random_tokens, result_cell, start,
+                               summary_io, training_step)
 
 ENCODERS = ("full", "window", "lsh", "sinkhorn")
 MODELS = tuple(f"HEPOS+{e}" for e in ENCODERS) + ("Sinkhorn, full cross", "PageSum", "Full attn")
@@ -118,8 +118,8 @@ def render(rows, args, device, dtype) -> str:
     time = [[f"{r['tokens']:,}"] + [cell(r[m], "s") for m in MODELS] for r in rows]
     size = LONG_INPUT_SIZES[device.type]
     setup = (
-        f"Machine: {describe_machine(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
-        f"ffn={size.ffn_dim}, {size.heads} heads, vocab {size.vocab_words + 4}, {str(dtype).replace('torch.', '')}, "
+        f"Machine: {describe_device(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
+        f"ffn={size.ffn_dim}, {size.heads} heads, vocab {size.vocab_words + 4}, {dtype_name(dtype)}, "
         f"attention kernel: {args.attention}. "
         f"Summary {args.tgt_len} tokens, batch 1; PageSum pages of {args.page_len} tokens; HEPOS stride 4, "
         f"window 256, LSH 4 x 64, Sinkhorn blocks of 128; full encoder attention up to {args.max_full_tokens:,} "

@@ -56,7 +56,8 @@ from benchmarks.common import (
     CPU_SMALL,
     add_device_args,
     build_model,
-    describe_machine,
+    describe_device,
+    dtype_name,
     markdown_table,
     measure_step,
     paged_source,
@@ -146,8 +147,8 @@ def render(rows, args, size, vocab: int, device, dtype) -> str:
         for r, s in zip(rows, scale)
     ]
     setup = (
-        f"Machine: {describe_machine(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
-        f"ffn={size.ffn_dim}, {size.heads} heads, vocab {vocab}, {str(dtype).replace('torch.', '')}, "
+        f"Machine: {describe_device(device)}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
+        f"ffn={size.ffn_dim}, {size.heads} heads, vocab {vocab}, {dtype_name(dtype)}, "
         f"attention kernel: {args.attention}. Page length {args.page_len}, summary length {args.tgt_len}, "
         f"batch 1, step time: best of {args.repeats}."
     )

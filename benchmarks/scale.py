@@ -81,7 +81,6 @@ Peaks: bf16 dense FLOP/s and memory bandwidth by GPU name (``GPU_PEAKS``), or
 
 import argparse
 import contextlib
-import gc
 import logging
 import platform
 import re
@@ -105,8 +104,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from benchmarks import memory_scaling
 from benchmarks.beam_cache import DecoderCalls, generator_for, tensor_bytes
 from benchmarks.common import (ATTENTION_KERNELS, BART_LARGE, CPU_TINY, ModelSize, add_device_args, best_seconds,
-                               build_model, describe_machine, device_defaults, label_smoothed_loss, make_dictionary,
-                               markdown_table, paged_source, start, summary_io)
+                               build_model, describe_device, device_defaults, dtype_name, free_memory,
+                               label_smoothed_loss, make_dictionary, markdown_table, paged_source, start, summary_io)
 from benchmarks.generation_speed import FIDELITY_TASK, decoding_rate, fidelity_rows, net_input
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.profiling import PeakMemory, peak_memory, synchronize
@@ -199,16 +198,6 @@ def verdict(ok: Optional[bool], device: torch.device, missing: str = "") -> str:
 def number(value: float) -> str:
     """Three significant digits, for values from a tiny CPU run to bart.large on a GPU."""
     return f"{value:.3g}"
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def free_memory(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def unless_oom(measure: Callable[[], T], device: torch.device) -> Optional[T]:
@@ -678,7 +667,7 @@ def main(argv=None):
         peaks = (f"bf16 peak {number(peak_flops / 1e12)} TFLOP/s" if peak_flops else "bf16 peak unknown") + ", " + (
             f"bandwidth {number(bandwidth / 1e12)} TB/s" if bandwidth else "bandwidth unknown")
         setup = (
-            f"Command: `{command}`. Machine: {describe_machine(device)}{cuda}, fairseq {fairseq.__version__}, "
+            f"Command: `{command}`. Machine: {describe_device(device)}{cuda}, fairseq {fairseq.__version__}, "
             f"Python {platform.python_version()}. Model: {size.layers}+{size.layers} layers, d={size.embed_dim}, "
             f"ffn={size.ffn_dim}, {size.heads} heads, random weights, {dtype_name(dtype)}. Peaks: "
             f"{peaks} ({peak_source}). Attention: SDPA with fused kernels allowed; kernels that ran in a training "

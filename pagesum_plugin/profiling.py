@@ -13,6 +13,15 @@ import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
 
+def describe_device(device) -> str:
+    """The device a measurement ran on, for a table's caption: the GPU's name, or the CPU's
+    thread count, and torch's version."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    return f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}"
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

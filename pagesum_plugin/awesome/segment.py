@@ -97,15 +97,10 @@ def cached_embeddings(data_dir: str, split: str, model: str) -> Optional[np.ndar
     return embeddings
 
 
-def split_embeddings(data_dir: str, split: str, codec: TextCodec, model: str, encode: Optional[Encoder],
-                     cache: bool = True) -> np.ndarray:
-    """Every unit's embedding of ``model``: the cached ones, or computed with ``encode``
-    (and cached unless ``cache`` is False)."""
-    embeddings = cached_embeddings(data_dir, split, model) if cache else None
-    if embeddings is not None:
-        return embeddings
-    if encode is None:
-        raise ValueError(f"no cached embeddings of {model!r} for {split} and no model to compute them")
+def computed_embeddings(data_dir: str, split: str, codec: TextCodec, model: str, encode: Encoder,
+                        cache: bool = True) -> np.ndarray:
+    """Every unit's embedding of ``model``, computed with ``encode``, and cached for later runs
+    unless ``cache`` is False."""
     path = embeddings_path(data_dir, split, model_tag(model))
     if not cache:  # a scratch file, removed at once: the mapping stays readable (POSIX), the disk is freed at exit
         with tempfile.TemporaryDirectory(dir=data_dir) as scratch:
@@ -119,7 +114,7 @@ def split_embeddings(data_dir: str, split: str, codec: TextCodec, model: str, en
 def segment_split(data_dir: str, split: str, codec: TextCodec, embeddings: Optional[np.ndarray], min_tokens: int,
                   max_tokens: int):
     """(segment ids (n_units,), SegmentTargets) of one split; ``embeddings`` (n_units, dim)
-    every unit's sentence embedding (``split_embeddings``), or None for the length rule."""
+    every unit's sentence embedding (cached or ``computed_embeddings``), or None for the length rule."""
     corpus = CorpusSplit(data_dir, split)
     references = corpus.references()
     first_unit = corpus.structure.example_units
@@ -165,9 +160,11 @@ def main(argv=None) -> int:
         return 2
     splits = args.splits or meta.splits
     model, cache = args.embedding_model, not args.no_embedding_cache
-    encode = None
+    encode, cached = None, {}
     if model != LENGTH_RULE:
-        cached = [split for split in splits if cache and cached_embeddings(args.data, split, model) is not None]
+        if cache:
+            found = {split: cached_embeddings(args.data, split, model) for split in splits}
+            cached = {split: embeddings for split, embeddings in found.items() if embeddings is not None}
         if cached:
             print(f"{PROG}: sentence embeddings of {', '.join(cached)} read from the cache "
                   f"({embeddings_path(args.data, '{split}', model_tag(model)).name})")
@@ -181,8 +178,11 @@ def main(argv=None) -> int:
     settings = {"embedding_model": model, "min_tokens": args.min_tokens, "max_tokens": args.max_tokens}
     for split in splits:
         try:
-            embeddings = None if model == LENGTH_RULE else split_embeddings(args.data, split, codec, model, encode,
-                                                                              cache)
+            embeddings = None
+            if model != LENGTH_RULE:
+                embeddings = cached.get(split)
+                if embeddings is None:
+                    embeddings = computed_embeddings(args.data, split, codec, model, encode, cache)
             segment_ids, targets = segment_split(args.data, split, codec, embeddings, args.min_tokens, args.max_tokens)
         except CorpusFormatError as err:
             print(f"{PROG}: error: {err}", file=sys.stderr)

@@ -20,7 +20,6 @@ import argparse
 import json
 import logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,8 @@ from typing import Dict, List
 import torch
 
 from ..checkpoints.builder import PLUGIN_DIR
+from ..corpus.format import write_atomically
+from ..profiling import describe_device
 from .bisection import longest_within
 from .systems import MODEL_SIZES, Comparison, ComparisonError
 from .training_step import StepCost, step_cost
@@ -76,18 +77,6 @@ def fit_system(comparison: Comparison, key: str, args, budget_bytes: float) -> D
                     "fits": fit.fits(m), "seconds": m.seconds if math.isfinite(m.seconds) else None,
                     "source_tokens": m.source_tokens} for tokens, m in fit.probes],
     }
-
-
-def describe_device(device: str) -> str:
-    if device == "cuda":
-        return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-    return f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,12 +17,12 @@ into OUT, each moved into place when complete.
 
 import argparse
 import json
-import os
 import re
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ..corpus.format import write_atomically
 from .figures import METRIC_LABELS, rouge_against_memory, tokens_against_memory
 
 PROG = "python -m pagesum_plugin.comparison.report"
@@ -143,12 +143,6 @@ def build_record(out: Path, data: Path, systems: List[str], reference: str, alph
                   "significance": alpha},
         "rows": rows,
     }
-
-
-def write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
 
 
 def write_report(out: Path, record: Dict) -> str:

@@ -309,7 +309,16 @@ class _EmptyItems:
         return torch.zeros(0, dtype=torch.int64)
 
 
-# --------------------------------------------------------------------------- writing a directory atomically
+# --------------------------------------------------------------------------- writing atomically
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write a UTF-8 text file under a temporary name, then move it into place: a reader never
+    sees half of it."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
 
 
 @contextmanager
