@@ -108,11 +108,13 @@ def padded_vocab(size: ModelSize) -> int:
 
 
 def weight_counts(size: ModelSize) -> Dict[str, int]:
-    """The linear weights of a BART-shaped model of ``size`` by the tokens they multiply
-    (``matmul_weights``'s kinds), from its dimensions."""
+    """The linear weights of PageSum of ``size`` by the tokens they multiply (``matmul_weights``'s
+    kinds), from its dimensions: per layer, attention's four d x d projections (self-attention;
+    cross-attention's queries and output, its keys and values under ``cross_kv``) and the
+    feed-forward's two d x ffn; the decoder's page confidence (d x 1); the output projection."""
     d, f, layers = size.embed_dim, size.ffn_dim, size.layers
     return {"encoder": layers * (4 * d * d + 2 * d * f), "cross_kv": layers * 2 * d * d,
-            "decoder": layers * (6 * d * d + 2 * d * f), "output": padded_vocab(size) * d}
+            "decoder": layers * (6 * d * d + 2 * d * f) + d, "output": padded_vocab(size) * d}  # + the page confidence
 
 
 def matmul_weights(model: nn.Module) -> Dict[str, int]:
