@@ -16,7 +16,8 @@ GB = 10**9
 
 def run(group, run_id, status="done", settings=THROUGHPUT, **extra):
     return {"type": "run", "run": run_id, "group": group, "row": group.split(":")[0], "title": group,
-            "settings": settings, "time": "2026-11-25T10:00:00Z", "command": f"python -m benchmarks.scale --rows {group}",
+            "settings": settings, "time": "2026-11-25T10:00:00Z",
+            "command": f"python -m benchmarks.scale --rows {group}",
             "device": "cuda", "machine": "NVIDIA H100 80GB HBM3, torch 2.11.0+cu130", "gpu": "NVIDIA H100 80GB HBM3",
             "cuda": "13.0", "torch": "2.11.0+cu130", "fairseq": "0.12.3", "python": "3.12.3", "dtype": "bfloat16",
             "model": "12+12 layers, d=1024, ffn=4096, 16 heads, random weights", "peaks": H100, "status": status,
@@ -71,7 +72,8 @@ def test_peaks_are_reported_allocated_reserved_and_on_the_whole_gpu():
 
 
 def test_groups_that_never_finished_are_listed_with_why():
-    records = [batch("a", 1, 0.2), run("3", "a"), run("4:900", "b", status="skipped", error="estimated 300 s, 200 s left")]
+    skipped = run("4:900", "b", status="skipped", error="estimated 300 s, 200 s left")
+    records = [batch("a", 1, 0.2), run("3", "a"), skipped]
     assert "Not measured yet: group 4:900: skipped (estimated 300 s, 200 s left)." in report(records)
 
 

@@ -24,7 +24,7 @@ from benchmarks.scale.oom import OomLedger
 from benchmarks.scale.registry import ROWS, all_groups, select
 from benchmarks.scale.report import report
 
-BUDGET_SECONDS = 8 * 60  # what one group may take on an H100, by its estimate
+GROUP_BUDGET_SECONDS = 8 * 60  # what one group may take on an H100, by its estimate
 PLANNED_GPUS = ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
 
 
@@ -96,7 +96,7 @@ def plan(args: argparse.Namespace) -> str:
     rows.append(["all", f"{len(args.groups)} groups"] + [f"{t:.0f}" for t in totals] + [""])
     header = ["group", "what", "H100 s", "H200 s", "how (H100)"]
     return (f"Estimates at {'bart.large, bf16' if args.device == 'cuda' else 'the CPU sizes'} (see "
-            f"benchmarks/scale/costs.py); every group must stay under {BUDGET_SECONDS} s on an H100.\n\n"
+            f"benchmarks/scale/costs.py); every group must stay under {GROUP_BUDGET_SECONDS} s on an H100.\n\n"
             + markdown_table(header, rows))
 
 

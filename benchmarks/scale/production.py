@@ -5,16 +5,15 @@ a step must read. Random weights rarely choose </s>, so the summaries run to abo
 maximum length; the table gives the mean length decoded."""
 
 import argparse
-import sys
 from typing import Dict, List
 
 from benchmarks.beam_cache import generator_for
-from benchmarks.common import ModelSize, markdown_table
+from benchmarks.common import ModelSize
 from benchmarks.scale import costs
 from benchmarks.scale.group import Context, Group
-from benchmarks.scale.search import (BANDWIDTH_GOAL, bound_cells, build_decoder_model, decoding_samples,
-                                     decoding_settings, read_per_step, searched, timed_search, within_bound)
-from benchmarks.scale.tables import gigabytes, not_run, number
+from benchmarks.scale.search import (BANDWIDTH_GOAL, Variant, bound_cells, decoding_settings, measure_searches,
+                                     within_bound)
+from benchmarks.scale.tables import gigabytes, first_run, keyed, not_run, number, peak_text, section
 from pagesum_plugin.generation.defaults import for_dataset
 
 VARIANTS = ("production", "no blocking")  # the second: the same search with --no-repeat-ngram-size 0
@@ -45,38 +44,24 @@ def production_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
 
 
 def measure_production(s: Dict, ctx: Context) -> List[Dict]:
-    dictionary, model = build_decoder_model(ctx.size, s["page_len"], s["max_len"] + 2, s["seed"], ctx)
-    samples = decoding_samples(dictionary, s["batches"], s["pages"], s["page_len"], s["seed"], ctx.device)
-    records = []
-    for batch, sample in samples.items():
-        for variant in VARIANTS:
-            ngram = s["ngram"] if variant == "production" else 0
+    def search(variant: str) -> Variant:
+        ngram = s["ngram"] if variant == "production" else 0
 
-            def search():
-                def make(n):  # n = 2: the warm-up, summaries of exactly two tokens
-                    lengths = dict(min_len=2) if n else dict(min_len=s["min_len"])
-                    return generator_for(model, dictionary, s["beam"], n or s["max_len"], True, **lengths,
-                                         len_penalty=s["lenpen"], no_repeat_ngram_size=ngram)
+        def make(model, dictionary, n):  # n = 2: the warm-up, summaries of exactly two tokens
+            return generator_for(model, dictionary, s["beam"], n or s["max_len"], True,
+                                 min_len=n or s["min_len"], len_penalty=s["lenpen"], no_repeat_ngram_size=ngram)
+        return Variant(f"{s['dataset']} {variant}", {"dataset": s["dataset"], "variant": variant}, make)
 
-                return timed_search(make, model, sample, s["repeats"], ctx.device)
-
-            record = searched(ctx, "6", f"{s['dataset']} {variant}", [s["max_len"], batch], search)
-            record.update(dataset=s["dataset"], batch=batch, variant=variant)
-            if record["status"] == "ok":
-                record["read"] = read_per_step(model, s, batch, record["calls"], True)
-            records.append(record)
-            print(f"row 6: {s['dataset']}, batch {batch}, {variant}: {record['status']}", file=sys.stderr, flush=True)
-    return records
+    return measure_searches(s, ctx, "6", s["max_len"], [search(variant) for variant in VARIANTS])
 
 
 def render_production(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
     if not measurements:
         return []
     goal = f"production step <= {BANDWIDTH_GOAL}x bound"
-    by_key = {(m["dataset"], m["batch"], m["variant"]): m for m in measurements}
+    by_key = keyed(measurements, ("dataset", "batch", "variant"), lambda key: (*key[:2], VARIANTS.index(key[2])))
     rows = []
-    for (dataset, batch, variant), m in sorted(by_key.items(), key=lambda item: (item[0][0], item[0][1],
-                                                                                 VARIANTS.index(item[0][2]))):
+    for (dataset, batch, variant), m in by_key.items():
         run = runs[m["run"]]
         s = run["settings"]
         cells = [dataset, f"{s['lenpen']:g} / {s['ngram']} / {s['min_len']}-{s['max_len']}", batch, variant]
@@ -91,17 +76,15 @@ def render_production(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         plain = by_key.get((dataset, batch, "no blocking"))
         cost = "-" if plain is None or plain["status"] != "ok" else f"{m['step_s'] / plain['step_s']:.2f}x"
         rows.append(cells + [cost, goal, within_bound(m, run)])
-    run = runs[measurements[0]["run"]]
-    s, bandwidth = run["settings"], run["peaks"]["bandwidth"]
+    run, s = first_run(measurements, runs)
     caption = (
         f"Row 6, production decoding: each dataset's generation defaults (pagesum_plugin.generation.defaults: length "
         f"penalty / no-repeat n-gram size / min-max summary tokens), beam {s['beam']}, {s['pages']} pages of "
         f"{s['page_len']} tokens, {run['dtype']}, pages shared by the beams, against the same search without n-gram "
         f"blocking. Summary tokens: mean length decoded (random weights rarely choose </s>); ms/step: mean interval "
         f"between decoder calls; blocking: step time with the blocker / without; bound = MB/step / "
-        + (f"{number(bandwidth / 1e12)} TB/s" if bandwidth else "bandwidth (unknown here)")
-        + f". Best of {s['repeats']} searches."
+        f"{peak_text(run['peaks']['bandwidth'], 'TB/s', 'bandwidth')}. Best of {s['repeats']} searches."
     )
     header = ["dataset", "lenpen / n-gram / lengths", "batch", "search", "summary tokens", "summaries/s", "ms/step",
               "MB/step", "bound ms", "step / bound", "peak reserved GB", "blocking", "goal", "verdict"]
-    return [caption + "\n\n" + markdown_table(header, rows)]
+    return [section(caption, header, rows)]

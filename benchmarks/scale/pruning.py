@@ -3,16 +3,15 @@ pages (the generator's ``top_pages``, its scoring pass timed with it) against al
 the fidelity table of ``generation_speed``, which runs at its own size."""
 
 import argparse
-import sys
 from typing import Dict, List
 
 from benchmarks.beam_cache import generator_for
-from benchmarks.common import CPU_TINY, ModelSize, markdown_table
+from benchmarks.common import CPU_TINY, ModelSize
 from benchmarks.generation_speed import FIDELITY_TASK, fidelity_rows
 from benchmarks.scale import costs
 from benchmarks.scale.group import Context, Group
-from benchmarks.scale.search import build_decoder_model, decoding_samples, decoding_settings, searched, timed_search
-from benchmarks.scale.tables import gigabytes, not_run, verdict
+from benchmarks.scale.search import Variant, decoding_settings, measure_searches
+from benchmarks.scale.tables import gigabytes, keyed, not_run, section, verdict
 
 PRUNING_GOAL = 3.0
 
@@ -38,22 +37,13 @@ def pruning_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
 
 
 def measure_pruning(s: Dict, ctx: Context) -> List[Dict]:
-    dictionary, model = build_decoder_model(ctx.size, s["page_len"], s["out_len"] + 2, s["seed"], ctx)
-    samples = decoding_samples(dictionary, s["batches"], s["pages"], s["page_len"], s["seed"], ctx.device)
-    records = []
-    for batch, sample in samples.items():
-        for top_pages in (0, s["top_pages"]):
-            def search():
-                make = lambda n: generator_for(model, dictionary, s["beam"], n or s["out_len"], True,  # noqa: E731
-                                               top_pages=top_pages)
-                return timed_search(make, model, sample, s["repeats"], ctx.device, forced=s["out_len"])
+    def kept(top_pages: int) -> Variant:
+        def make(model, dictionary, n):
+            return generator_for(model, dictionary, s["beam"], n or s["out_len"], True, top_pages=top_pages)
+        fields = {"out_len": s["out_len"], "top_pages": top_pages}
+        return Variant(f"top {top_pages}" if top_pages else "all pages", fields, make, shared=None)
 
-            system = f"top {top_pages}" if top_pages else "all pages"
-            record = searched(ctx, "5", system, [s["out_len"], batch], search)
-            records.append({**record, "out_len": s["out_len"], "batch": batch, "top_pages": top_pages})
-            print(f"row 5: {s['out_len']} tokens, batch {batch}, {system}: {record['status']}", file=sys.stderr,
-                  flush=True)
-    return records
+    return measure_searches(s, ctx, "5", s["out_len"], [kept(0), kept(s["top_pages"])], forced=s["out_len"])
 
 
 def render_pruning(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
@@ -66,9 +56,9 @@ def render_speed(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
     if not measurements:
         return []
     goal = f">= {PRUNING_GOAL:.0f}x all pages"
-    by_key = {(m["out_len"], m["batch"], m["top_pages"]): m for m in measurements}
+    by_key = keyed(measurements, ("out_len", "batch", "top_pages"))
     rows = []
-    for (out_len, batch, top_pages), m in sorted(by_key.items()):
+    for (out_len, batch, top_pages), m in by_key.items():
         run = runs[m["run"]]
         s = run["settings"]
         cells = [out_len, batch, f"{top_pages} of {s['pages']}" if top_pages else "all"]
@@ -88,14 +78,14 @@ def render_speed(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
     run = runs[measurements[0]["run"]]
     s = run["settings"]
     caption = (
-        f"Row 5, page pruning: beam {s['beam']}, {s['pages']} pages of {s['page_len']} tokens, summaries of exactly the "
-        f"given length, {run['dtype']}, the {s['top_pages']} most confident pages (scoring pass included) against all, "
-        f"pages shared by the beams, best of {s['repeats']} searches; peak reserved GB over the searches (\"-\" on the "
-        f"CPU)."
+        f"Row 5, page pruning: beam {s['beam']}, {s['pages']} pages of {s['page_len']} tokens, summaries of exactly "
+        f"the given length, {run['dtype']}, the {s['top_pages']} most confident pages (scoring pass included) against "
+        f"all, pages shared by the beams, best of {s['repeats']} searches; peak reserved GB over the searches "
+        f"(\"-\" on the CPU)."
     )
     header = ["summary tokens", "batch", "pages decoded", "summaries/s", "decoder tokens/s", "peak reserved GB",
               "speed-up", "goal", "verdict"]
-    return [caption + "\n\n" + markdown_table(header, rows)]
+    return [section(caption, header, rows)]
 
 
 # ---- fidelity ---------------------------------------------------------------------------------
@@ -131,4 +121,4 @@ def render_fidelity(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str
     caption = measurements[0]["caption"]
     caption = (f"Row 5, {caption[0].lower()}{caption[1:]} Run at generation_speed's own size, not at "
                f"{s['pages']} x {s['page_len']}: random weights have no page preference to keep.")
-    return [caption + "\n\n" + markdown_table(header, rows)]
+    return [section(caption, header, rows)]

@@ -4,6 +4,7 @@ read against the memory-bandwidth bound."""
 
 import argparse
 import re
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
@@ -15,6 +16,7 @@ from benchmarks.common import ModelSize, build_model, cuda_peaks, paged_source
 from benchmarks.generation_speed import net_input
 from benchmarks.scale import costs
 from benchmarks.scale.group import Context
+from benchmarks.scale.kernels import AttentionKernels
 from benchmarks.scale.oom import unless_oom
 from benchmarks.scale.tables import number, verdict
 from pagesum_plugin.profiling import synchronize
@@ -103,6 +105,46 @@ def searched(ctx: Context, row: str, system: str, point: List[int], search: Call
         return {**record, "status": "oom"}
     return {**record, "status": "ok", "search_s": result.seconds, "step_s": result.step, "calls": result.calls,
             "length": result.length, **result.memory}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One system of a decoding row: its name (in the ledger and the records), the fields its
+    records carry, and its generator, made by ``make(model, dictionary, length)`` (length 2: the
+    warm-up search; None: the row's own)."""
+
+    system: str
+    fields: Dict
+    make: Callable[[object, object, Optional[int]], object]
+    shared: Optional[bool] = True  # pages shared by the beams (the bound's bytes); None: no bound
+
+
+def measure_searches(s: Dict, ctx: Context, row: str, length: int, variants: List[Variant],
+                     forced: Optional[int] = None) -> List[Dict]:
+    """bart.large with random weights, and for every batch of ``s`` and every variant, in that
+    order, the record of a timed search of summaries of at most ``length`` tokens (exactly
+    ``forced``, where given) and the bytes a step must read; each record also names the attention
+    kernels that ran in a two-token search."""
+    dictionary, model = build_decoder_model(ctx.size, s["page_len"], length + 2, s["seed"], ctx)
+    samples = decoding_samples(dictionary, s["batches"], s["pages"], s["page_len"], s["seed"], ctx.device)
+    kernels = AttentionKernels(model)
+    with kernels:
+        variants[0].make(model, dictionary, 2).generate([model], samples[s["batches"][0]])
+    records = []
+    for batch, sample in samples.items():
+        for variant in variants:
+            def search():
+                make = lambda n: variant.make(model, dictionary, n)  # noqa: E731
+                return timed_search(make, model, sample, s["repeats"], ctx.device, forced)
+
+            record = searched(ctx, row, variant.system, [length, batch], search)
+            record.update(batch=batch, kernels=kernels.describe(), **variant.fields)
+            if record["status"] == "ok" and variant.shared is not None:
+                record["read"] = read_per_step(model, s, batch, record["calls"], variant.shared)
+            records.append(record)
+            print(f"row {row}: {length} tokens, batch {batch}, {variant.system}: {record['status']}",
+                  file=sys.stderr, flush=True)
+    return records
 
 
 def decoding_settings(args: argparse.Namespace, **extra) -> Dict:

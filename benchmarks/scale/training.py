@@ -17,13 +17,13 @@ from torch.nn.attention import sdpa_kernel
 
 from benchmarks import memory_scaling
 from benchmarks.beam_cache import tensor_bytes
-from benchmarks.common import (ATTENTION_KERNELS, ModelSize, best_seconds, cuda_peaks,
-                               label_smoothed_loss, make_dictionary, markdown_table, paged_source, summary_io)
+from benchmarks.common import (ATTENTION_KERNELS, ModelSize, best_seconds, cuda_peaks, label_smoothed_loss,
+                               make_dictionary, paged_source, summary_io)
 from benchmarks.scale import costs
 from benchmarks.scale.group import Context, Group
 from benchmarks.scale.kernels import AttentionKernels
 from benchmarks.scale.oom import unless_oom
-from benchmarks.scale.tables import GB, gigabytes, not_run, number, verdict
+from benchmarks.scale.tables import GB, gigabytes, keyed, not_run, number, peak_text, section, verdict
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.profiling import PeakMemory, peak_memory
 
@@ -182,7 +182,7 @@ def render_memory(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
             f"the CUDA context and library workspaces, as nvidia-smi shows it (\"-\" on the CPU). GB = 10^9 bytes; "
             f"update s: best of {s['repeats']}. Attention kernels that ran: {m['kernels']}."
         )
-        sections.append(caption + "\n\n" + markdown_table(header, [row]))
+        sections.append(section(caption, header, [row]))
     return sections
 
 
@@ -238,7 +238,7 @@ def render_growth(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
     if not measurements:
         return []
     s, _ = settings_of(measurements[0], runs)
-    by_key = {(m["kernel"], m["model"], m["pages"]): m for m in measurements}
+    by_key = keyed(measurements, ("kernel", "model", "pages"))
     goal = f"PageSum growth <= {LINEAR_SLACK} x linear; where BART stops"
     table = []
     for kernel in ("fused", "math"):
@@ -261,15 +261,15 @@ def render_growth(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
     caption = (
         f"Row 2, training peak memory growth: benchmarks.memory_scaling's step (forward + backward, no checkpointing, "
         f"no optimizer) of PageSum and of full-attention BART (positions extended to "
-        f"{max(s['pages']) * s['page_len']}), {measurements[0]['dims']}, {run['dtype']}, pages of {s['page_len']} tokens, "
-        f"{s['tgt_len']}-token summary, batch 1. Peak MB on top of the weights, allocated / reserved (reserved on "
-        f"CUDA only); growth: allocated, against {s['pages'][0]} page(s). A model is not tried on more pages after "
+        f"{max(s['pages']) * s['page_len']}), {measurements[0]['dims']}, {run['dtype']}, pages of {s['page_len']} "
+        f"tokens, {s['tgt_len']}-token summary, batch 1. Peak MB on top of the weights, allocated / reserved (reserved "
+        f"on CUDA only); growth: allocated, against {s['pages'][0]} page(s). A model is not tried on more pages after "
         f"its first OOM. Attention: fused (SDPA kernels allowed) and math (score matrices stored, as BART's original "
         f"attention)."
     )
     header = ["attention", "pages", "tokens", "linear growth", "PageSum peak MB", "PageSum growth", "BART peak MB",
               "BART growth", "goal", "verdict"]
-    return [caption + "\n\n" + markdown_table(header, table)]
+    return [section(caption, header, table)]
 
 
 # ---- row 3: training throughput and model FLOP utilization --------------------------------
@@ -329,7 +329,8 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
             rows.append(cells + [not_run(m)] * 8 + [goal, "-"])
             continue
         mfu = m.get("mfu")
-        rows.append(cells + [number(m["update_s"]), number(m["flops"] / 1e12), number(m["flops"] / m["update_s"] / 1e12),
+        rate = m["flops"] / m["update_s"] / 1e12
+        rows.append(cells + [number(m["update_s"]), number(m["flops"] / 1e12), number(rate),
                              "-" if mfu is None else f"{mfu:.1%}", gigabytes(m["allocated"]),
                              gigabytes(m["reserved"]), gigabytes(m["device"]), goal, "-"])
         largest = (len(rows) - 1, mfu)
@@ -343,11 +344,10 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
     caption = (
         f"Row 3, training throughput: PageSum, {s['pages']} pages of {s['page_len']} tokens, {s['tgt_len']}-token "
         f"summary, {run['dtype']}, no checkpointing, the update of row 1; batches doubled up to {stop}; MFU at every "
-        f"batch. {measurements[0]['formula']}. MFU = FLOPs / update s / "
-        + (f"{number(peak / 1e12)} TFLOP/s." if peak else "peak (unknown here).")
-        + f" Update s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included."
+        f"batch. {measurements[0]['formula']}. MFU = FLOPs / update s / {peak_text(peak, 'TFLOP/s', 'peak')}. Update "
+        f"s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included."
     )
     header = ["batch", "source tokens", "update s", "TFLOP/update", "TFLOP/s", "MFU", "peak allocated GB",
               "peak reserved GB", "peak on the GPU GB", "goal", "verdict"]
-    return [caption + "\n\n" + markdown_table(header, rows)]
+    return [section(caption, header, rows)]
 
