@@ -54,6 +54,7 @@ from benchmarks.common import (
     ATTENTION_KERNELS,
     BART_LARGE,
     CPU_SMALL,
+    ModelSize,
     add_device_args,
     build_model,
     describe_device,
@@ -92,9 +93,10 @@ def parse_args(argv=None):
     return args
 
 
-def build_pair(args, device: torch.device, dtype: torch.dtype):
-    """PageSum and full-attention BART of the same size; BART's positions cover all pages."""
-    size = BART_LARGE if device.type == "cuda" else CPU_SMALL
+def build_pair(args, device: torch.device, dtype: torch.dtype, size: Optional[ModelSize] = None):
+    """PageSum and full-attention BART of the same ``size`` (default: the device's); BART's
+    positions cover all pages."""
+    size = size or (BART_LARGE if device.type == "cuda" else CPU_SMALL)
     total = max(args.pages) * args.page_len
     torch.manual_seed(args.seed)
     task, pagesum = build_model("pagesum_bart_large", size, "--max-source-positions", str(args.page_len))

@@ -15,8 +15,8 @@ import fairseq
 import torch
 from torch.nn.attention import sdpa_kernel
 
-from benchmarks.common import (ATTENTION_KERNELS, BART_LARGE, CPU_TINY, add_device_args, describe_device,
-                               device_defaults, dtype_name, free_memory, markdown_table, start)
+from benchmarks.common import (ATTENTION_KERNELS, BART_LARGE, CPU_TINY, ModelSize, add_device_args,
+                               describe_device, device_defaults, dtype_name, free_memory, markdown_table, start)
 from benchmarks.scale import results
 from benchmarks.scale.group import Context, Group
 from benchmarks.scale.hardware import device_peaks, peaks_by_name
@@ -40,6 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--plan", action="store_true", help="print each selected group's estimate on an H100 and an "
                         "H200 and exit (no GPU needed: --device cuda plans the GPU run)")
     parser.add_argument("--list", action="store_true", help="print the selected groups' names and exit")
+    parser.add_argument("--tiny", action="store_true", help="pagesum_tiny's dimensions on any device (the CPU's "
+                        "always): a smoke run of the CUDA paths")
     parser.add_argument("--time-left", type=float, help="seconds this call may still take: a group whose estimate "
                         "exceeds what is left is skipped (recorded as skipped)")
     parser.add_argument("--pages", type=int, help="row 1: pages (default: 20 on CUDA, 2 on CPU)")
@@ -83,9 +85,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def model_size(args: argparse.Namespace) -> ModelSize:
+    """bart.large on CUDA; pagesum_tiny's dimensions on the CPU or with --tiny."""
+    return BART_LARGE if args.device == "cuda" and not args.tiny else CPU_TINY
+
+
 def plan(args: argparse.Namespace) -> str:
     """Each selected group's estimate on the planned GPUs, and the total."""
-    size, element = (BART_LARGE, 2) if args.device == "cuda" else (CPU_TINY, 4)
+    size, element = model_size(args), 2 if args.device == "cuda" else 4
     peaks = [peaks_by_name(name) for name in PLANNED_GPUS]
     rows, totals = [], [0.0] * len(peaks)
     for group in args.groups:
@@ -95,7 +102,7 @@ def plan(args: argparse.Namespace) -> str:
         rows.append([group.id, group.title] + [f"{s:.0f}" for s in seconds] + [cost.describe(peaks[0])])
     rows.append(["all", f"{len(args.groups)} groups"] + [f"{t:.0f}" for t in totals] + [""])
     header = ["group", "what", "H100 s", "H200 s", "how (H100)"]
-    return (f"Estimates at {'bart.large, bf16' if args.device == 'cuda' else 'the CPU sizes'} (see "
+    return (f"Estimates at {'bart.large' if size is BART_LARGE else 'pagesum_tiny'}'s dimensions (see "
             f"benchmarks/scale/costs.py); every group must stay under {GROUP_BUDGET_SECONDS} s on an H100.\n\n"
             + markdown_table(header, rows))
 
@@ -170,7 +177,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     deadline = None if args.time_left is None else time.monotonic() + args.time_left
     device, dtype = start(args)
-    ctx = Context(device, dtype, BART_LARGE if device.type == "cuda" else CPU_TINY,
+    ctx = Context(device, dtype, model_size(args),
                   device_peaks(device, args.peak_tflops, args.peak_bandwidth),
                   earlier_ooms(args.results, describe_device(device)))
     command = "python -m benchmarks.scale " + shlex.join(sys.argv[1:] if argv is None else argv)

@@ -206,7 +206,7 @@ def growth_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
 
 def measure_growth(s: Dict, ctx: Context) -> List[Dict]:
     settings = argparse.Namespace(**s)
-    dictionary, models, size = memory_scaling.build_pair(settings, ctx.device, ctx.dtype)
+    dictionary, models, size = memory_scaling.build_pair(settings, ctx.device, ctx.dtype, ctx.size)
     dims = f"{size.layers}+{size.layers} layers, d={size.embed_dim}"
     records = []
     for kernel in ("fused", "math"):
