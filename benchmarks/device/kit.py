@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-GPU_TESTS = ("tests/test_cuda.py", "tests/test_training_precision.py")  # test_cuda.py first
+GPU_TESTS = ("tests/test_cuda.py", "tests/test_training_precision.py")
 # The planned split of the scale benchmark into calls of at most 10 minutes, by the groups'
 # estimates on an H100 (python -m benchmarks.scale --device cuda --plan) and the kit's own steps
 # (PLANNED_STEP_SECONDS); the first call also runs the tests. tests/test_device_kit.py checks
@@ -56,7 +56,7 @@ OUTPUTS = ("kit.json", "kit.log", "tests.log", "scale.log", "scale.jsonl", "repo
 BUDGET_SECONDS = 580  # one call: the machine allows 10 minutes a command
 RESERVE_SECONDS = 30  # kept back for the report and the copy of the results
 MIN_STEP_SECONDS = 15  # a step with less time than this left is skipped
-CAPS = {"install": 240, "check": 120, "tests": 300, "list": 120}  # the longest each of these steps may take
+CAPS = {"install": 240, "import check": 120, "tests": 300, "scale: list groups": 120}  # the longest each step may take
 
 
 class Kit:
@@ -155,7 +155,7 @@ def install(kit: Kit) -> None:
         if entry["status"] == "passed":
             stamp.write_text(json.dumps(contents))
     check = kit.step("import check", [sys.executable, "-m", "benchmarks.device.check", args.site], "kit.log",
-                     kit.time_left(CAPS["check"]), stdout=kit.scratch / "check.out")
+                     kit.time_left(CAPS["import check"]), stdout=kit.scratch / "check.out")
     printed = read_back(kit.scratch / "check.out").strip().splitlines()
     kit.log("kit.log", "\n".join(printed) + "\n")
     if check["status"] == "passed" and printed:
@@ -204,7 +204,7 @@ def run_groups(kit: Kit) -> None:
     args = kit.args
     listing = kit.scratch / "groups"
     listed = kit.step("scale: list groups", [sys.executable, "-m", "benchmarks.scale", *scale_options(args), "--list",
-                                             "--rows", *args.rows], "scale.log", kit.time_left(CAPS["list"]),
+                                             "--rows", *args.rows], "scale.log", kit.time_left(CAPS["scale: list groups"]),
                       stdout=listing)
     groups = read_back(listing).split() if listed["status"] == "passed" else []
     if args.pending:
