@@ -203,9 +203,9 @@ def group_statuses(path: Path) -> Dict[str, str]:
 def run_groups(kit: Kit) -> None:
     args = kit.args
     listing = kit.scratch / "groups"
-    listed = kit.step("scale: list groups", [sys.executable, "-m", "benchmarks.scale", *scale_options(args), "--list",
-                                             "--rows", *args.rows], "scale.log", kit.time_left(CAPS["scale: list groups"]),
-                      stdout=listing)
+    name = "scale: list groups"
+    listed = kit.step(name, [sys.executable, "-m", "benchmarks.scale", *scale_options(args), "--list", "--rows",
+                             *args.rows], "scale.log", kit.time_left(CAPS[name]), stdout=listing)
     groups = read_back(listing).split() if listed["status"] == "passed" else []
     if args.pending:
         done = {group for group, status in group_statuses(Path(args.results)).items() if status == "done"}
