@@ -21,7 +21,8 @@ from torch.nn.attention import SDPBackend
 
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.checkpoints.builder import dictionary_directory
-from pagesum_plugin.profiling import best_seconds, describe_device, peak_memory  # noqa: F401  (re-exported)
+from pagesum_plugin.profiling import (best_seconds, describe_device, device_nearly_full,  # noqa: F401  (re-exported)
+                                      is_out_of_memory, peak_memory)
 
 @dataclass(frozen=True)
 class ModelSize:
@@ -172,22 +173,52 @@ def peak_step_bytes(fn: Callable[[], object], device: torch.device, modules: Seq
 
 def measure_step(step: Callable[[], None], device: torch.device, repeats: int, modules: Sequence[torch.nn.Module],
                  root: Optional[torch.nn.Module] = None) -> Optional[Dict[str, float]]:
-    """``{"mb": peak MB, "s": seconds}`` of a training ``step`` of ``modules``: the fastest of
+    """``{"mb": peak MB, "s": seconds}`` of a training step of ``modules``: the fastest of
     ``repeats`` timed steps after a warm-up, then the peak memory of one more (``root`` as in
-    ``peak_step_bytes``). None when CUDA runs out of memory. The gradients are freed and the
-    memory released afterwards."""
+    ``peak_step_bytes``); on CUDA also ``reserved_mb`` and ``gpu_mb``, the step's peaks as the
+    allocator and the GPU see them (``cuda_peaks``). None when the device runs out of memory
+    (``is_out_of_memory``). The gradients are freed and the memory released afterwards."""
     try:
         seconds = best_seconds(step, device, repeats)
         for module in modules:
             module.zero_grad(set_to_none=True)  # the measured step allocates its gradients afresh
         peak = peak_step_bytes(step, device, modules, root)
-    except torch.cuda.OutOfMemoryError:
+        gpu = cuda_peaks(device)
+    except RuntimeError as error:
+        if not is_out_of_memory(error, device_nearly_full(device)):
+            raise
         return None
     finally:
         for module in modules:
             module.zero_grad(set_to_none=True)
         free_memory(device)
-    return {"mb": peak / 2**20, "s": seconds}
+    result = {"mb": peak / 2**20, "s": seconds}
+    if gpu is not None:
+        result.update(reserved_mb=gpu.reserved / 2**20, gpu_mb=gpu.device / 2**20)
+    return result
+
+
+@dataclass(frozen=True)
+class CudaPeaks:
+    """The peak memory of a call as three observers see it, in bytes."""
+
+    allocated: int  # tensors (the caching allocator's max_memory_allocated)
+    reserved: int  # what the caching allocator held from the driver (max_memory_reserved)
+    device: int  # reserved + what the process holds outside the allocator (the CUDA context, library
+    #              workspaces): what nvidia-smi shows at the peak, i.e. what a user's GPU must have free
+
+
+def cuda_peaks(device: torch.device) -> Optional[CudaPeaks]:
+    """The peaks since the last ``torch.cuda.reset_peak_memory_stats`` (``peak_memory`` resets
+    them when a measured call starts); None on the CPU, whose allocator keeps no such counts.
+    Outside the allocator: the memory in use by the driver's count (``mem_get_info``) less what
+    the allocator holds now, taken before any cache is emptied."""
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    outside = (total - free) - torch.cuda.memory_reserved(device)
+    reserved = torch.cuda.max_memory_reserved(device)
+    return CudaPeaks(torch.cuda.max_memory_allocated(device), reserved, reserved + outside)
 
 
 def free_memory(device: torch.device) -> None:

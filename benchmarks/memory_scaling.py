@@ -28,7 +28,7 @@ What is measured
 Sizes: on CPU a small BART (2+2 layers, d=256, fp32, pages of 256 tokens); on CUDA the
 ``bart.large`` dimensions (12+12 layers, d=1024, 16 heads, ~50k vocabulary) in bf16
 with pages of 1024 tokens. A configuration that runs out of GPU memory is reported as
-OOM.
+OOM, and its model is not tried on more pages.
 
 Attention kernels (``--attention``). fairseq's attention calls
 ``F.scaled_dot_product_attention`` whenever no attention weights are requested.
@@ -54,6 +54,7 @@ from benchmarks.common import (
     ATTENTION_KERNELS,
     BART_LARGE,
     CPU_SMALL,
+    ModelSize,
     add_device_args,
     build_model,
     describe_device,
@@ -92,9 +93,10 @@ def parse_args(argv=None):
     return args
 
 
-def build_pair(args, device: torch.device, dtype: torch.dtype):
-    """PageSum and full-attention BART of the same size; BART's positions cover all pages."""
-    size = BART_LARGE if device.type == "cuda" else CPU_SMALL
+def build_pair(args, device: torch.device, dtype: torch.dtype, size: Optional[ModelSize] = None):
+    """PageSum and full-attention BART of the same ``size`` (default: the device's); BART's
+    positions cover all pages."""
+    size = size or (BART_LARGE if device.type == "cuda" else CPU_SMALL)
     total = max(args.pages) * args.page_len
     torch.manual_seed(args.seed)
     task, pagesum = build_model("pagesum_bart_large", size, "--max-source-positions", str(args.page_len))
@@ -107,16 +109,24 @@ def build_pair(args, device: torch.device, dtype: torch.dtype):
 
 
 def measure(args, dictionary, models, device) -> List[Dict[str, Optional[float]]]:
+    """One row per page count: each model's ``measure_step`` result, None when it ran out of
+    memory. A model is not tried again after its first OOM (a longer input cannot fit): its
+    later results are None too, and the row's ``tried`` says which were run."""
     generator = torch.Generator().manual_seed(args.seed)
     target, prev_output_tokens = (t.to(device) for t in summary_io(dictionary, 1, args.tgt_len, generator))
-    rows = []
+    rows, stopped = [], set()
     for n_pages in args.pages:
         paged = paged_source(dictionary, 1, n_pages, args.page_len, generator)  # (1, n, page_len)
         inputs = {"PageSum": paged.to(device), "BART": concatenated(paged).to(device)}
-        row = {"pages": n_pages, "tokens": n_pages * args.page_len}
+        row = {"pages": n_pages, "tokens": n_pages * args.page_len, "tried": {}}
         for name, model in models.items():
-            step = training_step(model, inputs[name], target, prev_output_tokens, dictionary.pad())
-            row[name] = measure_step(step, device, args.repeats, [model])
+            row["tried"][name] = name not in stopped
+            row[name] = None
+            if name not in stopped:
+                step = training_step(model, inputs[name], target, prev_output_tokens, dictionary.pad())
+                row[name] = measure_step(step, device, args.repeats, [model])
+                if row[name] is None:
+                    stopped.add(name)
         rows.append(row)
         print(f"{n_pages} pages done", file=sys.stderr, flush=True)
     return rows

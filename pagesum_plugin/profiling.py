@@ -96,3 +96,55 @@ def peak_memory(fn: Callable[[], object], device: torch.device, tracked: Sequenc
         if hook is not None:
             hook.remove()
     return PeakMemory(before, tracker.get_tracker_snapshot("peak")[device]["Total"])
+
+
+# How CUDA's libraries report an allocation they could not make: torch's caching allocator
+# raises ``torch.cuda.OutOfMemoryError``; cuBLAS, cuDNN and the other libraries return a
+# status that torch raises as a plain ``RuntimeError``; a raw CUDA call says "out of memory";
+# the CPU allocator says it cannot allocate.
+ALLOCATION_FAILURES = (
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+    "CUDA driver error: out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUFFT_ALLOC_FAILED",
+    "CUSOLVER_STATUS_ALLOC_FAILED",
+    "CUSPARSE_STATUS_ALLOC_FAILED",
+    "can't allocate memory",
+)
+# Statuses that memory exhaustion causes among other things (cuDNN finds no algorithm whose
+# workspace fits, cuBLAS cannot create its handle): out of memory only when they are raised
+# while the device is nearly full.
+EXHAUSTION_SYMPTOMS = (
+    "CUDNN_STATUS_NOT_SUPPORTED",
+    "CUDNN_STATUS_INTERNAL_ERROR",
+    "CUDNN_STATUS_EXECUTION_FAILED",
+    "CUBLAS_STATUS_NOT_INITIALIZED",
+)
+NEARLY_FULL = 0.9  # share of the device's memory in use at which a symptom above counts as exhaustion
+
+
+def is_out_of_memory(error: BaseException, nearly_full: bool = False) -> bool:
+    """Whether ``error`` means the device could not allocate what a call needed, i.e. the call
+    does not fit, rather than a bug. ``nearly_full``: the device was nearly full when it was
+    raised (``device_nearly_full``), which turns the ambiguous statuses into exhaustion."""
+    if isinstance(error, torch.cuda.OutOfMemoryError):
+        return True
+    if not isinstance(error, RuntimeError):
+        return False
+    message = str(error)
+    if any(failure in message for failure in ALLOCATION_FAILURES):
+        return True
+    return nearly_full and any(symptom in message for symptom in EXHAUSTION_SYMPTOMS)
+
+
+def device_nearly_full(device) -> bool:
+    """Whether at least ``NEARLY_FULL`` of the GPU's memory is in use now (by the driver's
+    count: this process's allocator, its CUDA context, and everything else on the GPU).
+    Always False on the CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return False
+    free, total = torch.cuda.mem_get_info(device)
+    return (total - free) >= NEARLY_FULL * total

@@ -1,11 +1,14 @@
-"""What only a GPU can show: decoding and page masking in half precision, and the n-gram
-blocker on CUDA tensors. Every test here is skipped, with the reason, where torch sees no
+"""What only a GPU can show: decoding and page masking in half precision, the n-gram blocker
+on CUDA tensors, and the scale benchmark's CUDA paths at a tiny size (the GPU kit runs these
+tests before the bart.large row groups). Every test here is skipped, with the reason, where torch sees no
 CUDA device; BENCHMARKS.md says where they last ran."""
 
 import pytest
 import torch
 from fairseq import utils
 
+from benchmarks.scale import results
+from benchmarks.scale.cli import main as scale
 from builders.models import build_tiny, decoder_input, log_probs, make_source_sensitive, paged_batch
 from pagesum_plugin.generation import PageSumSequenceGenerator, ban_repeated_ngrams
 from pagesum_plugin.generation.ngram_blocking import NoRepeatNGramBlocker
@@ -67,3 +70,22 @@ def test_the_ngram_blocker_on_cuda_bans_what_it_bans_on_the_cpu():
         banned = blocker(buffer.cuda(), lprobs.clone().cuda(), rows // 4, 4, step)
         assert torch.equal(banned.cpu().isinf(), expected.isinf()), f"n = {n}"
         assert bool(expected.isinf().any()), "the history must repeat some n-gram"
+
+
+# Every row group of the scale benchmark at pagesum_tiny's dimensions and tiny lengths
+SCALE_TINY = ["--device", "cuda", "--tiny", "--pages", "2", "--page-len", "32", "--tgt-len", "8", "--growth-pages", "1",
+              "2", "--growth-tgt-len", "8", "--mfu-pages", "2", "--max-batch", "2", "--decode-pages", "2", "--out-lens",
+              "4", "8", "--batches", "1", "2", "--top-pages", "1", "--production-len-cap", "8", "--repeats", "1",
+              "--train-updates", "5", "--fidelity-docs", "8"]
+
+
+def test_every_scale_row_group_runs_on_cuda_and_reads_the_gpus_memory(tmp_path):
+    path = str(tmp_path / "scale.jsonl")
+    assert scale([*SCALE_TINY, "--results", path]) == 0
+    records = results.read(path)
+    runs = [r for r in records if r["type"] == "run"]
+    assert len(runs) == 10 and {r["status"] for r in runs} == {"done"} and runs[0]["gpu"]
+    update = next(r for r in records if r["type"] == "measurement" and r["row"] == "1")
+    assert update["status"] == "ok" and update["device"] >= update["reserved"] >= update["allocated"] > 0
+    searches = [r for r in records if r["type"] == "measurement" and r["row"] == "4"]
+    assert all(r["status"] == "ok" and r["reserved"] >= r["allocated"] for r in searches)

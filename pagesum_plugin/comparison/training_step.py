@@ -31,7 +31,7 @@ from fairseq.trainer import Trainer
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from ..profiling import best_seconds, peak_memory
+from ..profiling import best_seconds, is_out_of_memory, peak_memory
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +77,6 @@ def torch_optimizer(trainer: Trainer) -> torch.optim.Optimizer:
     return optimizer
 
 
-def out_of_memory(err: RuntimeError) -> bool:
-    """The device (CUDA's allocator, or the CPU's) could not hold the step: it does not fit."""
-    return isinstance(err, torch.cuda.OutOfMemoryError) or "can't allocate memory" in str(err)
-
-
 def step_cost(config_dir: str | Path, config_name: str, overrides: List[str]) -> StepCost:
     """One training step of the experiment ``config_name`` with ``overrides`` (everything but
     ``checkpoint.save_dir``), measured."""
@@ -109,7 +104,7 @@ def step_cost(config_dir: str | Path, config_name: str, overrides: List[str]) ->
             peak = peak_memory(step, device, [trainer.model, torch_optimizer(trainer)], root=trainer.criterion)
             cost = StepCost(peak.peak - resident, seconds, source_tokens)
         except RuntimeError as err:  # torch.cuda.OutOfMemoryError is one
-            if not out_of_memory(err):
+            if not is_out_of_memory(err):
                 raise
             cost = StepCost(math.inf, math.nan, source_tokens)
     logger.info(f"{config_name} {' '.join(overrides)}: peak {cost.peak_bytes / 2**20:.1f} MB, "

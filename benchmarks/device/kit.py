@@ -1,0 +1,296 @@
+"""The GPU kit: one command that, on a GPU machine with Python 3.12 and its own CUDA torch but
+no package index, installs this project from the carried wheelhouse, runs the GPU-only tests
+and the scale benchmark's row groups, and leaves every log and one JSON summary in one flat
+folder (``--out``, default ``$OUT``): the folder such a machine hands back after a call.
+
+Steps, each in its own time box inside ``--budget`` (the call's whole length), each recorded
+in ``kit.json`` whatever happens, none stopping the next:
+
+1. install: ``pip install --no-index --no-deps --target SITE`` of the wheelhouse into the
+   machine's own interpreter, with SITE first on ``PYTHONPATH``, never torch (the check that
+   follows refuses a torch imported from SITE); skipped when SITE already holds the same
+   wheels (a machine kept warm between calls). ``--wheelhouse-dry-run`` instead checks the
+   wheelhouse lock and installs only the project's wheel: the rehearsal on a machine that
+   has everything else.
+2. tests: pytest on the GPU-only tests (``GPU_TESTS``).
+3. one process per row group of ``benchmarks.scale`` (``--call N``: the planned groups of
+   call N; ``--rows``; ``--pending``: every planned group without a finished run yet), each
+   told the time left, so that a group whose estimate does not fit is skipped, not cut off.
+   The groups append to ``--results``, which later calls append to as well.
+4. report: ``benchmarks.scale --report`` of the results so far, and a copy of them.
+
+Only the standard library: it runs before anything is installed.
+
+    OUT=/some/folder bash benchmarks/device/run.sh --call 1
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+GPU_TESTS = ("tests/test_cuda.py", "tests/test_training_precision.py")
+# The planned split of the scale benchmark into calls of at most 10 minutes, by the groups'
+# estimates on an H100 (python -m benchmarks.scale --device cuda --plan) and the kit's own steps
+# (PLANNED_STEP_SECONDS); the first call also runs the tests. tests/test_device_kit.py checks
+# every call against the budget.
+CALLS = {
+    1: {"tests": True, "rows": ["1", "2", "3", "5:fidelity", "6:arxiv"]},
+    2: {"tests": False, "rows": ["4:256", "4:900"]},
+    3: {"tests": False, "rows": ["5:256", "5:900"]},
+    4: {"tests": False, "rows": ["6:govreport"]},
+}
+PLANNED_STEP_SECONDS = {"install": 40, "tests": 120, "scale: list groups": 20}  # the kit's own steps, at most
+OUTPUTS = ("kit.json", "kit.log", "tests.log", "scale.log", "scale.jsonl", "report.md")  # all the kit writes
+BUDGET_SECONDS = 580  # one call: the machine allows 10 minutes a command
+RESERVE_SECONDS = 30  # kept back for the report and the copy of the results
+MIN_STEP_SECONDS = 15  # a step with less time than this left is skipped
+CAPS = {"install": 240, "import check": 120, "tests": 300, "scale: list groups": 120}  # the longest each step may take
+
+
+class Kit:
+    """The steps' time boxes, logs and record."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.out = Path(args.out)
+        self.scratch = Path(tempfile.mkdtemp(prefix="pagesum-kit-"))  # what the kit reads back, kept out of --out
+        self.deadline = time.monotonic() + args.budget
+        self.env = dict(os.environ, PYTHONUNBUFFERED="1",
+                        PYTHONPATH=os.pathsep.join(filter(None, [args.site, os.environ.get("PYTHONPATH")])),
+                        PATH=os.pathsep.join([str(Path(args.site) / "bin"), os.environ.get("PATH", "")]))
+        self.record = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "budget_s": args.budget,
+                       "argv": sys.argv[1:], "python": sys.executable, "steps": [], "environment": None}
+
+    def time_left(self, cap: Optional[float] = None) -> float:
+        left = self.deadline - time.monotonic() - RESERVE_SECONDS
+        return left if cap is None else min(cap, left)
+
+    def log(self, name: str, text: str) -> None:
+        with open(self.out / name, "a", encoding="utf-8") as log:
+            log.write(text)
+
+    def save(self) -> None:
+        """kit.json, rewritten whole after every step (a kit cut off still leaves its record)."""
+        self.record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        partial = self.out / ".kit.json.partial"
+        partial.write_text(json.dumps(self.record, indent=1) + "\n", encoding="utf-8")
+        partial.replace(self.out / "kit.json")
+
+    def step(self, name: str, command: List[str], log: str, timeout: float, stdout: Optional[Path] = None) -> Dict:
+        """Runs ``command`` from the repository root, its output appended to ``log`` (stdout to
+        ``stdout`` if given), killed with its process group when ``timeout`` runs out; records
+        and returns {name, status: passed | failed | timed out | skipped, rc, seconds, ...}."""
+        entry = {"name": name, "command": shlex.join(command), "log": log, "time_box_s": round(timeout)}
+        self.log(log, f"\n===== {name}: {entry['command']} (time box {timeout:.0f} s)\n")
+        if timeout < MIN_STEP_SECONDS:
+            entry.update(status="skipped", rc=None, seconds=0.0, note=f"{timeout:.0f} s left")
+            return self.finish(entry, log)
+        started = time.monotonic()
+        with open(self.out / log, "a", encoding="utf-8") as output, \
+                (open(stdout, "w", encoding="utf-8") if stdout else contextlib.nullcontext(output)) as result:
+            process = subprocess.Popen(command, cwd=REPO_ROOT, env=self.env, stdout=result, stderr=output,
+                                       start_new_session=True)
+            try:
+                rc = process.wait(timeout=timeout)
+                entry.update(status="passed" if rc == 0 else "failed", rc=rc)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)  # the step's own process group
+                process.wait()
+                entry.update(status="timed out", rc=None)
+        entry["seconds"] = round(time.monotonic() - started, 1)
+        return self.finish(entry, log)
+
+    def finish(self, entry: Dict, log: str) -> Dict:
+        self.log(log, f"===== {entry['name']}: {entry['status']} ({entry['seconds']} s)\n")
+        self.record["steps"].append(entry)
+        self.save()
+        return entry
+
+
+# ---- the steps ----------------------------------------------------------------------------------
+
+
+def read_back(path: Path) -> str:
+    """What a step printed to ``path``; empty if it never started."""
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+def wheels_of(folder: Path) -> List[Path]:
+    return sorted(folder.glob("*.whl"))
+
+
+def install(kit: Kit) -> None:
+    args = kit.args
+    wheelhouse = Path(args.wheelhouse)
+    if args.wheelhouse_dry_run:
+        wheelhouse = kit.scratch / "wheelhouse"
+        kit.step("wheelhouse (dry run)", [sys.executable, "-m", "benchmarks.device.wheelhouse", "--dry-run",
+                                          "--dest", str(wheelhouse)], "kit.log", kit.time_left(CAPS["install"]))
+    wheels = wheels_of(wheelhouse)
+    stamp = Path(args.site) / ".kit-wheelhouse.json"
+    contents = [[wheel.name, wheel.stat().st_size] for wheel in wheels]
+    if not wheels:
+        kit.finish({"name": "install", "status": "failed", "rc": None, "seconds": 0.0,
+                    "note": f"no wheels in {wheelhouse}: build them with python -m benchmarks.device.wheelhouse"},
+                   "kit.log")
+    elif stamp.exists() and json.loads(stamp.read_text()) == contents:
+        kit.finish({"name": "install", "status": "passed", "rc": 0, "seconds": 0.0,
+                    "note": f"{args.site} already holds these {len(wheels)} wheels"}, "kit.log")
+    else:
+        entry = kit.step("install", [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile",
+                                     "--no-cache-dir", "--upgrade", "--disable-pip-version-check", "--target",
+                                     args.site, *map(str, wheels)], "kit.log", kit.time_left(CAPS["install"]))
+        if entry["status"] == "passed":
+            stamp.write_text(json.dumps(contents))
+    check = kit.step("import check", [sys.executable, "-m", "benchmarks.device.check", args.site], "kit.log",
+                     kit.time_left(CAPS["import check"]), stdout=kit.scratch / "check.out")
+    printed = read_back(kit.scratch / "check.out").strip().splitlines()
+    kit.log("kit.log", "\n".join(printed) + "\n")
+    if check["status"] == "passed" and printed:
+        kit.record["environment"] = json.loads(printed[-1])
+        kit.save()
+
+
+def run_tests(kit: Kit) -> None:
+    if not kit.args.tests:
+        return
+    entry = kit.step("tests", [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                               *kit.args.tests], "tests.log", kit.time_left(CAPS["tests"]))
+    summary = re.findall(r"^=*\s*(\d+ (?:passed|failed|skipped|errors?|deselected)\b.*?)\s*=*$",
+                         read_back(kit.out / "tests.log"), re.MULTILINE)
+    if summary:
+        entry["note"] = summary[-1]
+        kit.save()
+
+
+def scale_options(args: argparse.Namespace) -> List[str]:
+    options = ["--device", args.device, "--results", args.results]
+    if args.quick:
+        options.append("--quick")
+    if args.threads:
+        options += ["--threads", str(args.threads)]
+    return options
+
+
+def group_statuses(path: Path) -> Dict[str, str]:
+    """group -> the status of its latest run in the results file (done, failed or skipped)."""
+    if not path.exists():
+        return {}
+    statuses = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # the report step stops at it, naming its line
+            continue
+        if isinstance(record, dict) and record.get("type") == "run":
+            statuses[record["group"]] = "done" if "done" in (record["status"], statuses.get(record["group"])) \
+                else record["status"]
+    return statuses
+
+
+def run_groups(kit: Kit) -> None:
+    args = kit.args
+    listing = kit.scratch / "groups"
+    name = "scale: list groups"
+    listed = kit.step(name, [sys.executable, "-m", "benchmarks.scale", *scale_options(args), "--list", "--rows",
+                             *args.rows], "scale.log", kit.time_left(CAPS[name]), stdout=listing)
+    groups = read_back(listing).split() if listed["status"] == "passed" else []
+    if args.pending:
+        done = {group for group, status in group_statuses(Path(args.results)).items() if status == "done"}
+        groups = [group for group in groups if group not in done]
+    kit.record["groups"] = groups
+    for group in groups:
+        time_box = kit.time_left()
+        entry = kit.step(f"scale {group}", [sys.executable, "-m", "benchmarks.scale", *scale_options(args), "--rows",
+                                            group, "--time-left", f"{max(time_box, 0):.0f}"], "scale.log", time_box)
+        status = group_statuses(Path(args.results)).get(group)
+        if entry["status"] == "passed" and status == "skipped":
+            entry["status"] = "skipped"
+            entry["note"] = "its estimate exceeded the time left"
+            kit.save()
+
+
+def report(kit: Kit) -> None:
+    results = Path(kit.args.results)
+    if not results.exists():
+        kit.finish({"name": "report", "status": "skipped", "rc": None, "seconds": 0.0, "note": "no results yet"},
+                   "scale.log")
+        return
+    shutil.copyfile(results, kit.out / "scale.jsonl")
+    kit.step("report", [sys.executable, "-m", "benchmarks.scale", "--report", "--results", str(results)], "scale.log",
+             max(kit.time_left() + RESERVE_SECONDS - 5, MIN_STEP_SECONDS), stdout=kit.out / "report.md")
+    kit.record["group_status"] = group_statuses(results)
+    kit.save()
+
+
+# ---- the command ---------------------------------------------------------------------------------
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bash benchmarks/device/run.sh", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=os.environ.get("OUT"), help="the folder for the logs and results "
+                        "(default: $OUT)")
+    parser.add_argument("--call", type=int, choices=sorted(CALLS), help="the planned call: its row groups, and the "
+                        "tests in the first")
+    parser.add_argument("--rows", nargs="+", help="row groups to run instead (benchmarks.scale --rows)")
+    parser.add_argument("--pending", action="store_true", help="run every planned group (or every group of --rows) "
+                        "that has no finished run in --results")
+    parser.add_argument("--tests", nargs="*", help=f"test files to run (default: {' '.join(GPU_TESTS)} in call 1 "
+                        "and without --call; none in later calls)")
+    parser.add_argument("--wheelhouse", default=".wheelhouse", help="the carried wheels (default: .wheelhouse)")
+    parser.add_argument("--wheelhouse-dry-run", action="store_true", help="check the wheelhouse instead of using one "
+                        "and install only the project's wheel (a rehearsal where everything else is installed)")
+    parser.add_argument("--site", default=os.path.join(tempfile.gettempdir(), "pagesum-site"),
+                        help="where the wheels are installed, first on PYTHONPATH")
+    parser.add_argument("--results", default="runs/device/scale.jsonl", help="the results file the groups append to")
+    parser.add_argument("--budget", type=float, default=BUDGET_SECONDS, help="seconds the whole command may take")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--quick", action="store_true", help="the scale benchmark's smoke sizes")
+    parser.add_argument("--threads", type=int, help="CPU threads for torch")
+    args = parser.parse_args(argv)
+    if not args.out:
+        parser.error("--out (or $OUT): where the logs and results go")
+    planned = CALLS.get(args.call)
+    all_planned = [group for call in CALLS.values() for group in call["rows"]]
+    args.rows = args.rows or (planned["rows"] if planned else all_planned if args.pending else ["1", "2", "3", "4",
+                                                                                                  "5", "6"])
+    if args.tests is None:
+        args.tests = list(GPU_TESTS) if planned is None or planned["tests"] else []
+    args.site = os.path.abspath(args.site)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    kit = Kit(args)
+    kit.out.mkdir(parents=True, exist_ok=True)
+    kit.log("kit.log", f"GPU kit: {shlex.join(sys.argv)}\n")
+    if shutil.which("nvidia-smi"):
+        kit.step("nvidia-smi", ["nvidia-smi"], "kit.log", kit.time_left(30))
+    for phase in (install, run_tests, run_groups, report):
+        try:
+            phase(kit)
+        except Exception as error:  # the kit's own failure in one phase must not cost the later ones
+            kit.finish({"name": phase.__name__, "status": "failed", "rc": None, "seconds": 0.0,
+                        "note": f"{type(error).__name__}: {error}"}, "kit.log")
+    shutil.rmtree(kit.scratch)
+    bad = [step["name"] for step in kit.record["steps"] if step["status"] in ("failed", "timed out")]
+    kit.log("kit.log", f"GPU kit: {'steps that did not pass: ' + ', '.join(bad) if bad else 'every step passed'}; "
+                       f"files in {kit.out}: {', '.join(sorted(p.name for p in kit.out.iterdir()))}\n")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

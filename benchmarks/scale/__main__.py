@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.scale.cli import main
+
+sys.exit(main())

@@ -1,0 +1,86 @@
+"""Row 4: decoding throughput at bart.large scale. Beam search with each example's pages shared
+by its beams against one copy per beam (the layout before beam sharing), and the step time
+against the memory-bandwidth bound of the bytes a step must read."""
+
+import argparse
+from typing import Dict, List
+
+from benchmarks.beam_cache import generator_for
+from benchmarks.common import ModelSize
+from benchmarks.scale import costs
+from benchmarks.scale.group import Context, Group
+from benchmarks.scale.search import (BANDWIDTH_GOAL, Variant, bound_cells, decoding_settings, measure_searches,
+                                     within_bound)
+from benchmarks.scale.tables import gigabytes, first_run, keyed, not_run, number, peak_text, section, verdict
+
+SHARING_GOAL = 2.0
+
+
+# ---- row 4: decoding throughput, beam sharing and the bandwidth bound -------------------------
+
+
+def throughput_groups(args: argparse.Namespace) -> List[Group]:
+    return [Group(f"4:{n}", "4", f"decoding throughput, {n}-token summaries", decoding_settings(args, out_len=n),
+                  measure_throughput, throughput_cost) for n in args.out_lens]
+
+
+def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
+    searches = costs.Cost()
+    for batch in s["batches"]:
+        for shared in (False, True):
+            searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], batch=batch, beam=s["beam"],
+                                             pages=s["pages"], page_len=s["page_len"], shared=shared)
+    return costs.start() + costs.build(size) + searches
+
+
+def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
+    def layout(name: str, shared: bool) -> Variant:
+        def make(model, dictionary, n):
+            return generator_for(model, dictionary, s["beam"], n or s["out_len"], shared)
+        return Variant(name, {"out_len": s["out_len"], "layout": name}, make, shared)
+
+    return measure_searches(s, ctx, "4", s["out_len"], [layout("per beam", False), layout("shared", True)],
+                            forced=s["out_len"])
+
+
+def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
+    if not measurements:
+        return []
+    goal = f"shared >= {SHARING_GOAL:.0f}x per beam; step <= {BANDWIDTH_GOAL}x bound"
+    by_key = keyed(measurements, ("out_len", "batch", "layout"), lambda key: (key[0], key[1], key[2] != "per beam"))
+    rows = []
+    for (out_len, batch, layout), m in by_key.items():
+        run = runs[m["run"]]
+        s = run["settings"]
+        cells = [out_len, batch, layout]
+        if m["status"] != "ok":
+            rows.append(cells + [not_run(m)] * 7 + [goal if layout == "shared" else "(before sharing)",
+                                                    verdict(False, run["device"]) if layout == "shared" else "-"])
+            continue
+        tokens_per_s = batch * s["beam"] * out_len / m["search_s"]
+        cells += [f"{tokens_per_s:.0f}", number(m["step_s"] * 1e3), *bound_cells(m, run["peaks"]["bandwidth"]),
+                  gigabytes(m["reserved"])]
+        if layout == "per beam":
+            rows.append(cells + ["1.00x", "(before sharing)", "-"])
+            continue
+        before = by_key.get((out_len, batch, "per beam"))
+        if before is None or before["status"] != "ok":
+            speedup, sharing = "-", verdict(True, run["device"]) + " (per beam OOM)"
+        else:
+            ratio = before["search_s"] / m["search_s"]
+            speedup, sharing = f"{ratio:.2f}x", verdict(ratio >= SHARING_GOAL, run["device"])
+        rows.append(cells + [speedup, goal, f"sharing: {sharing}; bound: {within_bound(m, run)}"])
+    run, s = first_run(measurements, runs)
+    bandwidth = run["peaks"]["bandwidth"]
+    caption = (
+        f"Row 4, decoding throughput: beam {s['beam']}, {s['pages']} pages of {s['page_len']} tokens, summaries of "
+        f"exactly the given length, {run['dtype']}; pages shared by an example's beams vs one copy per beam (before "
+        f"beam sharing). tokens/s = batch x beam x summary tokens / search s; ms/step: mean interval between decoder "
+        f"calls; MB/step: 10^6 bytes one step must read (decoder weights, cross-attention keys and values, the "
+        f"self-attention cache at its mean length); bound = MB/step / {peak_text(bandwidth, 'TB/s', 'bandwidth')}; "
+        f"peak reserved GB over the searches (\"-\" on the CPU). Best of {s['repeats']} searches. Attention kernels "
+        f"in decoding: {measurements[0]['kernels']}."
+    )
+    header = ["summary tokens", "batch", "layout", "tokens/s", "ms/step", "MB/step", "bound ms", "step / bound",
+              "peak reserved GB", "speed-up", "goal", "verdict"]
+    return [section(caption, header, rows)]

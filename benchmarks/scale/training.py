@@ -1,0 +1,353 @@
+"""Rows 1-3: training at bart.large scale. Peak memory of one bf16 update with checkpointing
+(1), memory growth with the number of pages against full-attention BART (2), and throughput
+as model FLOP utilization at every batch that fits (3)."""
+
+import argparse
+import contextlib
+import logging
+import sys
+import tempfile
+import warnings
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.optim.fp16_optimizer import FP16Optimizer
+from torch.nn.attention import sdpa_kernel
+
+from benchmarks import memory_scaling
+from benchmarks.beam_cache import tensor_bytes
+from benchmarks.common import (ATTENTION_KERNELS, ModelSize, best_seconds, cuda_peaks, label_smoothed_loss,
+                               make_dictionary, paged_source, summary_io)
+from benchmarks.scale import costs
+from benchmarks.scale.group import Context, Group
+from benchmarks.scale.kernels import AttentionKernels
+from benchmarks.scale.oom import unless_oom
+from benchmarks.scale.tables import GB, gigabytes, keyed, not_run, number, peak_text, section, verdict
+from pagesum_plugin.checkpoints import builder
+from pagesum_plugin.profiling import PeakMemory, peak_memory
+
+MEMORY_GOAL = 12 * GB  # reserved by one update of PageSum-large at 20 x 1024 + 1,024 summary tokens
+LINEAR_SLACK = 1.25  # PageSum's growth counts as linear up to 1.25x the page ratio
+MFU_GOAL = 0.40
+
+
+# ---- training with fairseq's bf16 optimizer ----------------------------------------------------
+
+
+def build_trainable(size: ModelSize, page_len: int, device: torch.device, dtype: torch.dtype, *flags: str):
+    """(dictionary, model, optimizer): PageSum of ``size`` in ``dtype``, in training mode, and
+    the optimizer fairseq-train builds for ``--bf16 --optimizer adam``: ``FP16Optimizer`` (fp32
+    master weights and gradients) around ``FairseqAdam``. ``common.build_model`` keeps
+    fairseq's parsed options to itself; the optimizer is built from them."""
+    with tempfile.TemporaryDirectory() as data_dir:
+        builder.dictionary_directory(make_dictionary(size), data_dir)
+        fairseq_args, task, model = builder.build_model(
+            data_dir, "pagesum_bart_large", "--dropout", "0.1", *size.arch_args(), "--max-source-positions",
+            str(page_len), "--bf16", "--optimizer", "adam", "--lr", "1e-4", *flags)
+    model.to(device=device, dtype=dtype).train()
+    logging.getLogger("hydra").setLevel(logging.WARNING)  # fairseq composes its config with hydra
+    with warnings.catch_warnings():  # hydra's deprecation notices
+        warnings.simplefilter("ignore")
+        cfg = convert_namespace_to_omegaconf(fairseq_args)
+    optimizer = FP16Optimizer.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+    return task.dictionary, model, optimizer
+
+
+def update_step(model, optimizer, src_tokens, target, prev_output_tokens, pad: int) -> Callable[[], None]:
+    """One update as fairseq's trainer makes it: zero the gradients, forward, label-smoothed
+    loss, backward through the optimizer, step. src_tokens (batch, pages, page_len); target
+    and prev_output_tokens (batch, tgt_len)."""
+
+    def step():
+        optimizer.zero_grad()
+        logits, _ = model(src_tokens, None, prev_output_tokens)  # (batch, tgt_len, vocab)
+        optimizer.backward(label_smoothed_loss(logits, target, pad))
+        optimizer.step()
+
+    return step
+
+
+def measure_update(step: Callable[[], None], model, optimizer, device: torch.device, repeats: int,
+                   kernels: Optional[AttentionKernels] = None) -> Optional[Dict]:
+    """The memory fields (``memory_fields``) of one update and ``update_s``, the fastest of
+    ``repeats`` updates, after a warm-up update (under ``kernels`` if given), which creates
+    Adam's state; None when the device runs out of memory. ``common.measure_step`` reports only
+    the memory a step adds, and its CPU tracker would not see the optimizer's master copy: here
+    the model, the master weights and gradients and Adam's moments are all tracked."""
+
+    def measure():
+        try:
+            with kernels or contextlib.nullcontext():
+                step()
+            seconds = best_seconds(step, device, repeats, warmup=0)
+            optimizer.zero_grad()  # held before an update: weights, master weights and gradients, Adam's moments
+            masters = optimizer.fp32_params  # a list: fairseq does not flatten bf16 master weights
+            peak = peak_memory(step, device, [model, optimizer.optimizer, *masters, *(p.grad for p in masters)])
+            return {**memory_fields(peak, device), "update_s": seconds}
+        finally:
+            optimizer.zero_grad()
+
+    return unless_oom(measure, device)
+
+
+def memory_fields(peak: PeakMemory, device: torch.device) -> Dict[str, Optional[int]]:
+    """Bytes held before a call and its peaks: tensors (``allocated``), the caching allocator's
+    (``reserved``) and the whole GPU's (``device``: with the CUDA context); the last two None on
+    the CPU."""
+    gpu = cuda_peaks(device)
+    return {"before": peak.before, "allocated": peak.peak, "reserved": gpu and gpu.reserved,
+            "device": gpu and gpu.device}
+
+
+def optimizer_bytes(model, optimizer) -> Dict[str, int]:
+    """What an update starts from, by kind; a storage counts once, under its first kind (an
+    fp32 model's master weights are its own weights: ``p.float()`` does not copy)."""
+    masters = optimizer.fp32_params
+    moments = [t for state in optimizer.optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
+    kinds = {"weights": list(model.parameters()), "fp32 master": masters,
+             "fp32 gradients": [p.grad for p in masters], "Adam moments": moments}
+    held, counted = {}, []
+    for kind, tensors in kinds.items():
+        before = tensor_bytes(counted)
+        counted += tensors
+        held[kind] = tensor_bytes(counted) - before
+    return held
+
+
+def training_batch(dictionary, batch: int, pages: int, page_len: int, tgt_len: int, seed: int, device):
+    """(src_tokens (batch, pages, page_len), target, prev_output_tokens (batch, tgt_len)) on device."""
+    generator = torch.Generator().manual_seed(seed)
+    src_tokens = paged_source(dictionary, batch, pages, page_len, generator)
+    target, prev_output_tokens = summary_io(dictionary, batch, tgt_len, generator)
+    return src_tokens.to(device), target.to(device), prev_output_tokens.to(device)
+
+
+def settings_of(measurement: Dict, runs: Dict[str, Dict]) -> Tuple[Dict, str]:
+    """(the group's settings, the device type) of the run that made ``measurement``."""
+    run = runs[measurement["run"]]
+    return run["settings"], run["device"]
+
+
+# ---- row 1: training peak memory ------------------------------------------------------------
+
+
+def memory_groups(args: argparse.Namespace) -> List[Group]:
+    settings = dict(pages=args.pages, page_len=args.page_len, tgt_len=args.tgt_len, repeats=args.repeats,
+                    seed=args.seed)
+    return [Group("1", "1", f"training peak memory at {args.pages} x {args.page_len}", settings, measure_memory,
+                  memory_cost)]
+
+
+def memory_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
+    update = costs.training_pass(size, 1, s["pages"], s["page_len"], s["tgt_len"], checkpointing=True,
+                                 optimizer=True)
+    return costs.start() + costs.build(size) + update.times(s["repeats"] + 2)
+
+
+def measure_memory(s: Dict, ctx: Context) -> List[Dict]:
+    dictionary, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype,
+                                                   "--checkpoint-activations")
+    inputs = training_batch(dictionary, 1, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
+    kernels = AttentionKernels(model)
+    measured = measure_update(update_step(model, optimizer, *inputs, dictionary.pad()), model, optimizer,
+                              ctx.device, s["repeats"], kernels)
+    print(f"row 1: {s['pages']} pages: {measured}", file=sys.stderr, flush=True)
+    record = {"system": "PageSum", "point": [s["pages"]], "status": "oom" if measured is None else "ok",
+              "held": optimizer_bytes(model, optimizer), "kernels": kernels.describe(),
+              "optimizer": f"{type(optimizer).__name__} ({type(optimizer.optimizer).__name__})", **(measured or {})}
+    return [record]
+
+
+def render_memory(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
+    header = ["pages", "source tokens", "summary tokens", "held GB", "peak allocated GB", "peak reserved GB",
+              "peak on the GPU GB", "update s", "goal", "verdict"]
+    goal = f"reserved <= {MEMORY_GOAL / GB:.0f} GB (AWESOME paper: HF PageSum 24.9 GB)"
+    sections = []
+    for m in measurements:
+        s, device = settings_of(m, runs)
+        row = [s["pages"], s["pages"] * s["page_len"], s["tgt_len"]]
+        if m["status"] != "ok":
+            row += [not_run(m)] * 5 + [goal, verdict(False, device)]
+        else:
+            judged = m["reserved"] if m["reserved"] is not None else m["allocated"]
+            row += [gigabytes(m["before"]), gigabytes(m["allocated"]), gigabytes(m["reserved"]),
+                    gigabytes(m["device"]), number(m["update_s"]), goal, verdict(judged <= MEMORY_GOAL, device)]
+        caption = (
+            f"Row 1, training peak memory: PageSum, batch 1, {runs[m['run']]['dtype']} model, activation "
+            f"checkpointing (fairseq's checkpoint_wrapper on every layer), one update: forward, loss, backward, "
+            f"{m['optimizer']} step. Held before the update: "
+            + ", ".join(f"{name} {gigabytes(value)} GB" for name, value in m["held"].items())
+            + ". Peaks: allocated = tensors; reserved = the caching allocator's hold; on the GPU = reserved plus "
+            f"the CUDA context and library workspaces, as nvidia-smi shows it (\"-\" on the CPU). GB = 10^9 bytes; "
+            f"update s: best of {s['repeats']}. Attention kernels that ran: {m['kernels']}."
+        )
+        sections.append(section(caption, header, [row]))
+    return sections
+
+
+# ---- row 2: memory growth, PageSum against full attention -----------------------------------
+
+
+def growth_groups(args: argparse.Namespace) -> List[Group]:
+    settings = dict(pages=args.growth_pages, page_len=args.page_len, tgt_len=args.growth_tgt_len,
+                    repeats=args.repeats, seed=args.seed)
+    return [Group("2", "2", f"memory growth over {args.growth_pages} pages", settings, measure_growth,
+                  growth_cost)]
+
+
+def growth_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
+    steps = costs.Cost()
+    for n in s["pages"]:
+        steps += costs.training_pass(size, 1, n, s["page_len"], s["tgt_len"])  # PageSum
+        steps += costs.training_pass(size, 1, 1, n * s["page_len"], s["tgt_len"])  # BART on one sequence
+    return costs.start() + costs.build(size, models=2) + steps.times(2 * (s["repeats"] + 2))  # fused, math
+
+
+def measure_growth(s: Dict, ctx: Context) -> List[Dict]:
+    settings = argparse.Namespace(**s)
+    dictionary, models, size = memory_scaling.build_pair(settings, ctx.device, ctx.dtype, ctx.size)
+    dims = f"{size.layers}+{size.layers} layers, d={size.embed_dim}"
+    records = []
+    for kernel in ("fused", "math"):
+        with sdpa_kernel(ATTENTION_KERNELS[kernel]):
+            rows = memory_scaling.measure(settings, dictionary, models, ctx.device)
+        for name in memory_scaling.MODELS:
+            first_oom = next((row["pages"] for row in rows if row["tried"][name] and row[name] is None), None)
+            for row in rows:
+                status = "ok" if row[name] is not None else "oom" if row["tried"][name] else "not tried"
+                records.append({"system": f"{name} ({kernel})", "model": name, "kernel": kernel, "dims": dims,
+                                "point": [row["pages"]], "pages": row["pages"], "tokens": row["tokens"],
+                                "status": status, "stopped_at": [first_oom], **(row[name] or {})})
+    return records
+
+
+def growth_cell(record: Dict, base: Optional[Dict], ratio: float) -> Tuple[str, str, Optional[float]]:
+    """(peak cell, growth cell, growth) of one model at one page count."""
+    if record["status"] != "ok":
+        return not_run(record), "-", None
+    reserved = record.get("reserved_mb")
+    peak = f"{record['mb']:.0f}" + ("" if reserved is None else f" / {reserved:.0f}")
+    if base is None or base["status"] != "ok":
+        return peak, "-", None
+    growth = record["mb"] / base["mb"]
+    return peak, f"{growth:.2f}x", growth
+
+
+def render_growth(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
+    if not measurements:
+        return []
+    s, _ = settings_of(measurements[0], runs)
+    by_key = keyed(measurements, ("kernel", "model", "pages"))
+    goal = f"PageSum growth <= {LINEAR_SLACK} x linear; where BART stops"
+    table = []
+    for kernel in ("fused", "math"):
+        first = s["pages"][0]
+        for pages in s["pages"]:
+            ratio = pages / first
+            cells, growth, bart = [kernel, pages, pages * s["page_len"], f"{ratio:.0f}x"], {}, ""
+            for name in memory_scaling.MODELS:
+                record = by_key[kernel, name, pages]
+                peak, grown, growth[name] = growth_cell(record, by_key[kernel, name, first], ratio)
+                cells += [peak, grown]
+                if name == "BART":
+                    bart = "BART runs" if record["status"] == "ok" else "BART stops (OOM)"
+            if growth["PageSum"] is None:
+                pagesum = "not met (PageSum OOM)"
+            else:
+                pagesum = "met (linear)" if growth["PageSum"] <= LINEAR_SLACK * ratio else "not met (super-linear)"
+            table.append(cells + [goal, f"{pagesum}; {bart}"])
+    run = runs[measurements[0]["run"]]
+    caption = (
+        f"Row 2, training peak memory growth: benchmarks.memory_scaling's step (forward + backward, no checkpointing, "
+        f"no optimizer) of PageSum and of full-attention BART (positions extended to "
+        f"{max(s['pages']) * s['page_len']}), {measurements[0]['dims']}, {run['dtype']}, pages of {s['page_len']} "
+        f"tokens, {s['tgt_len']}-token summary, batch 1. Peak MB on top of the weights, allocated / reserved (reserved "
+        f"on CUDA only); growth: allocated, against {s['pages'][0]} page(s). A model is not tried on more pages after "
+        f"its first OOM. Attention: fused (SDPA kernels allowed) and math (score matrices stored, as BART's original "
+        f"attention)."
+    )
+    header = ["attention", "pages", "tokens", "linear growth", "PageSum peak MB", "PageSum growth", "BART peak MB",
+              "BART growth", "goal", "verdict"]
+    return [section(caption, header, table)]
+
+
+# ---- row 3: training throughput and model FLOP utilization --------------------------------
+
+
+def throughput_groups(args: argparse.Namespace) -> List[Group]:
+    settings = dict(pages=args.mfu_pages, page_len=args.page_len, tgt_len=args.tgt_len, max_batch=args.max_batch,
+                    repeats=args.repeats, seed=args.seed)
+    return [Group("3", "3", f"training throughput at {args.mfu_pages} x {args.page_len}", settings,
+                  measure_throughput, throughput_cost)]
+
+
+def doubling(largest: int) -> List[int]:
+    """1, 2, 4, ... up to ``largest``."""
+    return [2**i for i in range(largest.bit_length()) if 2**i <= largest]
+
+
+def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
+    updates = costs.Cost()
+    for batch in doubling(s["max_batch"]):
+        updates += costs.training_pass(size, batch, s["pages"], s["page_len"], s["tgt_len"], optimizer=True)
+    return costs.start() + costs.build(size) + updates.times(s["repeats"] + 2)
+
+
+def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
+    dictionary, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype)
+    counts, layers = costs.matmul_weights(model), len(model.encoder.layers)
+    d = model.encoder.embed_tokens.embedding_dim
+    formula = costs.flops_formula(counts, layers, d, s["pages"], s["page_len"], s["tgt_len"])
+    records = []
+    for batch in doubling(s["max_batch"]):
+        inputs = training_batch(dictionary, batch, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
+        measured = measure_update(update_step(model, optimizer, *inputs, dictionary.pad()), model, optimizer,
+                                  ctx.device, s["repeats"])
+        del inputs
+        print(f"row 3: batch {batch}: {measured}", file=sys.stderr, flush=True)
+        record = {"system": "PageSum", "point": [batch], "batch": batch, "formula": formula,
+                  "source_tokens": batch * s["pages"] * s["page_len"], "status": "oom" if measured is None else "ok"}
+        records.append(record)
+        if measured is None:
+            break  # the first OOM: a larger batch cannot fit
+        flops = costs.training_flops(counts, layers, d, batch, s["pages"], s["page_len"], s["tgt_len"])
+        record.update(measured, flops=flops, mfu=ctx.peaks.flops and flops / measured["update_s"] / ctx.peaks.flops)
+    return records
+
+
+def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
+    if not measurements:
+        return []
+    s, device = settings_of(measurements[0], runs)
+    run = runs[measurements[0]["run"]]
+    goal = f"MFU >= {MFU_GOAL:.0%} at the largest batch"
+    rows, largest = [], None
+    for m in sorted(measurements, key=lambda m: m["batch"]):
+        cells = [m["batch"], m["source_tokens"]]
+        if m["status"] != "ok":
+            rows.append(cells + [not_run(m)] * 8 + [goal, "-"])
+            continue
+        mfu = m.get("mfu")
+        rate = m["flops"] / m["update_s"] / 1e12
+        rows.append(cells + [number(m["update_s"]), number(m["flops"] / 1e12), number(rate),
+                             "-" if mfu is None else f"{mfu:.1%}", gigabytes(m["allocated"]),
+                             gigabytes(m["reserved"]), gigabytes(m["device"]), goal, "-"])
+        largest = (len(rows) - 1, mfu)
+    if largest is None:
+        rows[-1][-1] = verdict(False, device)  # not even batch 1 fits
+    else:
+        index, mfu = largest
+        rows[index][-1] = verdict(None if mfu is None else mfu >= MFU_GOAL, device, "--peak-tflops")
+    stop = "the first OOM" if measurements[-1]["status"] != "ok" else f"--max-batch {s['max_batch']}"
+    peak = run["peaks"]["flops"]
+    caption = (
+        f"Row 3, training throughput: PageSum, {s['pages']} pages of {s['page_len']} tokens, {s['tgt_len']}-token "
+        f"summary, {run['dtype']}, no checkpointing, the update of row 1; batches doubled up to {stop}; MFU at every "
+        f"batch. {measurements[0]['formula']}. MFU = FLOPs / update s / {peak_text(peak, 'TFLOP/s', 'peak')}. Update "
+        f"s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included."
+    )
+    header = ["batch", "source tokens", "update s", "TFLOP/update", "TFLOP/s", "MFU", "peak allocated GB",
+              "peak reserved GB", "peak on the GPU GB", "goal", "verdict"]
+    return [section(caption, header, rows)]
+

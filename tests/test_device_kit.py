@@ -1,0 +1,137 @@
+"""The GPU kit, rehearsed on the CPU: the very command a GPU machine runs, with a folder
+standing in for the one the machine hands back, the wheelhouse checked instead of carried,
+and the scale benchmark's smoke sizes. Also its wheelhouse, its time boxes and its plan."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.common import BART_LARGE
+from benchmarks.device import kit, wheelhouse
+from benchmarks.scale.cli import parse_args as scale_args
+from benchmarks.scale.hardware import peaks_by_name
+from builders.cli import REPO_ROOT
+
+MAX_FILES = 7  # what the machine hands back: a few files, in one folder
+H100 = peaks_by_name("NVIDIA H100 80GB HBM3")
+
+
+def test_every_test_module_that_needs_cuda_is_run_by_the_kit():
+    needs_cuda = {f"tests/{path.name}" for path in (Path(REPO_ROOT) / "tests").glob("test_*.py")
+                  if re.search(r"skipif\(not torch\.cuda\.is_available\(\)", path.read_text())}
+    assert needs_cuda and needs_cuda <= set(kit.GPU_TESTS)
+
+
+def test_the_planned_calls_run_every_gpu_group_once():
+    planned = [group for call in kit.CALLS.values() for group in call["rows"]]
+    assert sorted(planned) == sorted(group.id for group in scale_args(["--device", "cuda"]).groups)
+
+
+@pytest.mark.parametrize("number", sorted(kit.CALLS))
+def test_each_planned_call_fits_its_budget_by_the_estimates(number):
+    call = kit.CALLS[number]
+    groups = scale_args(["--device", "cuda", "--rows", *call["rows"]]).groups
+    seconds = sum(group.cost(group.settings, BART_LARGE, 2).seconds(H100) for group in groups)
+    seconds += kit.PLANNED_STEP_SECONDS["install"] + kit.PLANNED_STEP_SECONDS["scale: list groups"]
+    seconds += kit.PLANNED_STEP_SECONDS["tests"] if call["tests"] else 0
+    assert seconds <= kit.BUDGET_SECONDS - kit.RESERVE_SECONDS
+
+
+def test_only_the_first_call_runs_the_tests():
+    assert kit.parse_args(["--out", "x", "--call", "1"]).tests == list(kit.GPU_TESTS)
+    assert kit.parse_args(["--out", "x", "--call", "2"]).tests == []
+
+
+def test_the_wheelhouse_lock_holds_exactly_what_the_machine_lacks_at_the_versions_installed_here():
+    needs = wheelhouse.runtime_needs()
+    assert wheelhouse.lock_problems(needs, wheelhouse.read_lock()) == []
+    assert {"ve-fairseq", "hydra-core", "omegaconf", "antlr4-python3-runtime", "rouge-score"} <= set(needs)
+    assert not {"numpy", "sentencepiece", "tokenizers", "pyyaml"} & set(needs), "the machine has these"
+
+
+def test_the_wheelhouse_never_carries_torch_even_to_a_machine_without_it():
+    needs = wheelhouse.runtime_needs(present=set())
+    assert not [name for name in needs if wheelhouse.NEVER.match(name)]
+    assert "numpy" in needs  # without the machine's packages, everything else is carried
+
+
+def test_a_wheelhouse_over_the_limit_stops_with_one_line():
+    with pytest.raises(SystemExit) as stop:
+        wheelhouse.check_size(65 * wheelhouse.MIB, 64, "the wheelhouse would be")
+    assert str(stop.value).count("\n") == 0 and "65.0 MiB, over the 64 MiB" in str(stop.value)
+
+
+def test_the_locked_wheels_fit_the_limit():
+    total = sum(entry.wheel_bytes for entry in wheelhouse.read_lock().values())
+    assert total < (wheelhouse.LIMIT_MIB - 2) * wheelhouse.MIB  # room for the project's wheel
+
+
+def quick_kit(tmp_path, budget=60.0):
+    args = kit.parse_args(["--out", str(tmp_path / "out"), "--budget", str(budget), "--rows", "1"])
+    box = kit.Kit(args)
+    box.out.mkdir()
+    return box
+
+
+def test_a_step_past_its_time_box_is_killed_and_recorded_as_timed_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(kit, "MIN_STEP_SECONDS", 0)
+    box = quick_kit(tmp_path)
+    entry = box.step("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], "kit.log", 1.0)
+    assert entry["status"] == "timed out" and entry["seconds"] < 10
+    assert json.loads((box.out / "kit.json").read_text())["steps"][-1]["status"] == "timed out"
+
+
+def test_a_step_without_time_left_is_skipped_not_started(tmp_path):
+    box = quick_kit(tmp_path, budget=kit.RESERVE_SECONDS + 5)
+    entry = box.step("late", [sys.executable, "-c", "raise SystemExit(3)"], "kit.log", box.time_left())
+    assert entry["status"] == "skipped" and entry["rc"] is None
+
+
+def test_a_failing_step_is_recorded_with_its_exit_status(tmp_path):
+    box = quick_kit(tmp_path)
+    entry = box.step("fails", [sys.executable, "-c", "raise SystemExit(3)"], "kit.log", 30)
+    assert (entry["status"], entry["rc"]) == ("failed", 3)
+
+
+@pytest.mark.slow  # every row group of the scale benchmark at smoke size, one process each (~3 minutes)
+def test_the_device_command_rehearsed_on_the_cpu_leaves_its_logs_and_results_where_the_machine_returns_them(
+        tmp_path):
+    out, results = tmp_path / "out", tmp_path / "runs" / "scale.jsonl"
+    failing = tmp_path / "test_broken.py"
+    failing.write_text("def test_broken():\n    assert False, 'a step that fails'\n")
+    command = ["bash", "benchmarks/device/run.sh", "--wheelhouse-dry-run", "--site", str(tmp_path / "site"),
+               "--results", str(results), "--device", "cpu", "--quick", "--threads", "1",
+               "--tests", *kit.GPU_TESTS, str(failing)]
+    done = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "OUT": str(out), "PYTHON": sys.executable},
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stderr[-3000:]  # the failing test file
+
+    files = sorted(path.relative_to(out) for path in out.rglob("*") if path.is_file())
+    assert [str(path) for path in files] == sorted(kit.OUTPUTS) and len(files) <= MAX_FILES
+    assert all(len(path.parts) == 1 for path in files), "one flat folder"
+
+    record = json.loads((out / "kit.json").read_text())
+    steps = {step["name"]: step for step in record["steps"]}
+    assert steps["wheelhouse (dry run)"]["status"] == "passed" and steps["install"]["status"] == "passed"
+    assert steps["import check"]["status"] == "passed" and record["environment"]["torch"]
+    assert (tmp_path / "site" / "pagesum_plugin" / "__init__.py").exists(), "the project's wheel was installed"
+    assert steps["tests"]["status"] == "failed" and re.match(r"1 failed, 2 passed, \d+ skipped", steps["tests"]["note"])
+    groups = [group.id for group in scale_args(["--device", "cpu"]).groups]
+    assert record["groups"] == groups
+    assert [steps[f"scale {group}"]["status"] for group in groups] == ["passed"] * len(groups), \
+        "the groups after the failed tests still ran"
+    assert record["group_status"] == {group: "done" for group in groups}
+    assert steps["report"]["status"] == "passed"
+
+    assert (out / "scale.jsonl").read_text() == results.read_text()
+    report = (out / "report.md").read_text()
+    for name in ("peak reserved GB", "PageSum growth", "MFU", "step / bound", "pages decoded", "pruned differs",
+                 "blocking"):
+        assert name in report, name
+    assert "SKIPPED" in (out / "tests.log").read_text() and "needs a CUDA device" in (out / "tests.log").read_text()
+    assert "would carry" in (out / "kit.log").read_text()
