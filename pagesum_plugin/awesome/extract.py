@@ -19,8 +19,8 @@ from fairseq.data import data_utils
 
 from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit, EncodedDocument
 from ..criterions.salient_extraction import sentence_probabilities
+from ..data.segmented_dataset import sentence_inputs
 from .cache import salient_path
-from .data import sentence_inputs
 
 PROG = "python -m pagesum_plugin.awesome.extract"
 DEFAULT_THRESHOLD = 0.5

@@ -12,8 +12,8 @@ from fairseq.tasks import register_task
 from omegaconf import II
 
 from ..awesome.cache import load_salient, salient_path
-from ..awesome.data import SalientExtractionDataset
 from ..corpus.format import CorpusSplit, load_dictionary
+from ..data.segmented_dataset import SalientExtractionDataset
 from .one_dictionary import OneDictionaryTask
 
 logger = logging.getLogger(__name__)

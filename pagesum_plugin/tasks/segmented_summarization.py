@@ -23,13 +23,13 @@ from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.tasks import register_task
 
 from ..awesome.cache import load_salient, load_segmentation, segmentation_settings
-from ..awesome.data import SegmentedSummarizationDataset, segment_inputs
 from ..awesome.documents import segment_example, unit_texts
-from ..awesome.generator import SegmentSequenceGenerator
-from ..awesome.salient import SalientHeaders
 from ..awesome import segmentation as algorithm_1  # AWESOME's Algorithm 1 and its settings
 from ..corpus.format import CorpusSplit, EncodedDocument
 from ..corpus.views import ViewConfig
+from ..data.salient_content import SalientHeaders
+from ..data.segmented_dataset import SegmentedSummarizationDataset, segment_inputs
+from ..generation.segment_sequence_generator import SegmentSequenceGenerator
 from ..modules.memory import SegmentMemory
 from ..modules.page_mixing import real_pages
 from .paged_summarization import PagedSummarizationConfig, PagedSummarizationTask

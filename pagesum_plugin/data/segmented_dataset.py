@@ -23,11 +23,11 @@ from fairseq.data import data_utils
 
 from ..corpus.format import CorpusSplit, EncodedDocument
 from ..corpus.views import ViewConfig, assemble_pages, plan_pages
-from ..data.examples import ExampleDataset
-from ..data.paged_dataset import collate_pages, summary_target
-from .cache import SegmentTargets
-from .documents import unit_ids
-from .salient import SalientHeaders, augmented_input
+from ..awesome.cache import SegmentTargets
+from ..awesome.documents import unit_ids
+from .examples import ExampleDataset
+from .paged_dataset import collate_pages, summary_target
+from .salient_content import SalientHeaders, augmented_input
 
 
 def segment_inputs(document: EncodedDocument, streams: np.ndarray, view: ViewConfig, bos: int, eos: int,

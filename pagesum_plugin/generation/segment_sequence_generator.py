@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from ..generation import PageSumSequenceGenerator
+from .page_sequence_generator import PageSumSequenceGenerator
 from ..modules.memory import SegmentMemory
 from ..modules.page_mixing import real_pages
 
