@@ -6,11 +6,13 @@ setup(
     name="pagesum",
     version="0.1.0",
     description="PageSum: long-document summarization by locality, as a fairseq plugin",
-    # One importable namespace: the plugin package holds the library (fairseq's --user-dir
-    # imports it on its own, so it must be self-contained), and the preprocessing command
-    # in preprocess/ is installed as pagesum_preprocess, never as a generic "preprocess".
-    packages=find_packages(include=["pagesum_plugin*"]) + ["pagesum_preprocess"],
-    package_dir={"pagesum_preprocess": "preprocess"},
+    # Three layers, each importing only those below it: the library (pagesum_plugin: fairseq's
+    # --user-dir imports it on its own, so it must be self-contained), the preprocessing
+    # pipeline (preprocess/, installed as pagesum_preprocess) and the recipes' harness
+    # (recipes/, installed as pagesum_recipes), never under generic names such as "preprocess".
+    packages=find_packages(include=["pagesum_plugin*"]) + ["pagesum_preprocess", "pagesum_recipes",
+                                                           "pagesum_recipes.comparison"],
+    package_dir={"pagesum_preprocess": "preprocess", "pagesum_recipes": "recipes"},
     python_requires=">=3.10",
     # torch and fairseq are installed by the README's setup command: fairseq's wheel
     # must go in with --no-deps (its metadata pulls a CUDA torch through torchaudio).

@@ -11,13 +11,13 @@
 #   prepare   AWESOME's segments, oracle labels, salient-sentence extractor and its
 #             predictions, into DATA_DIR (only when AWESOME is compared)
 #   fit       per system, the longest input within BUDGET_MB: a bisection over multiples of
-#             compare.yaml's unit, one training step each (python -m pagesum_plugin.comparison.fit,
+#             compare.yaml's unit, one training step each (python -m pagesum_recipes.comparison.fit,
 #             the systems dealt over JOBS processes)
 #   train     fairseq-hydra-train of every system that fits, on its fitted input
 #   generate  fairseq-generate of the test split (the speed is in its log)
 #   score     pagesum-score of every system, with p-values against the reference system
 #   report    report.md, report.json, rouge_vs_memory.png, tokens_vs_memory.png
-#             (python -m pagesum_plugin.comparison.report); its summary is printed at the end
+#             (python -m pagesum_recipes.comparison.report); its summary is printed at the end
 #
 # Environment (checked before anything runs):
 #   DATA_DIR    a corpus written by pagesum-preprocess, with train, valid and test splits
@@ -81,9 +81,9 @@ COMPARE_YAML=$CONFIG_DIR/compare.yaml
 QUERY_FLAGS=()
 [ "${DRY_RUN:-0}" = 1 ] && QUERY_FLAGS+=(--dry-run)
 [ -n "${MODEL_SIZE:-}" ] && QUERY_FLAGS+=(--model-size "$MODEL_SIZE")
-# compare_query QUERY ARGS...: what compare.yaml says (pagesum_plugin/comparison/systems.py)
+# compare_query QUERY ARGS...: what compare.yaml says (recipes/comparison/systems.py)
 compare_query() {
-    "$PYTHON" "$PAGESUM_ROOT/pagesum_plugin/comparison/systems.py" "$COMPARE_YAML" \
+    "$PYTHON" "$PAGESUM_ROOT/recipes/comparison/systems.py" "$COMPARE_YAML" \
         ${QUERY_FLAGS[@]+"${QUERY_FLAGS[@]}"} "$@"
 }
 
@@ -184,7 +184,7 @@ if stage_enabled fit; then
     for ((slot = 0; slot < JOBS && slot < ${#SELECTED[@]}; slot++)); do
         share=()
         for ((i = slot; i < ${#SELECTED[@]}; i += JOBS)); do share+=("${SELECTED[i]}"); done
-        queue "$OUT_DIR/fit.$((slot + 1)).log" "$PYTHON" -m pagesum_plugin.comparison.fit "$DATA_DIR" \
+        queue "$OUT_DIR/fit.$((slot + 1)).log" "$PYTHON" -m pagesum_recipes.comparison.fit "$DATA_DIR" \
             --compare-config "$COMPARE_YAML" --systems "${share[@]}" --budget-mb "$BUDGET_MB" \
             --init-checkpoint "$BART_DIR/$INIT/model.pt" --out-dir "$OUT_DIR" "${fit_flags[@]}"
     done
@@ -241,7 +241,7 @@ if stage_enabled score; then
     barrier
 fi
 if stage_enabled report; then
-    queue "$OUT_DIR/report.log" "$PYTHON" -m pagesum_plugin.comparison.report "$OUT_DIR" --data "$DATA_DIR" \
+    queue "$OUT_DIR/report.log" "$PYTHON" -m pagesum_recipes.comparison.report "$OUT_DIR" --data "$DATA_DIR" \
         --systems "${SELECTED[@]}" --reference "$REFERENCE" --significance "$SIGNIFICANCE"
 fi
 run_phase "train, generate, score, report"

@@ -1,6 +1,6 @@
 """Regenerates the README's figures from the ACL papers that the ``aclsum`` package ships.
 
-    python -m pagesum_plugin.evaluation.make_figures --out-dir docs/figures \\
+    python -m pagesum_recipes.make_figures --out-dir docs/figures \\
         [--page-weights test.page_weights.jsonl --id 0] [--nsp-model bert-large-uncased/]
 
 * ``locality.png`` (Fig. 1) and ``dependencies.png`` (Fig. 4) need nothing else;

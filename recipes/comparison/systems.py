@@ -15,7 +15,7 @@ How a length reaches each view (``tokens`` is always a multiple of the fit unit)
 * ``segments``                  ``task.max_document_tokens`` = tokens (AWESOME's truncation).
 
 It imports only the standard library and OmegaConf, so the recipe runs it as a script
-(``python pagesum_plugin/comparison/systems.py COMPARE_YAML QUERY ...``, see ``main``).
+(``python recipes/comparison/systems.py COMPARE_YAML QUERY ...``, see ``main``).
 """
 
 import argparse
