@@ -25,8 +25,8 @@ import torch
 from fairseq import checkpoint_utils
 from torch import nn
 
-from .awesome.documents import unit_texts
 from .awesome.extract import SalientExtractor
+from .corpus.codec import unit_texts
 from .corpus.readers import example_from_raw
 from .corpus.views import assemble_pages
 

@@ -6,7 +6,7 @@ Per split and segmentation (``TAG``: the embedding model's tag, or ``length``)::
     {split}.segments.TAG.json   how they were made (model, min/max tokens, unit count,
                                 targets_format)
     {split}.targets.TAG.npz     every segment's target ids (Appendix A.2), each with a
-                                leading space (``documents.segment_summary_ids``):
+                                leading space (``targets.segment_summary_ids``):
                                   ids (sum,) int32, lengths (n_segments,), example_segments
                                   (n_examples + 1,) offsets; and for inspection every summary
                                   sentence's segment: sentence_segment, example_sentences

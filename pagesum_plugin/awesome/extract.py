@@ -19,7 +19,7 @@ from fairseq.data import data_utils
 
 from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit, EncodedDocument
 from ..criterions.salient_extraction import sentence_probabilities
-from ..data.segmented_dataset import sentence_inputs
+from ..data.sentence_dataset import sentence_inputs
 from .cache import salient_path
 
 PROG = "python -m pagesum_plugin.awesome.extract"

@@ -16,10 +16,9 @@ from typing import List, Tuple
 
 import numpy as np
 
-from ..corpus.codec import TextCodec
+from ..corpus.codec import TextCodec, unit_texts
 from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
 from .cache import salient_path
-from .documents import unit_texts
 from .oracle import oracle_labels
 
 PROG = "python -m pagesum_plugin.awesome.label"

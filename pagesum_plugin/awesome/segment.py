@@ -30,18 +30,19 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
-from ..corpus.codec import TextCodec
+from ..corpus.codec import TextCodec, unit_texts
 from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
 from .cache import SegmentTargets, embeddings_path, save_segmentation
-from .documents import example_targets, segment_example, unit_texts
 from .segmentation import (
     DEFAULT_EMBEDDING_MODEL,
     LENGTH_RULE,
     MAX_TOKENS,
     MIN_TOKENS,
     model_tag,
+    segment_example,
     sentence_encoder_or_length_rule,
 )
+from .targets import example_targets
 
 PROG = "python -m pagesum_plugin.awesome.segment"
 EMBED_CHUNK = 64  # examples whose sentences are embedded together

@@ -13,7 +13,7 @@ from omegaconf import II
 
 from ..awesome.cache import load_salient, salient_path
 from ..corpus.format import CorpusSplit, load_dictionary
-from ..data.segmented_dataset import SalientExtractionDataset
+from ..data.sentence_dataset import SalientExtractionDataset
 from .one_dictionary import OneDictionaryTask
 
 logger = logging.getLogger(__name__)

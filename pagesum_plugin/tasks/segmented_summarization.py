@@ -23,8 +23,8 @@ from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.tasks import register_task
 
 from ..awesome.cache import load_salient, load_segmentation, segmentation_settings
-from ..awesome.documents import segment_example, unit_texts
 from ..awesome import segmentation as algorithm_1  # AWESOME's Algorithm 1 and its settings
+from ..corpus.codec import unit_texts
 from ..corpus.format import CorpusSplit, EncodedDocument
 from ..corpus.views import ViewConfig
 from ..data.salient_content import SalientHeaders
@@ -176,7 +176,7 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         if encode is not None:  # rounded as the segment command's cache stores them
             embeddings = np.asarray(encode(unit_texts(self.codec, document))).astype(np.float16).astype(np.float32)
         max_tokens = settings.get("max_tokens", algorithm_1.MAX_TOKENS)
-        streams = segment_example(document, embeddings, settings.get("min_tokens", algorithm_1.MIN_TOKENS), max_tokens)
+        streams = algorithm_1.segment_example(document, embeddings, settings.get("min_tokens", algorithm_1.MIN_TOKENS), max_tokens)
         headers = SalientHeaders.from_codec(self.codec) if salient is not None else None
         view = ViewConfig(view="segments", max_segment_tokens=max_tokens + 2)
         return segment_inputs(document, streams, view, self.dictionary.bos(), self.dictionary.eos(), salient,
