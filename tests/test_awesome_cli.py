@@ -12,8 +12,8 @@ from builders.awesome import awesome_bart_twin, build_awesome, paper_examples, w
 from builders.cli import USER_DIR, run_cli
 from builders.models import save_bart_checkpoint
 from pagesum_plugin import from_pretrained
-from pagesum_plugin.awesome.extract import SalientExtractor
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
+from pagesum_plugin.tasks.salient_extraction import SalientExtractor
 
 pytestmark = pytest.mark.slow  # end-to-end runs of fairseq-train and fairseq-generate
 

@@ -11,8 +11,9 @@ sentences trains on its own task, ``salient_extraction`` (``tasks/salient_extrac
 
 import contextlib
 import logging
+import os
 from dataclasses import dataclass, field, replace
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -33,6 +34,7 @@ from ..generation.segment_sequence_generator import SegmentSequenceGenerator
 from ..modules.memory import SegmentMemory
 from ..modules.page_mixing import real_pages
 from .paged_summarization import PagedSummarizationConfig, PagedSummarizationTask
+from .salient_extraction import SalientExtractor
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,7 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         # decoding settings apply to every segment: the dataset's search, per-segment lengths
         self.generation_defaults = replace(self.generation_defaults, **SEGMENT_LENGTHS)
         self._encoder = None  # the sentence embedding model, loaded when a raw document needs it
+        self.extractors: Dict[str, SalientExtractor] = {}  # extractor checkpoints summarize() loaded, by path
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
         corpus = CorpusSplit(self.cfg.data, split)
@@ -181,6 +184,48 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         view = ViewConfig(view="segments", max_segment_tokens=max_tokens + 2)
         return segment_inputs(document, streams, view, self.dictionary.bos(), self.dictionary.eos(), salient,
                               headers, self.cfg.max_input_tokens)
+
+    # ---- salient sentences of a raw document (summarize()) -------------------------------
+
+    @property
+    def salient_source(self) -> str:
+        """Where the model's salient sentences came from in training: none, oracle or extractor."""
+        return str(self.cfg.salient_sentences)
+
+    def salient_labels(self, document_ids: EncodedDocument, salient: Optional[Sequence[Union[bool, int]]] = None, extractor=None,
+                       device=None) -> Optional[np.ndarray]:
+        """(n_sentences,) bool of an encoded document, or None for a model without salient
+        sentences: the labels given, or the extractor's (run on ``device``)."""
+        source = self.salient_source
+        if source == "none":
+            if salient is not None or extractor is not None:
+                raise ValueError("this model was trained without salient sentences (--salient-sentences none): "
+                                 "pass neither salient= nor extractor=")
+            return None
+        if salient is not None and extractor is not None:
+            raise ValueError("pass salient= or extractor=, not both")
+        count = len(document_ids.unit_length)
+        if salient is not None:
+            labels = np.asarray(salient).astype(bool)
+            if labels.shape != (count,):
+                raise ValueError(f"salient= gives {labels.size} labels for a document of {count} sentences: "
+                                 f"one per sentence of sentences(document)")
+            return labels
+        if extractor is None:
+            raise ValueError(f"this model reads salient sentences (--salient-sentences {source}): pass "
+                             f"extractor='EXTRACTOR.pt' (a fairseq-train --task salient_extraction checkpoint) or "
+                             f"salient=[one 0/1 label per sentence of sentences(document)] for every document")
+        return self.salient_extractor(extractor, device).predict(document_ids)
+
+    def salient_extractor(self, extractor, device=None) -> SalientExtractor:
+        """A ``SalientExtractor``: the one given, or the checkpoint at that path, read with this
+        corpus's dictionary and loaded once, on ``device``."""
+        if hasattr(extractor, "predict"):
+            return extractor
+        path = os.fspath(extractor)
+        if path not in self.extractors:
+            self.extractors[path] = SalientExtractor.from_checkpoint(path, self.cfg.data).to(device or "cpu")
+        return self.extractors[path]
 
     def _segmentation_settings(self) -> dict:
         for split in self.meta.splits or ["train"]:
