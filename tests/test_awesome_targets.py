@@ -16,7 +16,7 @@ from pagesum_plugin.awesome.oracle import oracle_labels, oracle_positions
 from pagesum_plugin.awesome.targets import assign_sentences, segment_summaries
 from pagesum_plugin.corpus.sentences import split_sentences
 from pagesum_plugin.data.salient_content import SalientHeaders, augmented_input, outermost_first
-from pagesum_plugin.evaluation.baselines import oracle
+from pagesum_plugin.evaluation.extractive import oracle
 from pagesum_plugin.evaluation.rouge import score_pair, tokenize
 
 SEGMENTS = [

@@ -11,29 +11,23 @@ document's summary skips it.
 from typing import List, Sequence
 
 import numpy as np
-from rouge_score.scoring import fmeasure
 
 from ..corpus.codec import TextCodec, unit_ids
 from ..corpus.format import EncodedDocument
 from ..corpus.sentences import split_sentences
-from ..evaluation.rouge import _ngrams, tokenize
-
-
-def _f1(candidate, reference) -> float:
-    overlap = sum(min(count, reference[gram]) for gram, count in candidate.items())
-    return fmeasure(overlap / max(sum(candidate.values()), 1), overlap / max(sum(reference.values()), 1))
+from ..evaluation.rouge import ngram_counts, overlap_f1, tokenize
 
 
 def assign_sentences(summary_sentences: Sequence[str], segment_texts: Sequence[str]) -> np.ndarray:
     """(n_sentences,) the segment of every summary sentence."""
     if not segment_texts:
         raise ValueError("a document needs at least one segment")
-    segments = [(_ngrams(tokens, 1), _ngrams(tokens, 2)) for tokens in map(tokenize, segment_texts)]
+    segments = [(ngram_counts(tokens, 1), ngram_counts(tokens, 2)) for tokens in map(tokenize, segment_texts)]
     assignment = np.zeros(len(summary_sentences), dtype=np.int64)
     for i, sentence in enumerate(summary_sentences):
         tokens = tokenize(sentence)
-        unigrams, bigrams = _ngrams(tokens, 1), _ngrams(tokens, 2)
-        scores = [_f1(unigrams, seg_1) + _f1(bigrams, seg_2) for seg_1, seg_2 in segments]
+        unigrams, bigrams = ngram_counts(tokens, 1), ngram_counts(tokens, 2)
+        scores = [overlap_f1(seg_1, unigrams) + overlap_f1(seg_2, bigrams) for seg_1, seg_2 in segments]
         assignment[i] = int(np.argmax(scores))  # the first maximum: ties go to the earlier segment
     return assignment
 
