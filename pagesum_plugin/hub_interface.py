@@ -113,7 +113,7 @@ class PageSumHubInterface(nn.Module):
         min_len: Optional[int] = None,
         max_len_b: Optional[int] = None,
         no_repeat_ngram_size: Optional[int] = None,
-        top_pages: int = 0,
+        top_pages: Optional[int] = None,
         batch_size: int = 8,
         return_page_weights: bool = False,
         extractor=None,
@@ -121,8 +121,9 @@ class PageSumHubInterface(nn.Module):
     ) -> Union[List[str], List[Dict[str, Any]]]:
         """Summaries of ``documents``, in order. A single ``str`` document may be passed alone.
 
-        Decoding settings default to the corpus's dataset row of the generation defaults
-        table (``pagesum_plugin.generation.defaults``); any argument given overrides it.
+        Decoding settings, ``top_pages`` included, default to the task's: its dataset's row of
+        the generation defaults table (``pagesum_plugin.generation.defaults``) with its
+        ``--top-pages``; any argument given overrides them.
         With ``return_page_weights``, each result is ``{"summary", "tokens", "page_weights"}``
         where ``page_weights`` is a (steps, pages) tensor.
 
@@ -137,7 +138,7 @@ class PageSumHubInterface(nn.Module):
         if salient is not None and len(salient) != len(documents):
             raise ValueError(f"salient= holds {len(salient)} label lists for {len(documents)} documents")
         given = dict(beam=beam, lenpen=lenpen, min_len=min_len, max_len_b=max_len_b,
-                     no_repeat_ngram_size=no_repeat_ngram_size)
+                     no_repeat_ngram_size=no_repeat_ngram_size, top_pages=top_pages)
         settings = replace(self.task.generation_defaults, **{k: v for k, v in given.items() if v is not None})
         generator_cls = getattr(self.task, "sequence_generator_cls", PageSumSequenceGenerator)
         generator = generator_cls(
@@ -148,7 +149,7 @@ class PageSumHubInterface(nn.Module):
             min_len=settings.min_len,
             max_len_b=settings.max_len_b,
             no_repeat_ngram_size=settings.no_repeat_ngram_size,
-            top_pages=top_pages,
+            top_pages=settings.top_pages,
         )
         paged = [self.pages(d, locality=locality, num_pages=num_pages, max_pages=max_pages,
                             salient=None if salient is None else salient[i], extractor=extractor)

@@ -105,7 +105,7 @@ def test_summarize_with_the_oracle_labels_equals_generate_on_the_stored_document
 
 
 def test_summarize_with_an_extractor_reads_the_sentences_the_extract_command_marks(corpus, salient_model, extractor):
-    """The extractor applied to a raw document picks what ``python -m pagesum_plugin.awesome.extract``
+    """The extractor applied to a raw document picks what ``pagesum-awesome-extract``
     writes for the stored one; the summary is then the one for those labels."""
     data_dir, texts = corpus
     hub = salient_model[3]

@@ -123,6 +123,6 @@ def test_the_console_ends_with_the_summary_and_where_the_logs_are(dry_run):
     assert stdout.rstrip().endswith(summary.rstrip())
     assert summary.startswith("DRY RUN") and f"Outputs in {out_dir}" in summary
     commands = (out_dir / "commands.sh").read_text()
-    for command in ("pagesum_recipes.comparison.fit", "fairseq-hydra-train", "fairseq-generate", "pagesum-score",
-                    "pagesum_recipes.comparison.report"):
+    for command in ("pagesum-compare-fit", "fairseq-hydra-train", "fairseq-generate", "pagesum-score",
+                    "pagesum-compare-report"):
         assert command in commands

@@ -118,7 +118,7 @@ def _missing(path: Path, command: str) -> CorpusFormatError:
 def load_segmentation(data_dir, split: str, tag: str, num_units: int):
     """(segment ids (n_units,) int64, SegmentTargets) of a split, checked against the corpus."""
     seg_path, tgt_path = segments_path(data_dir, split, tag), targets_path(data_dir, split, tag)
-    command = f"python -m pagesum_plugin.awesome.segment {data_dir} --splits {split}"
+    command = f"pagesum-awesome-segment {data_dir} --splits {split}"
     for path in (seg_path, tgt_path):
         if not path.exists():
             raise _missing(path, command)
@@ -134,8 +134,8 @@ def load_segmentation(data_dir, split: str, tag: str, num_units: int):
 
 def load_salient(data_dir, split: str, source: str, num_units: int) -> np.ndarray:
     path = salient_path(data_dir, split, source)
-    command = (f"python -m pagesum_plugin.awesome.label {data_dir} --splits {split}" if source == "oracle" else
-               f"python -m pagesum_plugin.awesome.extract {data_dir} --splits {split} --path EXTRACTOR.pt")
+    command = (f"pagesum-awesome-label {data_dir} --splits {split}" if source == "oracle" else
+               f"pagesum-awesome-extract {data_dir} --splits {split} --path EXTRACTOR.pt")
     if not path.exists():
         raise _missing(path, command)
     labels = np.load(path).astype(bool)

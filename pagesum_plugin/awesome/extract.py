@@ -1,6 +1,6 @@
 """Salient sentences predicted by a trained extractor, once, into the data directory.
 
-    python -m pagesum_plugin.awesome.extract DATA --path CHECKPOINT [--splits train valid test]
+    pagesum-awesome-extract DATA --path CHECKPOINT [--splits train valid test]
         [--threshold 0.5] [--cpu]
 
 A sentence is salient when the extractor gives it a probability above ``--threshold``.
@@ -19,7 +19,7 @@ from ..corpus.format import CorpusFormatError, CorpusMeta
 from ..tasks.salient_extraction import DEFAULT_THRESHOLD, load_extractor, predict_split
 from .cache import salient_path
 
-PROG = "python -m pagesum_plugin.awesome.extract"
+PROG = "pagesum-awesome-extract"
 
 
 def build_parser() -> argparse.ArgumentParser:

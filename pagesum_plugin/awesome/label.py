@@ -1,6 +1,6 @@
 """Greedy-oracle salient-sentence labels of a stored corpus, once, into the data directory.
 
-    python -m pagesum_plugin.awesome.label DATA [--splits train valid test] [--workers N]
+    pagesum-awesome-label DATA [--splits train valid test] [--workers N]
 
 Every unit (sentence) is decoded with the corpus's codec; the Oracle of
 ``pagesum-baseline`` picks the sentences that greedily maximize ROUGE-1 + ROUGE-2 F1
@@ -21,7 +21,7 @@ from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
 from .cache import salient_path
 from .oracle import oracle_labels
 
-PROG = "python -m pagesum_plugin.awesome.label"
+PROG = "pagesum-awesome-label"
 CHUNK = 32  # examples per worker task
 
 _worker_state: dict = {}

@@ -1,7 +1,7 @@
 """Segment a stored corpus (Algorithm 1) and assign its reference sentences to the
 segments (Appendix A.2), once, into the data directory.
 
-    python -m pagesum_plugin.awesome.segment DATA [--splits train valid test]
+    pagesum-awesome-segment DATA [--splits train valid test]
         [--embedding-model all-MiniLM-L6-v2] [--min-tokens 512] [--max-tokens 768] [--device cuda]
 
 Sentences are the corpus's units, decoded with its own codec and embedded with the
@@ -44,7 +44,7 @@ from .segmentation import (
 )
 from .targets import example_targets
 
-PROG = "python -m pagesum_plugin.awesome.segment"
+PROG = "pagesum-awesome-segment"
 EMBED_CHUNK = 64  # examples whose sentences are embedded together
 
 Encoder = Callable[[List[str]], np.ndarray]

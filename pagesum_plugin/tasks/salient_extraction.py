@@ -1,7 +1,7 @@
 """The ``salient_extraction`` task: the sentences of the stored corpus with their
 greedy-oracle labels, for training AWESOME's salient-sentence extractor with fairseq-train
 (AWESOME, Section 3.2 and Appendix D); and the trained extractor applied to documents: a stored
-split (``predict_split``, what ``python -m pagesum_plugin.awesome.extract`` writes) or one
+split (``predict_split``, what ``pagesum-awesome-extract`` writes) or one
 encoded document (``SalientExtractor``, what ``summarize()`` reads), with one threshold rule.
 """
 
@@ -41,7 +41,7 @@ class SalientExtractionConfig(FairseqDataclass):
 @register_task("salient_extraction", dataclass=SalientExtractionConfig)
 class SalientExtractionTask(OneDictionaryTask):
     """Sentences of the stored corpus with their greedy-oracle labels
-    (``python -m pagesum_plugin.awesome.label`` writes them)."""
+    (``pagesum-awesome-label`` writes them)."""
 
     cfg: SalientExtractionConfig
 

@@ -1,6 +1,6 @@
 """AWESOME's summarization task, ``segmented_summarization``: the ``paged_summarization`` task on the ``segments`` view,
 with the segments cut by Algorithm 1 and every segment's own target (both cached by
-``python -m pagesum_plugin.awesome.segment``), optionally the salient sentences of the
+``pagesum-awesome-segment``), optionally the salient sentences of the
 other segments in every segment's input (``--salient-sentences``). A training step
 runs the segments of a batch in order, carrying the memories from one to the next with
 stopped gradients, and back-propagates each segment's loss before the next segment
@@ -12,7 +12,7 @@ sentences trains on its own task, ``salient_extraction`` (``tasks/salient_extrac
 import contextlib
 import logging
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
@@ -39,16 +39,13 @@ from .salient_extraction import SalientExtractor
 logger = logging.getLogger(__name__)
 
 SALIENT_CHOICES = ChoiceEnum(["none", "oracle", "extractor"])
-# Per segment, in summary tokens: a segment that no reference sentence went to has an empty
-# target, so its summary may end at once; the paper does not state its decoding lengths.
-SEGMENT_LENGTHS = dict(min_len=0, max_len_b=256)
 
 
 @dataclass
 class SegmentedSummarizationConfig(PagedSummarizationConfig):
     segmentation: str = field(
         default=algorithm_1.model_tag(algorithm_1.DEFAULT_EMBEDDING_MODEL),
-        metadata={"help": "the cached segmentation to read: the tag that `python -m pagesum_plugin.awesome.segment` "
+        metadata={"help": "the cached segmentation to read: the tag that `pagesum-awesome-segment` "
                   "printed (the embedding model's name, or 'length' for the length rule alone)"},
     )
     salient_sentences: SALIENT_CHOICES = field(
@@ -68,12 +65,11 @@ class SegmentedSummarizationConfig(PagedSummarizationConfig):
 @register_task("segmented_summarization", dataclass=SegmentedSummarizationConfig)
 class SegmentedSummarizationTask(PagedSummarizationTask):
     cfg: SegmentedSummarizationConfig
+    decodes_segments = True  # decoding settings apply to every segment (generation/defaults.py)
 
     def __init__(self, cfg: SegmentedSummarizationConfig, dictionary: Dictionary, meta):
         super().__init__(cfg, dictionary, meta)
         self.view = ViewConfig(view="segments", max_segment_tokens=algorithm_1.MAX_TOKENS + 2)
-        # decoding settings apply to every segment: the dataset's search, per-segment lengths
-        self.generation_defaults = replace(self.generation_defaults, **SEGMENT_LENGTHS)
         self._encoder = None  # the sentence embedding model, loaded when a raw document needs it
         self.extractors: Dict[str, SalientExtractor] = {}  # extractor checkpoints summarize() loaded, by path
 

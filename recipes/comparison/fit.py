@@ -1,6 +1,6 @@
 """The fit stage of the comparison: every system's longest input within a memory budget.
 
-    python -m pagesum_recipes.comparison.fit DATA --compare-config recipes/config/compare.yaml
+    pagesum-compare-fit DATA --compare-config recipes/config/compare.yaml
         --systems pagesum_spatial [hepos_sinkhorn ...] --budget-mb 27648 --init-checkpoint BART/model.pt
         --out-dir OUT [--device cuda] [--fp16] [--model-size tiny] [--dry-run]
 
@@ -35,7 +35,7 @@ from .bisection import longest_within
 from .systems import MODEL_SIZES, Comparison, ComparisonError
 from .training_step import StepCost, step_cost
 
-PROG = "python -m pagesum_recipes.comparison.fit"
+PROG = "pagesum-compare-fit"
 MB = 2**20
 logger = logging.getLogger("pagesum_recipes.comparison.fit")
 
