@@ -19,7 +19,7 @@ PACKAGES = {"pagesum_plugin": "pagesum_plugin", "pagesum_preprocess": "preproces
             "benchmarks": "benchmarks", "tests": "tests"}
 # The library's layers, lowest first: a module imports from its own package and lower layers only.
 LIBRARY_LAYERS = [
-    ("corpus", "profiling"),  # the stored corpus and its readers; memory and time measurement
+    ("corpus", "profiling", "atomic"),  # the stored corpus; memory and time measured; files written whole
     ("evaluation",),  # ROUGE, baselines, analyses: text in, numbers out
     ("awesome",),  # AWESOME's derived data: Algorithm 1, targets, oracle labels, their files
     ("data", "modules"),  # datasets and batches; attention, memories, page mixing

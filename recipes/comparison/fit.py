@@ -27,8 +27,8 @@ from typing import Dict, List
 
 import torch
 
+from pagesum_plugin.atomic import write_atomically
 from pagesum_plugin.checkpoints.builder import PLUGIN_DIR
-from pagesum_plugin.corpus.format import write_atomically
 from pagesum_plugin.profiling import describe_device
 
 from .bisection import longest_within

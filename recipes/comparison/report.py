@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from pagesum_plugin.corpus.format import write_atomically
+from pagesum_plugin.atomic import write_atomically
 
 from .figures import METRIC_LABELS, rouge_against_memory, tokens_against_memory
 
