@@ -1,5 +1,9 @@
 """What AWESOME computes once per corpus, stored next to the corpus in its data directory.
 
+This module owns these files, as ``corpus/format.py`` owns the corpus's (see there why): their
+names, how they are written (each whole or not at all, its record last) and how they are
+checked against the corpus on loading, with the command to run when they are missing or stale.
+
 Per split and segmentation (``TAG``: the embedding model's tag, or ``length``)::
 
     {split}.segments.TAG.npy    (n_units,) int32: every unit's segment within its example
@@ -29,6 +33,7 @@ from typing import List
 
 import numpy as np
 
+from ..atomic import atomic_path, write_atomically
 from ..corpus.format import CorpusFormatError
 
 SALIENT_SOURCES = ("oracle", "extractor")
@@ -98,11 +103,13 @@ def _offsets(counts) -> np.ndarray:
 
 def save_segmentation(data_dir, split: str, tag: str, segment_ids: np.ndarray, targets: SegmentTargets,
                       settings: dict) -> None:
-    np.save(segments_path(data_dir, split, tag), segment_ids.astype(np.int32))
-    targets.save(targets_path(data_dir, split, tag))
+    with atomic_path(segments_path(data_dir, split, tag)) as partial:
+        np.save(partial, segment_ids.astype(np.int32))
+    with atomic_path(targets_path(data_dir, split, tag)) as partial:
+        targets.save(partial)
     info = {**settings, "units": int(len(segment_ids)), "segments": int(len(targets.lengths)),
-            "targets_format": TARGETS_FORMAT}
-    Path(data_dir, f"{split}.segments.{tag}.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+            "targets_format": TARGETS_FORMAT}  # written last: a split without it is not segmented
+    write_atomically(Path(data_dir, f"{split}.segments.{tag}.json"), json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
 def segmentation_settings(data_dir, split: str, tag: str) -> dict:
@@ -130,6 +137,14 @@ def load_segmentation(data_dir, split: str, tag: str, num_units: int):
         raise CorpusFormatError(f"{seg_path} holds {len(segment_ids)} units but the corpus has {num_units}: "
                                 f"run `{command}` again")
     return segment_ids, SegmentTargets.load(tgt_path)
+
+
+def save_salient(data_dir, split: str, source: str, labels: np.ndarray) -> Path:
+    """Write a split's salient-sentence labels (n_units,) uint8 from ``source``; returns the file."""
+    path = salient_path(data_dir, split, source)
+    with atomic_path(path) as partial:
+        np.save(partial, labels.astype(np.uint8))
+    return path
 
 
 def load_salient(data_dir, split: str, source: str, num_units: int) -> np.ndarray:

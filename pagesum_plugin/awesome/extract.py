@@ -17,7 +17,7 @@ import torch
 
 from ..corpus.format import CorpusFormatError, CorpusMeta
 from ..tasks.salient_extraction import DEFAULT_THRESHOLD, load_extractor, predict_split
-from .cache import salient_path
+from .cache import salient_path, save_salient
 
 PROG = "pagesum-awesome-extract"
 
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
         model = model.to(device)
         for split in args.splits or meta.splits:
             labels = predict_split(model, task, split, args.threshold, device, args.batch_size)
-            np.save(salient_path(args.data, split, "extractor"), labels)
+            path = save_salient(args.data, split, "extractor", labels)
             line = f"{PROG}: {split}: {int(labels.sum())} of {len(labels)} sentences salient"
             oracle = salient_path(args.data, split, "oracle")
             if oracle.exists():
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
                 tp = int((gold & labels.astype(bool)).sum())
                 p, r = tp / max(int(labels.sum()), 1), tp / max(int(gold.sum()), 1)
                 line += f"; against the oracle P {100 * p:.2f} R {100 * r:.2f} F1 {200 * p * r / max(p + r, 1e-12):.2f}"
-            print(line + f" -> {salient_path(args.data, split, 'extractor')}")
+            print(line + f" -> {path}")
     except (CorpusFormatError, ValueError, OSError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..corpus.codec import TextCodec, unit_texts
 from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
-from .cache import salient_path
+from .cache import save_salient
 from .oracle import oracle_labels
 
 PROG = "pagesum-awesome-label"
@@ -66,10 +66,10 @@ def main(argv=None) -> int:
         meta = CorpusMeta.load(args.data)
         for split in args.splits or meta.splits:
             labels = label_split(args.data, split, args.workers)
-            np.save(salient_path(args.data, split, "oracle"), labels)
+            path = save_salient(args.data, split, "oracle", labels)
             examples = len(CorpusSplit(args.data, split))
             print(f"{PROG}: {split}: {int(labels.sum())} of {len(labels)} sentences salient "
-                  f"({labels.sum() / max(examples, 1):.1f} per example) -> {salient_path(args.data, split, 'oracle')}")
+                  f"({labels.sum() / max(examples, 1):.1f} per example) -> {path}")
     except (CorpusFormatError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
