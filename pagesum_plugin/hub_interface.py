@@ -141,16 +141,7 @@ class PageSumHubInterface(nn.Module):
                      no_repeat_ngram_size=no_repeat_ngram_size, top_pages=top_pages)
         settings = replace(self.task.generation_defaults, **{k: v for k, v in given.items() if v is not None})
         generator_cls = getattr(self.task, "sequence_generator_cls", PageSumSequenceGenerator)
-        generator = generator_cls(
-            [self.model],
-            self.dictionary,
-            beam_size=settings.beam,
-            len_penalty=settings.lenpen,
-            min_len=settings.min_len,
-            max_len_b=settings.max_len_b,
-            no_repeat_ngram_size=settings.no_repeat_ngram_size,
-            top_pages=settings.top_pages,
-        )
+        generator = generator_cls([self.model], self.dictionary, **settings.generator_kwargs())
         paged = [self.pages(d, locality=locality, num_pages=num_pages, max_pages=max_pages,
                             salient=None if salient is None else salient[i], extractor=extractor)
                  for i, d in enumerate(documents)]

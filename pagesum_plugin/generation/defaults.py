@@ -25,6 +25,11 @@ class GenerationDefaults:
                 "--no-repeat-ngram-size", str(self.no_repeat_ngram_size),
                 "--min-len", str(self.min_len), "--max-len-a", "0", "--max-len-b", str(self.max_len_b)]
 
+    def generator_kwargs(self) -> dict:
+        """The settings as the arguments of the page generators (``page_sequence_generator.py``)."""
+        return dict(beam_size=self.beam, len_penalty=self.lenpen, min_len=self.min_len, max_len_b=self.max_len_b,
+                    no_repeat_ngram_size=self.no_repeat_ngram_size, top_pages=self.top_pages)
+
     def as_kwargs(self) -> dict:
         return asdict(self)
 
