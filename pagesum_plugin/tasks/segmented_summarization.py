@@ -1,12 +1,14 @@
-"""AWESOME's summarization task, ``segmented_summarization``: the ``paged_summarization`` task on the ``segments`` view,
-with the segments cut by Algorithm 1 and every segment's own target (both cached by
-``pagesum-awesome-segment``), optionally the salient sentences of the
-other segments in every segment's input (``--salient-sentences``). A training step
-runs the segments of a batch in order, carrying the memories from one to the next with
-stopped gradients, and back-propagates each segment's loss before the next segment
-runs, so the peak memory of a step does not grow with the number of segments.
-Decoding is segment by segment too (``awesome.generator``). The extractor of the salient
-sentences trains on its own task, ``salient_extraction`` (``tasks/salient_extraction.py``).
+"""AWESOME's summarization task, ``segmented_summarization``: the ``paged_summarization`` task
+on the ``segments`` view, with the segments cut by Algorithm 1 and every segment's own target
+(both cached by ``pagesum-awesome-segment``), optionally the salient sentences of the other
+segments in every segment's input (``--salient-sentences``). A training step runs the segments
+of a batch in order, carrying the memories from one to the next with stopped gradients, and
+back-propagates each segment's loss before the next segment runs, so the peak memory of a step
+does not grow with the number of segments. Decoding is segment by segment too
+(``generation/segment_sequence_generator.py``), with the per-segment generation defaults. For
+``summarize()``, the task reads a raw document as the training data was read: segmented the same
+way, with the salient sentences given or picked by a trained extractor (loaded once per path).
+The extractor trains on its own task, ``salient_extraction`` (``tasks/salient_extraction.py``).
 """
 
 import contextlib
