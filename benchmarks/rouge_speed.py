@@ -99,7 +99,7 @@ def stage_times(pairs):
     ])
     texts = [([t for s in ref for t in s], [t for s in hyp for t in s]) for ref, hyp in sentences]
     stage("rouge1 and rouge2: clipped n-gram counts", lambda: [
-        (rouge._overlap_f1(Counter(ref), Counter(hyp)), rouge._overlap_f1(rouge._ngrams(ref, 2), rouge._ngrams(hyp, 2)))
+        (rouge.overlap_f1(Counter(ref), Counter(hyp)), rouge.overlap_f1(rouge.ngram_counts(ref, 2), rouge.ngram_counts(hyp, 2)))
         for ref, hyp in texts
     ])
     stage("rougeL: LCS length of the whole texts", lambda: [lcs.lcs_length(ref, hyp) for ref, hyp in texts])

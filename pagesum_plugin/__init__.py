@@ -1,11 +1,21 @@
-"""PageSum for fairseq: ``--user-dir pagesum_plugin`` registers
+"""PageSum and its rivals for fairseq: ``--user-dir pagesum_plugin`` registers
 
-* task ``paged_summarization``;
-* model ``pagesum`` with architectures ``pagesum_bart_large``, ``pagesum_bart_base``, ``pagesum_tiny``;
-* criterion ``paged_label_smoothed_cross_entropy``;
+* 5 models, with their architectures:
+  ``pagesum`` (``pagesum_bart_large``, ``pagesum_bart_base``, ``pagesum_tiny``),
+  ``hepos`` (``hepos_bart_large``, ``hepos_bart_base``, ``hepos_tiny``),
+  ``hed`` (``hed_bart_large``, ``hed_bart_base``, ``hed_tiny``),
+  ``awesome`` (``awesome_bart_large``, ``awesome_bart_base``, ``awesome_tiny``) and
+  ``awesome_extractor`` (``awesome_extractor_bart_large``, ``awesome_extractor_bart_base``,
+  ``awesome_extractor_tiny``);
+* 3 tasks: ``paged_summarization`` (every system that reads pages, a flat sequence or a
+  cluster), ``segmented_summarization`` (AWESOME) and ``salient_extraction`` (AWESOME's
+  extractor); the first two build the generators (``PageSumSequenceGenerator``,
+  ``SegmentSequenceGenerator``);
+* 2 criterions: ``paged_label_smoothed_cross_entropy`` and ``salient_extraction``;
 
 and allows exactly the classes that fairseq checkpoints need through ``torch.load``'s
-weights-only unpickler.
+weights-only unpickler. ``from_pretrained`` loads a trained model for ``summarize()``. The
+packages and what each owns: the README's Architecture section.
 """
 
 from .checkpoints import safety  # noqa: F401  (first: fairseq-generate loads checkpoints)

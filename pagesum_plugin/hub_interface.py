@@ -12,7 +12,7 @@ An AWESOME model (``segmented_summarization``) reads its documents segment by se
 the training data was segmented. One trained with salient sentences
 (``--salient-sentences oracle`` or ``extractor``) needs them for every document: pass the
 trained extractor, ``summarize(..., extractor="extractor/checkpoint_best.pt")`` (or a
-``pagesum_plugin.awesome.extract.SalientExtractor``, for another threshold), or the labels
+``pagesum_plugin.tasks.salient_extraction.SalientExtractor``, for another threshold), or the labels
 themselves, ``salient=[[0, 1, ...], ...]``, one per sentence of ``sentences(document)``.
 """
 
@@ -20,17 +20,13 @@ import os
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-import numpy as np
 import torch
 from fairseq import checkpoint_utils
 from torch import nn
 
-from .awesome.documents import unit_texts
-from .awesome.extract import SalientExtractor
+from .corpus.codec import unit_texts
 from .corpus.readers import example_from_raw
-from .corpus.views import assemble_pages
-
-STRUCTURED_VIEWS = ("discourse", "document", "documents")  # views that need sections or documents
+from .corpus.views import STRUCTURED_VIEWS, assemble_pages
 from .data.paged_dataset import collate_pages, summary_target
 from .generation import PageSumSequenceGenerator
 
@@ -61,7 +57,6 @@ class PageSumHubInterface(nn.Module):
         self.codec = task.codec
         self.view = task.view
         self.data_dir = data_dir
-        self._extractors: Dict[str, Any] = {}  # extractor checkpoints loaded so far, by path
         self.register_buffer("_device_tracker", torch.zeros(0), persistent=False)
 
     @property
@@ -84,7 +79,7 @@ class PageSumHubInterface(nn.Module):
             config = replace(config, view="spatial")
         document_ids = self.codec.encode_document(example_from_raw(document))
         if hasattr(self.task, "document_inputs"):  # a segment-by-segment task reads documents its own way
-            labels = self.salient_labels(document_ids, salient, extractor)
+            labels = self.task.salient_labels(document_ids, salient, extractor, self.device)
             return [torch.from_numpy(ids) for ids in self.task.document_inputs(document_ids, labels)]
         if salient is not None or extractor is not None:
             raise ValueError("salient= and extractor= are for AWESOME models (--task segmented_summarization) only")
@@ -95,46 +90,6 @@ class PageSumHubInterface(nn.Module):
         """The document's sentences as the model reads them, in order: what ``salient=``
         labels, one label each."""
         return unit_texts(self.codec, self.codec.encode_document(example_from_raw(document)))
-
-    # ---- salient sentences (AWESOME) -----------------------------------------------------
-
-    @property
-    def salient_source(self) -> str:
-        """Where the model's salient sentences came from in training: none, oracle or extractor."""
-        return str(getattr(self.task.cfg, "salient_sentences", "none"))
-
-    def salient_labels(self, document_ids, salient: Optional[SalientLabels] = None, extractor=None):
-        """(n_sentences,) bool of an encoded document, or None for a model without salient
-        sentences: the labels given, or the extractor's."""
-        source = self.salient_source
-        if source == "none":
-            if salient is not None or extractor is not None:
-                raise ValueError("this model was trained without salient sentences (--salient-sentences none): "
-                                 "pass neither salient= nor extractor=")
-            return None
-        if salient is not None and extractor is not None:
-            raise ValueError("pass salient= or extractor=, not both")
-        count = len(document_ids.unit_length)
-        if salient is not None:
-            labels = np.asarray(salient).astype(bool)
-            if labels.shape != (count,):
-                raise ValueError(f"salient= gives {labels.size} labels for a document of {count} sentences: "
-                                 f"one per sentence of sentences(document)")
-            return labels
-        if extractor is None:
-            raise ValueError(f"this model reads salient sentences (--salient-sentences {source}): pass "
-                             f"extractor='EXTRACTOR.pt' (a fairseq-train --task salient_extraction checkpoint) or "
-                             f"salient=[one 0/1 label per sentence of sentences(document)] for every document")
-        return self._extractor(extractor).predict(document_ids)
-
-    def _extractor(self, extractor):
-        """A ``SalientExtractor``: the one given, or the checkpoint at that path (loaded once)."""
-        if hasattr(extractor, "predict"):
-            return extractor
-        path = os.fspath(extractor)
-        if path not in self._extractors:
-            self._extractors[path] = SalientExtractor.from_checkpoint(path, self.data_dir).to(self.device)
-        return self._extractors[path]
 
     def target(self, summary: str) -> torch.LongTensor:
         """``<s> summary </s>``, cut as the dataset cuts it."""
@@ -158,7 +113,7 @@ class PageSumHubInterface(nn.Module):
         min_len: Optional[int] = None,
         max_len_b: Optional[int] = None,
         no_repeat_ngram_size: Optional[int] = None,
-        top_pages: int = 0,
+        top_pages: Optional[int] = None,
         batch_size: int = 8,
         return_page_weights: bool = False,
         extractor=None,
@@ -166,8 +121,9 @@ class PageSumHubInterface(nn.Module):
     ) -> Union[List[str], List[Dict[str, Any]]]:
         """Summaries of ``documents``, in order. A single ``str`` document may be passed alone.
 
-        Decoding settings default to the corpus's dataset row of the generation defaults
-        table (``pagesum_plugin.generation.defaults``); any argument given overrides it.
+        Decoding settings, ``top_pages`` included, default to the task's: its dataset's row of
+        the generation defaults table (``pagesum_plugin.generation.defaults``) with its
+        ``--top-pages``; any argument given overrides them.
         With ``return_page_weights``, each result is ``{"summary", "tokens", "page_weights"}``
         where ``page_weights`` is a (steps, pages) tensor.
 
@@ -182,19 +138,10 @@ class PageSumHubInterface(nn.Module):
         if salient is not None and len(salient) != len(documents):
             raise ValueError(f"salient= holds {len(salient)} label lists for {len(documents)} documents")
         given = dict(beam=beam, lenpen=lenpen, min_len=min_len, max_len_b=max_len_b,
-                     no_repeat_ngram_size=no_repeat_ngram_size)
+                     no_repeat_ngram_size=no_repeat_ngram_size, top_pages=top_pages)
         settings = replace(self.task.generation_defaults, **{k: v for k, v in given.items() if v is not None})
         generator_cls = getattr(self.task, "sequence_generator_cls", PageSumSequenceGenerator)
-        generator = generator_cls(
-            [self.model],
-            self.dictionary,
-            beam_size=settings.beam,
-            len_penalty=settings.lenpen,
-            min_len=settings.min_len,
-            max_len_b=settings.max_len_b,
-            no_repeat_ngram_size=settings.no_repeat_ngram_size,
-            top_pages=top_pages,
-        )
+        generator = generator_cls([self.model], self.dictionary, **settings.generator_kwargs())
         paged = [self.pages(d, locality=locality, num_pages=num_pages, max_pages=max_pages,
                             salient=None if salient is None else salient[i], extractor=extractor)
                  for i, d in enumerate(documents)]

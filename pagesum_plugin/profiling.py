@@ -1,7 +1,7 @@
 """What a call costs on a device: its wall time and its peak tensor memory.
 
 Shared by the benchmarks (``benchmarks/``) and the fit stage of the side-by-side comparison
-(``comparison/fit.py``), which must measure memory the same way.
+(``recipes/comparison/fit.py``), which must measure memory the same way.
 """
 
 import gc

@@ -1,15 +1,19 @@
-"""Streaming, parallel binarization of one split into the paged data directory.
+"""Streaming, parallel binarization of one split into the data directory, written whole.
 
 The main process reads raw records (cheap) and hands chunks of them to worker
 processes, which parse, page, tokenize and map to dictionary ids (costly). At most a
 few chunks are in flight, and results are written as they come back, in input order:
 memory stays flat however large the corpus is, and the output does not depend on the
-number of workers.
+number of workers. The whole directory is written into a temporary sibling and moved into
+place at the end (``staged_directory``), so a failed run leaves nothing behind.
 """
 
 import multiprocessing
 import re
+import shutil
+import tempfile
 from collections import Counter, deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -22,7 +26,7 @@ from tqdm import tqdm
 
 from pagesum_plugin.corpus.codec import TextCodec
 from pagesum_plugin.corpus.errors import BLANK_LINE, BlankLine, InputError
-from pagesum_plugin.corpus.format import EncodedDocument, SplitStructure, SplitWriter
+from pagesum_plugin.corpus.format import META_FILE, CorpusFormatError, EncodedDocument, SplitStructure, SplitWriter
 from pagesum_plugin.corpus.readers import Record, iter_records, parse_record
 from pagesum_plugin.corpus.sentences import split_sentences
 from pagesum_plugin.corpus.tokenizers import build_tokenizer
@@ -192,6 +196,28 @@ def ordered_map(function: Callable, chunks: Iterable[list], workers: int, initia
                 yield pending.popleft().get()
         while pending:
             yield pending.popleft().get()
+
+
+# --------------------------------------------------------------------------- the data directory, whole
+
+
+@contextmanager
+def staged_directory(destdir: str | Path) -> Iterator[Path]:
+    """Write a data directory into a temporary sibling and move it into place only when
+    the block succeeds: a failed run leaves no half-written output behind."""
+    destdir = Path(destdir)
+    if destdir.exists() and any(destdir.iterdir()) and not (destdir / META_FILE).exists():
+        raise CorpusFormatError(f"{destdir} exists and is not a data directory: choose a new --destdir")
+    destdir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{destdir.name}.", dir=destdir.parent))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if destdir.exists():
+        shutil.rmtree(destdir)
+    staging.rename(destdir)
 
 
 # --------------------------------------------------------------------------- one split

@@ -20,13 +20,15 @@ import sys
 from pathlib import Path
 
 from pagesum_plugin.corpus.errors import InputError
-from pagesum_plugin.corpus.format import CorpusMeta, staged_directory
+from pagesum_plugin.corpus.format import CorpusMeta
 from pagesum_plugin.corpus.readers import INPUT_FORMATS
 from pagesum_plugin.corpus.tokenizers import (
     SENTENCEPIECE_FILE, TOKENIZERS, build_dictionary, build_tokenizer, train_sentencepiece,
 )
 from pagesum_plugin.corpus.views import SPATIAL_SPLITS, VIEWS, ViewConfig
-from pagesum_preprocess.binarize import JobSettings, Skipped, binarize_split, iter_training_sentences
+from pagesum_preprocess.binarize import (
+    JobSettings, Skipped, binarize_split, iter_training_sentences, staged_directory,
+)
 
 SPLITS = ("train", "valid", "test")
 MAX_SKIP_MESSAGES = 20  # skipped examples named one by one; all are counted

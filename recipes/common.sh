@@ -32,7 +32,6 @@
 #                 placeholder_pages (the authors' "." pages, in training and decoding)
 #   TRAIN_ARGS    extra Hydra overrides for fairseq-hydra-train (e.g. optimization.clip_norm=0.1)
 #   GEN_ARGS      extra flags appended to fairseq-generate
-#   PYTHON        the Python that has pagesum installed (default: python3)
 #
 # Multi-GPU on one node: NUM_GPUS=8 bash recipes/arxiv.sh (fairseq spawns one process per
 # GPU: --distributed-world-size 8). Multi-node, with the same script on every node:
@@ -51,8 +50,6 @@ PAGESUM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USER_DIR=${USER_DIR:-$PAGESUM_ROOT/pagesum_plugin}
 CONFIG_DIR=$PAGESUM_ROOT/recipes/config
 RECIPE=${RECIPE:-$(basename "$0" .sh)}
-# the Python that has pagesum installed: the one beside pagesum-preprocess when it is on PATH
-PYTHON=${PYTHON:-$(p=$(command -v pagesum-preprocess) && echo "$(dirname "$p")/python" || echo python3)}
 
 die() {
     echo "$RECIPE: $*" >&2
@@ -109,7 +106,7 @@ check_shared_settings() {
     GEN_BATCH_SIZE=${GEN_BATCH_SIZE:-4}
     WORKERS=${WORKERS:-$(nproc)}
     [ -z "${BATCH_SIZE:-}" ] || require_count BATCH_SIZE
-    export SETTINGS=${SETTINGS:-}  # recipes/experiment_config.py answers for the YAML with these applied
+    export SETTINGS=${SETTINGS:-}  # pagesum-experiment answers for the YAML with these applied
     local name
     for name in ${SETTINGS//,/ }; do
         [ -f "$PAGESUM_ROOT/recipes/config/settings/$name.yaml" ] ||
@@ -122,9 +119,17 @@ check_shared_settings() {
     [ "${PLAN:-0}" = 1 ] || mkdir -p "$OUT_DIR"
 }
 
-# config QUERY [ARG]: what the experiment's YAML says (recipes/experiment_config.py).
+# config QUERY [ARG]: what the experiment's YAML says (pagesum-experiment, recipes/experiment_config.py).
 config() {
-    "$PYTHON" "$PAGESUM_ROOT/recipes/experiment_config.py" "$CONFIG_DIR/$EXP_CONFIG.yaml" "$@"
+    pagesum-experiment "$CONFIG_DIR/$EXP_CONFIG.yaml" "$@"
+}
+
+# decoding_flags DATASET [--per-segment]: the dataset's row of the generation defaults as
+# fairseq-generate flags (pagesum-decoding-flags; DRY_RUN=1: its toy search).
+decoding_flags() {
+    local toy=()
+    [ "${DRY_RUN:-0}" = 1 ] && toy=(--dry-run)
+    pagesum-decoding-flags "$@" ${toy[@]+"${toy[@]}"}
 }
 
 # set_batch_flags: the per-device batch and --update-freq that keep the YAML's documents
@@ -132,7 +137,7 @@ config() {
 set_batch_flags() {
     local devices=$((NUM_GPUS > 0 ? NUM_GPUS : 1)) effective
     effective=$(config effective-batch)
-    BATCH=${BATCH_SIZE:-$("$PYTHON" -c "from omegaconf import OmegaConf as O; print(O.load('$CONFIG_DIR/$EXP_CONFIG.yaml').dataset.batch_size)")}
+    BATCH=${BATCH_SIZE:-$(config batch-size)}
     (( BATCH > 0 )) || die "BATCH_SIZE must be at least 1"
     (( effective % (devices * BATCH) == 0 )) ||
         die "NUM_GPUS ($NUM_GPUS) x BATCH_SIZE ($BATCH) must divide the effective batch of $effective documents"
@@ -193,16 +198,15 @@ train_stage() {
 # (pagesum_plugin/generation/defaults.py).
 generate_stage() {
     local data=$1 run_dir=$2
-    local device=() toy=()
+    local device=() toy=""
     (( NUM_GPUS == 0 )) && device=(--cpu)
     [ "${FP16:-0}" = 1 ] && (( NUM_GPUS > 0 )) && device=(--fp16)
-    [ "${DRY_RUN:-0}" = 1 ] && toy=(--max-page-tokens 48 --max-source-tokens 600 --max-summary-tokens 32
-                                    --beam 2 --min-len 2 --max-len-b 12)
+    [ "${DRY_RUN:-0}" = 1 ] && toy=$(config dry-run-flags)
     # shellcheck disable=SC2046,SC2086  # flag lists
     run fairseq-generate "$data" --user-dir "$USER_DIR" --task paged_summarization \
         $(config view-flags generate) \
         --path "$run_dir/checkpoints/checkpoint_best.pt" --gen-subset test \
-        $("$PYTHON" "$PAGESUM_ROOT/pagesum_plugin/generation/defaults.py" "$EXP_FORMAT") "${toy[@]}" \
+        $(decoding_flags "$EXP_FORMAT") $toy \
         --batch-size "$GEN_BATCH_SIZE" "${device[@]}" \
         --hypotheses-output "$run_dir/test.hyp.txt" \
         --page-weights-output "$run_dir/test.page_weights.jsonl" \

@@ -5,19 +5,20 @@
 # trained alike (the same updates, effective batch and initial checkpoint), decodes the test
 # split, and is scored by pagesum-score against a reference system.
 # The settings live in recipes/config/compare.yaml (the systems, the shared training, the fit)
-# and in each system's experiment YAML; decoding in pagesum_plugin/generation/defaults.py.
+# and in each system's experiment YAML; decoding in pagesum_plugin/generation/defaults.py
+# (pagesum-decoding-flags: the corpus's dataset row, per segment for AWESOME).
 #
 # Stages (STAGES, default all, in this order):
 #   prepare   AWESOME's segments, oracle labels, salient-sentence extractor and its
 #             predictions, into DATA_DIR (only when AWESOME is compared)
 #   fit       per system, the longest input within BUDGET_MB: a bisection over multiples of
-#             compare.yaml's unit, one training step each (python -m pagesum_plugin.comparison.fit,
+#             compare.yaml's unit, one training step each (pagesum-compare-fit,
 #             the systems dealt over JOBS processes)
 #   train     fairseq-hydra-train of every system that fits, on its fitted input
 #   generate  fairseq-generate of the test split (the speed is in its log)
 #   score     pagesum-score of every system, with p-values against the reference system
 #   report    report.md, report.json, rouge_vs_memory.png, tokens_vs_memory.png
-#             (python -m pagesum_plugin.comparison.report); its summary is printed at the end
+#             (pagesum-compare-report); its summary is printed at the end
 #
 # Environment (checked before anything runs):
 #   DATA_DIR    a corpus written by pagesum-preprocess, with train, valid and test splits
@@ -37,10 +38,10 @@
 #   MODEL_SIZE  every system's architecture at bart_large (the YAMLs'), bart_base or tiny
 #   JOBS        commands of a stage run at once (default 1; keep 1 on a GPU, where the budget is
 #               per device, and wherever speeds are reported: only then is each measured alone)
-#   GEN_BATCH_SIZE, WORKERS, FP16=1, STAGES, PLAN=1, DRY_RUN=1, TRAIN_ARGS, GEN_ARGS, PYTHON:
+#   GEN_BATCH_SIZE, WORKERS, FP16=1, STAGES, PLAN=1, DRY_RUN=1, TRAIN_ARGS, GEN_ARGS:
 #               as in recipes/common.sh (DRY_RUN's toy sizes are compare.yaml's dry_run section)
 #
-# The commands run through recipes/run_jobs.py, which imports fairseq once and forks a child
+# The commands run through pagesum-run-jobs (recipes/run_jobs.py), which imports fairseq once and forks a child
 # per command: the same command lines (PLAN=1 prints them; OUT_DIR/commands.sh and
 # OUT_DIR/jobs/ record them), without paying the imports for each. Each command's full output
 # goes to its log; the console shows a progress bar per phase and, at the end, the report.
@@ -81,10 +82,9 @@ COMPARE_YAML=$CONFIG_DIR/compare.yaml
 QUERY_FLAGS=()
 [ "${DRY_RUN:-0}" = 1 ] && QUERY_FLAGS+=(--dry-run)
 [ -n "${MODEL_SIZE:-}" ] && QUERY_FLAGS+=(--model-size "$MODEL_SIZE")
-# compare_query QUERY ARGS...: what compare.yaml says (pagesum_plugin/comparison/systems.py)
+# compare_query QUERY ARGS...: what compare.yaml says (pagesum-compare-config, recipes/comparison/systems.py)
 compare_query() {
-    "$PYTHON" "$PAGESUM_ROOT/pagesum_plugin/comparison/systems.py" "$COMPARE_YAML" \
-        ${QUERY_FLAGS[@]+"${QUERY_FLAGS[@]}"} "$@"
+    pagesum-compare-config "$COMPARE_YAML" ${QUERY_FLAGS[@]+"${QUERY_FLAGS[@]}"} "$@"
 }
 
 DEVICES=$((NUM_GPUS > 0 ? NUM_GPUS : 1))
@@ -145,13 +145,13 @@ phase() {
     [ "${PLAN:-0}" = 1 ] && echo "# phase: $1"
     [ "${PLAN:-0}" = 1 ] || : >"$JOB_FILE"
 }
-# run_phase TITLE: run the collected commands (recipes/run_jobs.py), recorded in commands.sh.
+# run_phase TITLE: run the collected commands (pagesum-run-jobs), recorded in commands.sh.
 run_phase() {
     [ "${PLAN:-0}" = 1 ] && return 0
     [ -s "$JOB_FILE" ] || return 0
-    { echo "# $1: recipes/run_jobs.py runs these from $JOB_FILE"; cut -f2 "$JOB_FILE" | sed '/^$/d'; } \
+    { echo "# $1: pagesum-run-jobs runs these from $JOB_FILE"; cut -f2 "$JOB_FILE" | sed '/^$/d'; } \
         >>"$OUT_DIR/commands.sh"
-    run "$PYTHON" "$PAGESUM_ROOT/recipes/run_jobs.py" "$JOB_FILE" --parallel "$JOBS" --title "$1"
+    run pagesum-run-jobs "$JOB_FILE" --parallel "$JOBS" --title "$1"
 }
 # ---- prepare and fit -------------------------------------------------------------------------
 
@@ -162,17 +162,17 @@ if stage_enabled prepare && [[ " $selected " == *" awesome "* ]]; then
     embedding_device=()
     (( NUM_GPUS == 0 )) && embedding_device=(--device cpu)
     # shellcheck disable=SC2086  # flag and override lists
-    queue "$awesome_dir/segment.log" "$PYTHON" -m pagesum_plugin.awesome.segment "$DATA_DIR" \
+    queue "$awesome_dir/segment.log" pagesum-awesome-segment "$DATA_DIR" \
         --embedding-model "$segmentation" $segment_flags "${embedding_device[@]}"
     barrier
-    queue "$awesome_dir/label.log" "$PYTHON" -m pagesum_plugin.awesome.label "$DATA_DIR" --workers "$WORKERS"
+    queue "$awesome_dir/label.log" pagesum-awesome-label "$DATA_DIR" --workers "$WORKERS"
     barrier
     machine_overrides "$DATA_DIR" "$awesome_dir"
     # shellcheck disable=SC2086  # override lists
     queue "$awesome_dir/train.log" fairseq-hydra-train --config-dir "$CONFIG_DIR" --config-name "$extractor" \
         "${MACHINE[@]}" $extractor_overrides ${TRAIN_ARGS:-}
     barrier
-    queue "$awesome_dir/extract.log" "$PYTHON" -m pagesum_plugin.awesome.extract "$DATA_DIR" \
+    queue "$awesome_dir/extract.log" pagesum-awesome-extract "$DATA_DIR" \
         --path "$awesome_dir/checkpoints/checkpoint_best.pt" ${EXTRACT_DEVICE[@]+"${EXTRACT_DEVICE[@]}"}
     barrier
 fi
@@ -184,7 +184,7 @@ if stage_enabled fit; then
     for ((slot = 0; slot < JOBS && slot < ${#SELECTED[@]}; slot++)); do
         share=()
         for ((i = slot; i < ${#SELECTED[@]}; i += JOBS)); do share+=("${SELECTED[i]}"); done
-        queue "$OUT_DIR/fit.$((slot + 1)).log" "$PYTHON" -m pagesum_plugin.comparison.fit "$DATA_DIR" \
+        queue "$OUT_DIR/fit.$((slot + 1)).log" pagesum-compare-fit "$DATA_DIR" \
             --compare-config "$COMPARE_YAML" --systems "${share[@]}" --budget-mb "$BUDGET_MB" \
             --init-checkpoint "$BART_DIR/$INIT/model.pt" --out-dir "$OUT_DIR" "${fit_flags[@]}"
     done
@@ -196,9 +196,10 @@ run_phase "prepare and fit"
 stage_enabled train || stage_enabled generate || stage_enabled score || stage_enabled report || exit 0
 [ "${PLAN:-0}" = 1 ] && echo "# systems not fitted yet are shown at the longest input they may read"
 plan=$(compare_query plan "$OUT_DIR" "${SELECTED[@]}" ${plan_flag[@]+"${plan_flag[@]}"}) || exit 2
-dataset=$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['dataset'])" "$DATA_DIR/meta.json" \
-    2>/dev/null || echo default)
-decoding=$("$PYTHON" "$PAGESUM_ROOT/pagesum_plugin/generation/defaults.py" "$dataset")
+dataset=$(compare_query dataset ${plan_flag[@]+"${plan_flag[@]}"} "$DATA_DIR") || exit 2
+declare -A DECODING  # the search of each kind of decoding: the dataset's generation defaults
+DECODING[whole]=$(decoding_flags "$dataset")
+DECODING[segments]=$(decoding_flags "$dataset" --per-segment)
 FITTING=()
 while IFS=$'\t' read -r key tokens _; do
     if (( tokens > 0 )); then FITTING+=("$key"); else
@@ -210,7 +211,7 @@ done <<<"$plan"
 
 phase compare
 if stage_enabled train; then
-    while IFS=$'\t' read -r key tokens config overrides _; do
+    while IFS=$'\t' read -r key tokens config _ overrides _; do
         (( tokens > 0 )) || continue
         machine_overrides "$DATA_DIR" "$OUT_DIR/$key"
         # shellcheck disable=SC2086  # override lists
@@ -220,11 +221,11 @@ if stage_enabled train; then
     barrier
 fi
 if stage_enabled generate; then
-    while IFS=$'\t' read -r key tokens _ _ flags; do
+    while IFS=$'\t' read -r key tokens _ decoding _ flags; do
         (( tokens > 0 )) || continue
         run_dir=$OUT_DIR/$key
         # shellcheck disable=SC2086  # flag lists
-        queue "$run_dir/generate.log" fairseq-generate "$DATA_DIR" --user-dir "$USER_DIR" $decoding $flags \
+        queue "$run_dir/generate.log" fairseq-generate "$DATA_DIR" --user-dir "$USER_DIR" ${DECODING[$decoding]} $flags \
             --path "$run_dir/checkpoints/checkpoint_best.pt" --gen-subset test --batch-size "$GEN_BATCH_SIZE" \
             ${GEN_DEVICE[@]+"${GEN_DEVICE[@]}"} --hypotheses-output "$run_dir/test.hyp.txt" \
             --results-path "$run_dir/generate" ${GEN_ARGS:-}
@@ -241,7 +242,7 @@ if stage_enabled score; then
     barrier
 fi
 if stage_enabled report; then
-    queue "$OUT_DIR/report.log" "$PYTHON" -m pagesum_plugin.comparison.report "$OUT_DIR" --data "$DATA_DIR" \
+    queue "$OUT_DIR/report.log" pagesum-compare-report "$OUT_DIR" --data "$DATA_DIR" \
         --systems "${SELECTED[@]}" --reference "$REFERENCE" --significance "$SIGNIFICANCE"
 fi
 run_phase "train, generate, score, report"

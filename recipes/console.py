@@ -1,7 +1,7 @@
 """Run one stage of a recipe quietly: its full output goes to a log file, the console
 shows one progress bar and one closing line.
 
-    python recipes/console.py NAME LOG [--budget-seconds S] -- COMMAND [ARGS...]
+    pagesum-run-stage NAME LOG [--budget-seconds S] -- COMMAND [ARGS...]
 
 The bar follows what the tool reports:
 
@@ -34,9 +34,9 @@ ELAPSED_ONLY = "{desc}: {elapsed}{postfix}"  # until the tool reports a count
 
 def parse_args(argv):
     if "--" not in argv:
-        sys.exit("usage: console.py NAME LOG [--budget-seconds S] -- COMMAND [ARGS...]")
+        sys.exit("usage: pagesum-run-stage NAME LOG [--budget-seconds S] -- COMMAND [ARGS...]")
     split = argv.index("--")
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="pagesum-run-stage", description=__doc__.split("\n")[0])
     parser.add_argument("name")
     parser.add_argument("log", type=Path)
     parser.add_argument("--budget-seconds", type=float, help="the stage's wall-clock budget: the bar shows its elapsed share")

@@ -35,11 +35,11 @@ mkdir -p "$LOGS"
 
 step() { printf '[%3ds] %s\n' $((SECONDS - START)) "$*"; }
 
-# quietly NAME CMD...: run one stage with its output in $LOGS/NAME.log (recipes/console.py).
+# quietly NAME CMD...: run one stage with its output in $LOGS/NAME.log (pagesum-run-stage).
 quietly() {
     local name=$1
     shift
-    python recipes/console.py "$name" "$LOGS/$name.log" -- "$@"
+    pagesum-run-stage "$name" "$LOGS/$name.log" -- "$@"
 }
 
 step "setup (log: $LOGS/setup.log)"
@@ -48,8 +48,10 @@ if [ "${SKIP_SETUP:-0}" != 1 ]; then
     . .venv/bin/activate
 fi
 
-# Small enough for two CPU cores: 8 pages of 128 tokens, summaries of 160 tokens.
-PAGE_TOKENS=128 SUMMARY_TOKENS=160 MIN_LEN=60 MAX_LEN=160
+# Small enough for two CPU cores: 8 pages of 128 tokens, summaries of 160 tokens, decoded with
+# aclsum's row of the generation defaults (60 to 160 tokens).
+PAGE_TOKENS=128 SUMMARY_TOKENS=160
+DECODING=$(pagesum-decoding-flags aclsum)
 PAPERS=$DEMO_DIR/papers DATA=$DEMO_DIR/data-$LOCALITY RUN=$DEMO_DIR/run-$LOCALITY
 mkdir -p "$DEMO_DIR" "$RUN"
 
@@ -81,7 +83,7 @@ step "fairseq-train: a small PageSum from scratch, for $TRAIN_MINUTES minutes"
 rm -rf "$RUN/checkpoints"
 STOP_HOURS=$(python -c "print($TRAIN_MINUTES / 60)")
 BUDGET_SECONDS=$(python -c "print($TRAIN_MINUTES * 60)")
-python recipes/console.py train "$LOGS/train.log" --budget-seconds "$BUDGET_SECONDS" -- fairseq-train "$DATA" --user-dir pagesum_plugin --task paged_summarization \
+pagesum-run-stage train "$LOGS/train.log" --budget-seconds "$BUDGET_SECONDS" -- fairseq-train "$DATA" --user-dir pagesum_plugin --task paged_summarization \
     --max-page-tokens $PAGE_TOKENS --max-summary-tokens $SUMMARY_TOKENS \
     --arch pagesum_tiny --encoder-embed-dim 128 --encoder-ffn-embed-dim 256 --decoder-embed-dim 128 \
     --decoder-ffn-embed-dim 256 --share-all-embeddings \
@@ -95,8 +97,7 @@ step "fairseq-generate: page-combined beam search on the 25 held-out papers"
 quietly generate fairseq-generate "$DATA" --user-dir pagesum_plugin --task paged_summarization \
     --max-page-tokens $PAGE_TOKENS --max-summary-tokens $SUMMARY_TOKENS \
     --path "$RUN/checkpoints/checkpoint_best.pt" --gen-subset test --cpu \
-    --beam 4 --lenpen 2.0 --no-repeat-ngram-size 3 --min-len $MIN_LEN --max-len-a 0 --max-len-b $MAX_LEN \
-    --batch-size 5 --hypotheses-output "$RUN/test.hyp.txt" \
+    $DECODING --batch-size 5 --hypotheses-output "$RUN/test.hyp.txt" \
     --page-weights-output "$RUN/test.page_weights.jsonl" --results-path "$RUN/generate"
 
 step "pagesum-baseline: Lead-3"

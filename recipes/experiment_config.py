@@ -1,24 +1,32 @@
-"""Reads an experiment's YAML, the one source of its settings, for the shell recipes.
+"""Reads an experiment's YAML, the one source of its settings: the one reader of
+``recipes/config/<experiment>.yaml``, for the shell recipes and the comparison alike.
 
-    python recipes/experiment_config.py CONFIG.yaml view-flags preprocess|generate
-    python recipes/experiment_config.py CONFIG.yaml effective-batch
-    python recipes/experiment_config.py CONFIG.yaml dry-run-overrides
-    python recipes/experiment_config.py CONFIG.yaml settings-overrides NAME[,NAME...]
+    pagesum-experiment CONFIG.yaml view-flags preprocess|generate
+    pagesum-experiment CONFIG.yaml task-flags KEY [KEY ...]
+    pagesum-experiment CONFIG.yaml value KEY
+    pagesum-experiment CONFIG.yaml batch-size | effective-batch
+    pagesum-experiment CONFIG.yaml dry-run-overrides | dry-run-flags
+    pagesum-experiment CONFIG.yaml settings-overrides NAME[,NAME...]
 
 ``view-flags`` turns the ``task:`` section's view settings into command-line flags (for
 ``pagesum-preprocess``, which records them as the corpus's default view, and for
-``fairseq-generate``); ``effective-batch`` is documents per update on one device
+``fairseq-generate``); ``task-flags`` does so for the ``task:`` settings named; ``value`` prints
+one setting (``task.segmentation``); ``batch-size`` is documents per forward pass
+(``dataset.batch_size``) and ``effective-batch`` documents per update on one device
 (``dataset.batch_size`` x ``optimization.update_freq``); ``dry-run-overrides`` are the Hydra
-overrides that shrink a run to toy size without changing its command line;
+overrides that shrink a run to toy size without changing its command line, and
+``dry-run-flags`` the same sizes as ``fairseq-generate`` flags;
 ``settings-overrides`` are those of named alternatives in ``recipes/config/settings/``
 (``fairseq``: fairseq's BART fine-tuning values; ``adafactor``: Adafactor for Adam;
 ``placeholder_pages``: the authors' "." pages). Every query answers for the YAML with the
 settings named in ``$SETTINGS`` applied, so training and decoding see the same view.
 """
 
+import argparse
 import os
 import sys
 from pathlib import Path
+from typing import List, Sequence
 
 from omegaconf import OmegaConf
 
@@ -30,9 +38,10 @@ GENERATE_ONLY = ("placeholder_pages",)  # load-time options, not a corpus defaul
 DRY_RUN_SIZES = {"max_page_tokens": 48, "max_source_tokens": 600, "max_summary_tokens": 32}
 
 
-def view_flags(config, target: str) -> list:
+def task_flags(config, keys: Sequence[str]) -> List[str]:
+    """The ``task:`` settings ``keys`` that the YAML sets, as command-line flags (a true
+    boolean is a bare flag, a false one none)."""
     task = config.task
-    keys = VIEW_KEYS + (GENERATE_ONLY if target == "generate" else ())
     flags = []
     for key in keys:
         if key not in task or task[key] is None:
@@ -43,6 +52,10 @@ def view_flags(config, target: str) -> list:
         else:
             flags += [flag, str(task[key])]
     return flags
+
+
+def view_flags(config, target: str) -> List[str]:
+    return task_flags(config, VIEW_KEYS + (GENERATE_ONLY if target == "generate" else ()))
 
 
 def dry_run_overrides(config) -> list:
@@ -73,19 +86,41 @@ def with_settings(config, names: str):
     return OmegaConf.merge(config, OmegaConf.from_dotlist(values)) if values else config
 
 
-def main(path: str, what: str, *args: str) -> None:
-    config = with_settings(OmegaConf.load(path), os.environ.get("SETTINGS", ""))
-    if what == "view-flags":
-        print(" ".join(view_flags(config, args[0])))
-    elif what == "effective-batch":
-        print(int(config.dataset.batch_size) * int(config.optimization.update_freq[0]))
-    elif what == "dry-run-overrides":
-        print(" ".join(dry_run_overrides(config)))
-    elif what == "settings-overrides":
-        print(" ".join(settings_overrides(args[0])))
-    else:
-        sys.exit(f"unknown query {what!r}")
+def load_experiment(path: str | Path, settings: str = ""):
+    """The experiment's YAML with the named ``settings`` (comma-separated) applied."""
+    return with_settings(OmegaConf.load(path), settings)
+
+
+def answer(config, query: str, args: List[str]) -> str:
+    if query == "view-flags":
+        return " ".join(view_flags(config, args[0]))
+    if query == "task-flags":
+        return " ".join(task_flags(config, args))
+    if query == "value":
+        return str(OmegaConf.select(config, args[0]))
+    if query == "batch-size":
+        return str(int(config.dataset.batch_size))
+    if query == "effective-batch":
+        return str(int(config.dataset.batch_size) * int(config.optimization.update_freq[0]))
+    if query == "dry-run-overrides":
+        return " ".join(dry_run_overrides(config))
+    if query == "dry-run-flags":
+        return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in DRY_RUN_SIZES.items())
+    if query == "settings-overrides":
+        return " ".join(settings_overrides(args[0]))
+    raise SystemExit(f"pagesum-experiment: unknown query {query!r}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="pagesum-experiment", description=__doc__.split("\n")[0])
+    parser.add_argument("config", help="the experiment's YAML (recipes/config/<experiment>.yaml)")
+    parser.add_argument("query", choices=("view-flags", "task-flags", "value", "batch-size", "effective-batch",
+                                          "dry-run-overrides", "dry-run-flags", "settings-overrides"))
+    parser.add_argument("args", nargs="*", help="the query's arguments")
+    args = parser.parse_args(argv)
+    print(answer(load_experiment(args.config, os.environ.get("SETTINGS", "")), args.query, args.args))
+    return 0
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    sys.exit(main())

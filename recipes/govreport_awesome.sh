@@ -2,16 +2,17 @@
 # GovReport, AWESOME (Cao and Wang; Table 3, "AWESOME (Attn + Txt)"): BART-large summarizing
 # 512-768-token segments one after another with attentive memories, every segment's input
 # carrying the salient sentences of the others, which an extractor trained first picks.
-# The training settings live in recipes/config/govreport_awesome.yaml (the summarizer, and its
-# per-segment decoding under generation:) and recipes/config/govreport_awesome_extractor.yaml.
+# The training settings live in recipes/config/govreport_awesome.yaml (the summarizer) and
+# recipes/config/govreport_awesome_extractor.yaml; decoding is GovReport's row of the generation
+# defaults, per segment (pagesum_plugin/generation/defaults.py).
 #
 # Stages (STAGES, default all, in this order):
 #   preprocess  pagesum-preprocess, as for every experiment
 #   segment     Algorithm 1 with the YAML's sentence embedding model, and every reference
-#               sentence assigned to its segment (python -m pagesum_plugin.awesome.segment);
-#               greedy-oracle labels of the salient sentences (python -m pagesum_plugin.awesome.label)
+#               sentence assigned to its segment (pagesum-awesome-segment);
+#               greedy-oracle labels of the salient sentences (pagesum-awesome-label)
 #   extractor   fairseq-hydra-train of the extractor on those labels, then its salient
-#               sentences for every split (python -m pagesum_plugin.awesome.extract)
+#               sentences for every split (pagesum-awesome-extract)
 #   train       fairseq-hydra-train of AWESOME, fine-tuned from bart.large
 #   generate    fairseq-generate, segment by segment
 #   score       pagesum-score
@@ -39,40 +40,11 @@ NAME=govreport_awesome
 SUMMARIZER_CONFIG=govreport_awesome
 EXTRACTOR_CONFIG=govreport_awesome_extractor
 
-# yaml_flags SECTION KEY...: the experiment YAML's values as command-line flags. With
-# DRY_RUN=1 the generation section shrinks to toy sizes (the same flags).
-yaml_flags() {
-    "$PYTHON" - "$CONFIG_DIR/$EXP_CONFIG.yaml" "${DRY_RUN:-0}" "$@" <<'EOF'
-import sys
-from omegaconf import OmegaConf
-
-path, dry_run, section, *keys = sys.argv[1:]
-values = dict(OmegaConf.to_container(OmegaConf.load(path)[section]))
-if dry_run == "1" and section == "generation":
-    values.update(beam=2, max_len_b=12)
-print(" ".join(f"--{key.replace('_', '-')} {values[key]}" for key in keys if values.get(key) is not None))
-EOF
-}
-
-# toy_overrides: common.sh's DRY_RUN=1 overrides, less those of task settings that this
-# experiment's YAML does not have (a task without pages has no page size to shrink).
-toy_overrides() {
-    config dry-run-overrides | tr ' ' '\n' | "$PYTHON" -c "
-import sys
-from omegaconf import OmegaConf
-task = OmegaConf.load('$CONFIG_DIR/$EXP_CONFIG.yaml').task
-print(' '.join(o for o in sys.stdin.read().split() if not o.startswith('task.') or o[5:].split('=')[0] in task))"
-}
-
-yaml_value() {
-    "$PYTHON" -c "from omegaconf import OmegaConf as O; print(O.select(O.load('$CONFIG_DIR/$EXP_CONFIG.yaml'), '$1'))"
-}
-
 # task_value KEY: the summarizer's task.KEY as training sees it: the last TRAIN_ARGS
 # override of it (task.KEY=, +task.KEY= or ++task.KEY=), else the YAML's value.
 task_value() {
     local word value words
-    value=$(EXP_CONFIG=$SUMMARIZER_CONFIG yaml_value "task.$1")
+    value=$(EXP_CONFIG=$SUMMARIZER_CONFIG config value "task.$1")
     read -r -a words <<<"${TRAIN_ARGS:-}"
     for word in ${words[@]+"${words[@]}"}; do
         word=${word#++}
@@ -89,7 +61,7 @@ device_flags() {
 # segment_stage DATA: Algorithm 1 and target assignment, and the oracle labels, once per corpus.
 segment_stage() {
     local data=$1
-    run "$PYTHON" -m pagesum_plugin.awesome.segment "$data" --embedding-model "$SEGMENTATION" \
+    run pagesum-awesome-segment "$data" --embedding-model "$SEGMENTATION" \
         $(device_flags "--device cpu")
     if [ "${PLAN:-0}" != 1 ] && [ ! -f "$data/train.segments.$SEGMENTATION.npy" ]; then
         die "the sentence embedding model could not be loaded (see above): segments follow the length rule; " \
@@ -98,16 +70,13 @@ segment_stage() {
     if [ "$SALIENT" = none ]; then
         echo "$RECIPE: no salient sentences (task.salient_sentences=none): no oracle labels" >&2
     else
-        run "$PYTHON" -m pagesum_plugin.awesome.label "$data" --workers "$WORKERS"
+        run pagesum-awesome-label "$data" --workers "$WORKERS"
     fi
 }
 
-# awesome_train_stage DATA RUN_DIR: common.sh's train stage on EXP_CONFIG, with DRY_RUN=1's toy
-# overrides cut to what the YAML's task has (toy_overrides).
+# awesome_train_stage DATA RUN_DIR: common.sh's train stage on EXP_CONFIG, its log kept.
 awesome_train_stage() {
-    local toy=""
-    [ "${DRY_RUN:-0}" = 1 ] && toy=$(toy_overrides)
-    DRY_RUN=0 TRAIN_ARGS="$toy ${TRAIN_ARGS:-}" train_stage "$1" "$2" 2>&1 | tee_log "$2/train.log"
+    train_stage "$1" "$2" 2>&1 | tee_log "$2/train.log"
 }
 
 # extractor_stage DATA RUN_DIR: train the extractor from BART's encoder (its own YAML: no
@@ -115,12 +84,12 @@ awesome_train_stage() {
 extractor_stage() {
     local data=$1 run_dir=$2
     ARCH=${EXTRACTOR_ARCH:-} SETTINGS="" TRAIN_ARGS="" awesome_train_stage "$data" "$run_dir"
-    run "$PYTHON" -m pagesum_plugin.awesome.extract "$data" --path "$run_dir/checkpoints/checkpoint_best.pt" \
+    run pagesum-awesome-extract "$data" --path "$run_dir/checkpoints/checkpoint_best.pt" \
         $(device_flags --cpu)
 }
 
-# awesome_generate_stage DATA RUN_DIR: segment-by-segment decoding with the YAML's task and
-# per-segment generation settings.
+# awesome_generate_stage DATA RUN_DIR: segment-by-segment decoding with the YAML's task and the
+# dataset's per-segment generation defaults.
 awesome_generate_stage() {
     local data=$1 run_dir=$2
     local device=()
@@ -129,9 +98,9 @@ awesome_generate_stage() {
     # shellcheck disable=SC2046,SC2086  # flag lists
     run fairseq-generate "$data" --user-dir "$USER_DIR" --task segmented_summarization \
         --segmentation "$SEGMENTATION" --salient-sentences "$SALIENT" \
-        $(yaml_flags task max_input_tokens max_summary_tokens) \
+        $(config task-flags max_input_tokens max_summary_tokens) \
         --path "$run_dir/checkpoints/checkpoint_best.pt" --gen-subset test \
-        $(yaml_flags generation beam lenpen no_repeat_ngram_size min_len max_len_b) --max-len-a 0 \
+        $(decoding_flags "$EXP_FORMAT" --per-segment) \
         --batch-size "$GEN_BATCH_SIZE" "${device[@]}" \
         --hypotheses-output "$run_dir/test.hyp.txt" \
         --results-path "$run_dir/generate" ${GEN_ARGS:-}

@@ -1,6 +1,6 @@
 """Runs a recipe's commands from a job file, with fairseq's imports paid once.
 
-    python recipes/run_jobs.py JOBS.tsv [--parallel N] [--title TEXT]
+    pagesum-run-jobs JOBS.tsv [--parallel N] [--title TEXT]
 
 Every line of JOBS.tsv is ``LOG<TAB>COMMAND``: COMMAND is a shell-quoted command line (a
 console command such as ``fairseq-hydra-train``, ``fairseq-generate`` or ``pagesum-score``, or
@@ -65,7 +65,7 @@ def read_jobs(path: Path) -> List[List[Job]]:
         log, sep, command = line.partition("\t")
         argv = shlex.split(command)
         if not sep or not argv:
-            raise SystemExit(f"run_jobs: {path}:{number}: expected LOG<TAB>COMMAND")
+            raise SystemExit(f"pagesum-run-jobs: {path}:{number}: expected LOG<TAB>COMMAND")
         stdout = None
         if len(argv) >= 2 and argv[-2] == ">":
             stdout, argv = Path(argv[-1]), argv[:-2]
@@ -153,13 +153,13 @@ def run_group(group: List[Job], parallel: int, scripts: dict, bar: tqdm) -> Opti
                 if job.stdout and os.path.exists(partial(job.stdout)):
                     os.remove(partial(job.stdout))
                 failed = failed or job
-                bar.write(f"run_jobs: failed (exit {process.exitcode}): {job.line}\n  log {job.log}, last lines:\n"
+                bar.write(f"pagesum-run-jobs: failed (exit {process.exitcode}): {job.line}\n  log {job.log}, last lines:\n"
                           f"{tail(job.log)}", file=sys.stderr)
     return failed
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="run_jobs.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="pagesum-run-jobs", description=__doc__.split("\n")[0])
     parser.add_argument("jobs", type=Path, help="the job file: LOG<TAB>COMMAND lines, empty lines between groups")
     parser.add_argument("--parallel", type=int, default=1, help="commands of one group run at once (default 1)")
     parser.add_argument("--title", default="jobs", help="the progress bar's label")

@@ -4,7 +4,6 @@ decode with fairseq-generate and score with pagesum-score."""
 
 import json
 import os
-import sys
 
 import pytest
 
@@ -12,8 +11,8 @@ from builders.awesome import awesome_bart_twin, build_awesome, paper_examples, w
 from builders.cli import USER_DIR, run_cli
 from builders.models import save_bart_checkpoint
 from pagesum_plugin import from_pretrained
-from pagesum_plugin.awesome.extract import SalientExtractor
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
+from pagesum_plugin.tasks.salient_extraction import SalientExtractor
 
 pytestmark = pytest.mark.slow  # end-to-end runs of fairseq-train and fairseq-generate
 
@@ -35,9 +34,9 @@ def pipeline(tmp_path_factory):
     papers = pipeline_papers()
     write_text_corpus(data, {"train": papers[:2], "valid": papers[2:4], "test": papers[4:]})
     logs = {}
-    logs["segment"] = run_cli([sys.executable, "-m", "pagesum_plugin.awesome.segment", data, "--embedding-model",
+    logs["segment"] = run_cli(["pagesum-awesome-segment", data, "--embedding-model",
                                "length", "--min-tokens", "150", "--max-tokens", "300"])
-    logs["label"] = run_cli([sys.executable, "-m", "pagesum_plugin.awesome.label", data, "--workers", "1"])
+    logs["label"] = run_cli(["pagesum-awesome-label", data, "--workers", "1"])
 
     bart = str(root / "bart" / "model.pt")  # a tiny BART in fairseq's release layout
     save_bart_checkpoint(bart, awesome_bart_twin(*build_awesome(data, "--memory", "none")))
@@ -45,7 +44,7 @@ def pipeline(tmp_path_factory):
     logs["extractor"] = run_cli(["fairseq-train", data, *COMMON, "--task", "salient_extraction",
                                  "--arch", "awesome_extractor_tiny", "--criterion", "salient_extraction",
                                  "--finetune-from-model", bart, "--save-dir", str(root / "extractor")])
-    logs["extract"] = run_cli([sys.executable, "-m", "pagesum_plugin.awesome.extract", data,
+    logs["extract"] = run_cli(["pagesum-awesome-extract", data,
                                "--path", str(root / "extractor" / "checkpoint_best.pt"), "--cpu", "--threshold", "0.3"])
     logs["train"] = run_cli(["fairseq-train", data, *COMMON, *SUMMARIZER, "--arch", "awesome_tiny",
                              "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",

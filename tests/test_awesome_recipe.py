@@ -15,7 +15,7 @@ from builders.cli import REPO_ROOT
 from builders.recipes import recipe_env
 
 RECIPE = os.path.join(REPO_ROOT, "recipes", "govreport_awesome.sh")
-EXTRACTOR_COMMANDS = ("pagesum_plugin.awesome.extract", "govreport_awesome_extractor")
+EXTRACTOR_COMMANDS = ("pagesum-awesome-extract", "govreport_awesome_extractor")
 
 
 def plan(**variables) -> list:
@@ -33,8 +33,8 @@ def flag(command: list, name: str) -> str:
 def test_without_salient_sentences_the_plan_has_no_oracle_labels_and_no_extractor():
     commands = plan(TRAIN_ARGS="task.salient_sentences=none")
     lines = [" ".join(c) for c in commands]
-    assert not any(name in line for line in lines for name in EXTRACTOR_COMMANDS + ("pagesum_plugin.awesome.label",))
-    assert any("pagesum_plugin.awesome.segment" in line for line in lines)
+    assert not any(name in line for line in lines for name in EXTRACTOR_COMMANDS + ("pagesum-awesome-label",))
+    assert any("pagesum-awesome-segment" in line for line in lines)
     train = next(c for c in commands if c[0] == "fairseq-hydra-train")
     assert "task.salient_sentences=none" in train
     generate = next(c for c in commands if c[0] == "fairseq-generate")  # decoding reads what training read
@@ -45,7 +45,7 @@ def test_by_default_the_extractor_is_trained_first_and_decoding_reads_its_senten
     commands = plan()
     lines = [" ".join(c) for c in commands]
     order = [next(i for i, line in enumerate(lines) if name in line)
-             for name in ("pagesum_plugin.awesome.label", "govreport_awesome_extractor", "pagesum_plugin.awesome.extract",
+             for name in ("pagesum-awesome-label", "govreport_awesome_extractor", "pagesum-awesome-extract",
                           "--config-name govreport_awesome ")]
     assert order == sorted(order)
     generate = next(c for c in commands if c[0] == "fairseq-generate")
@@ -54,7 +54,7 @@ def test_by_default_the_extractor_is_trained_first_and_decoding_reads_its_senten
 
 def test_with_oracle_salient_sentences_the_extractor_is_skipped_but_the_labels_are_made():
     lines = [" ".join(c) for c in plan(TRAIN_ARGS="task.salient_sentences=oracle")]
-    assert any("pagesum_plugin.awesome.label" in line for line in lines)
+    assert any("pagesum-awesome-label" in line for line in lines)
     assert not any(name in line for line in lines for name in EXTRACTOR_COMMANDS)
 
 

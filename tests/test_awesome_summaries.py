@@ -14,9 +14,9 @@ from fairseq.criterions import build_criterion
 
 from builders.awesome import build_awesome, segment_sample, write_text_corpus
 from pagesum_plugin.awesome import segment as segment_cli
-from pagesum_plugin.awesome.documents import example_targets, segment_summary_ids
-from pagesum_plugin.awesome.generator import SegmentSequenceGenerator
+from pagesum_plugin.awesome.targets import example_targets, segment_summary_ids
 from pagesum_plugin.corpus.readers import example_from_raw
+from pagesum_plugin.generation.segment_sequence_generator import SegmentSequenceGenerator
 from pagesum_plugin.modules.memory import SegmentMemory
 
 AGENCY = ["The agency reviewed the budget and found large deficits in the clinics.",

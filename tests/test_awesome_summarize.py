@@ -17,11 +17,11 @@ from pagesum_plugin import from_pretrained
 from pagesum_plugin.awesome import label as label_cli
 from pagesum_plugin.awesome import segment as segment_cli
 from pagesum_plugin.awesome.cache import load_salient
-from pagesum_plugin.awesome.extract import SalientExtractor, predict_split
 from pagesum_plugin.corpus.format import CorpusSplit
 from pagesum_plugin.corpus.readers import example_from_raw
 from pagesum_plugin.criterions.salient_extraction import sentence_probabilities
 from pagesum_plugin.hub_interface import PageSumHubInterface
+from pagesum_plugin.tasks.salient_extraction import SalientExtractor, predict_split
 
 GEN = dict(beam=2, lenpen=1.0, min_len=0, max_len_b=6, no_repeat_ngram_size=0)
 
@@ -105,7 +105,7 @@ def test_summarize_with_the_oracle_labels_equals_generate_on_the_stored_document
 
 
 def test_summarize_with_an_extractor_reads_the_sentences_the_extract_command_marks(corpus, salient_model, extractor):
-    """The extractor applied to a raw document picks what ``python -m pagesum_plugin.awesome.extract``
+    """The extractor applied to a raw document picks what ``pagesum-awesome-extract``
     writes for the stored one; the summary is then the one for those labels."""
     data_dir, texts = corpus
     hub = salient_model[3]
@@ -124,7 +124,7 @@ def test_summarize_loads_the_extractor_from_its_checkpoint_path(corpus, salient_
     path, picker = extractor
     default = SalientExtractor(picker.model, picker.task)  # a path gets the default threshold, 0.5
     assert hub.summarize(texts, extractor=path, **GEN) == hub.summarize(texts, extractor=default, **GEN)
-    assert list(hub._extractors) == [path]  # loaded once, kept for later calls
+    assert list(hub.task.extractors) == [path]  # loaded once, kept for later calls
 
 
 def test_labels_of_the_wrong_length_are_refused(corpus, salient_model):

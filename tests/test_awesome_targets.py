@@ -7,16 +7,18 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from fairseq.criterions import build_criterion
 
 from builders.awesome import build_awesome, paper_examples, write_text_corpus
 from pagesum_plugin.awesome import label as label_cli
 from pagesum_plugin.awesome import segment as segment_cli
 from pagesum_plugin.awesome.cache import salient_path
 from pagesum_plugin.awesome.oracle import oracle_labels, oracle_positions
-from pagesum_plugin.awesome.salient import SalientHeaders, augmented_input, outermost_first
 from pagesum_plugin.awesome.targets import assign_sentences, segment_summaries
 from pagesum_plugin.corpus.sentences import split_sentences
-from pagesum_plugin.evaluation.baselines import oracle
+from pagesum_plugin.data.paged_dataset import collate_pages
+from pagesum_plugin.data.salient_content import SalientHeaders, augmented_input, outermost_first
+from pagesum_plugin.evaluation.extractive import oracle
 from pagesum_plugin.evaluation.rouge import score_pair, tokenize
 
 SEGMENTS = [
@@ -199,8 +201,6 @@ def test_a_batch_runs_segment_by_segment_through_training(prepared):
     task.load_dataset("train")
     dataset = task.datasets["train"]
     sample = dataset.collater([dataset[0], dataset[1]])
-    from fairseq.criterions import build_criterion
-
     class Backward:
         def backward(self, loss):
             loss.backward()
@@ -242,8 +242,6 @@ def test_summarizing_with_the_task_generator_equals_generate_on_the_stored_docum
     args, task, model = build_awesome(data_dir, "--segmentation", "length")
     task.load_dataset("valid")
     dataset = task.datasets["valid"]
-    from pagesum_plugin.data.paged_dataset import collate_pages
-
     generator = task.sequence_generator_cls([model], task.dictionary, beam_size=2, max_len_b=6)
     pages = [[torch.from_numpy(i) for i in task.document_inputs(dataset.corpus.document(k))] for k in range(2)]
     summarized = generator.generate([model], {"net_input": {"src_tokens": collate_pages(pages, task.dictionary.pad())}})

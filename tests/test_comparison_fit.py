@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pagesum_plugin.comparison.bisection import longest_within
+from pagesum_recipes.comparison.bisection import longest_within
 
 UNIT, MAX_UNITS = 1024, 50
 

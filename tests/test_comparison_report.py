@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pagesum_plugin.comparison.report import ReportError, build_record, markdown, write_report
+from pagesum_recipes.comparison.report import ReportError, build_record, markdown, write_report
 
 METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 SETUP = {"device": "CPU", "budget_mb": 100.0, "unit": 1024, "batch_size": 1, "model_size": "tiny", "dry_run": False}

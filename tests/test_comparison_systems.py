@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from builders.cli import BIN_DIR, REPO_ROOT
-from pagesum_plugin.comparison.systems import Comparison, ComparisonError
+from pagesum_recipes.comparison.systems import Comparison, ComparisonError
 
 COMPARE_YAML = os.path.join(REPO_ROOT, "recipes", "config", "compare.yaml")
 SECTIONS = {"dataset": "arxiv", "view": "spatial"}

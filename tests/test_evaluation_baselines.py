@@ -9,7 +9,8 @@ from rouge_score import rouge_scorer
 
 from builders.corpora import write_jsonl
 from pagesum_plugin.evaluation import rouge
-from pagesum_plugin.evaluation.baselines import main, oracle
+from pagesum_plugin.evaluation.baselines import main
+from pagesum_plugin.evaluation.extractive import oracle
 from pagesum_plugin.evaluation.data import iter_documents
 from pagesum_plugin.corpus.sentences import split_sentences
 

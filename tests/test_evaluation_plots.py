@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from pagesum_plugin.evaluation import analysis, plots
 from pagesum_plugin.evaluation.data import iter_documents
@@ -185,7 +186,7 @@ def test_stricter_thresholds_keep_fewer_pairs(papers):
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory, papers):
     """A tiny random BertForNextSentencePrediction with a word-level vocabulary of the papers."""
-    import torch
+    # optional (the hf extra): only the coherence score reads a BERT model
     from transformers import BertConfig, BertForNextSentencePrediction, BertTokenizerFast
 
     out = tmp_path_factory.mktemp("tiny_bert")
@@ -202,8 +203,7 @@ def tiny_bert(tmp_path_factory, papers):
 
 def _is_next_probability(model_dir, first, second):
     """One pair at a time, without padding: the reference for the batched scorer."""
-    import torch
-    from transformers import AutoTokenizer, BertForNextSentencePrediction
+    from transformers import AutoTokenizer, BertForNextSentencePrediction  # optional (the hf extra), as above
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = BertForNextSentencePrediction.from_pretrained(model_dir).eval()

@@ -11,7 +11,7 @@ import pytest
 
 from builders.corpora import acl_papers
 from pagesum_plugin.evaluation import perl_rouge, rouge
-from pagesum_plugin.evaluation.baselines import lead, oracle
+from pagesum_plugin.evaluation.extractive import lead, oracle
 from pagesum_plugin.evaluation.score import main
 from pagesum_plugin.evaluation.significance import approximate_randomization, bootstrap_ci
 from pagesum_plugin.corpus.sentences import split_sentences

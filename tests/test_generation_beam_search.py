@@ -3,6 +3,7 @@
 
 import pytest
 import torch
+from fairseq.ngram_repeat_block import NGramRepeatBlock
 
 from builders.models import (
     assert_incremental_equals_full,
@@ -70,8 +71,6 @@ def test_no_summary_repeats_an_ngram_when_blocking_is_on(tiny):
 
 
 def test_vectorised_ngram_ban_equals_fairseq_loop():
-    from fairseq.ngram_repeat_block import NGramRepeatBlock
-
     rng = torch.Generator().manual_seed(13)
     for n in (1, 2, 3, 4):
         history = torch.randint(4, 9, (6, 15), generator=rng)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,19 @@ def test_page_weights_are_returned_per_step_and_sum_to_one(acl_run):
     torch.testing.assert_close(forced["page_weights"].sum(1), torch.ones(len(forced["tokens"])), atol=1e-5, rtol=0)
 
 
+def test_summarize_decodes_the_pages_the_tasks_top_pages_keeps_unless_the_call_says_otherwise(acl_run):
+    """--top-pages and summarize(top_pages=) read one setting: the task's."""
+    data, save_dir, papers = acl_run
+    pagesum = from_pretrained(save_dir, "checkpoint_last.pt", data_name_or_path=data, top_pages=1)
+    documents = [[(s["name"], s["text"]) for s in p["sections"]] for p in papers]
+    pages_read = [int((r["page_weights"].sum(0) > 0).sum())
+                  for r in pagesum.summarize(documents, return_page_weights=True, **GEN)]
+    assert pages_read == [1] * len(documents)
+    every_page = pagesum.summarize(documents, return_page_weights=True, top_pages=0, **GEN)
+    assert [int((r["page_weights"].sum(0) > 0).sum()) for r in every_page] == [
+        len(pagesum.pages(d)) for d in documents]
+
+
 def test_generate_writes_page_weights_in_input_order_keyed_by_input_id(acl_run, tmp_path):
     data, save_dir, papers = acl_run
     out, hyp = tmp_path / "weights.jsonl", tmp_path / "test.hyp"
@@ -114,7 +128,7 @@ def test_checkpoints_can_be_selected_by_validation_rouge(acl_run, tmp_path):
     log = run_cli(["fairseq-train", data, *TRAIN_FLAGS, "--max-update", "4", "--save-dir", str(save_dir),
                    "--eval-rouge", "--eval-rouge-args", '{"beam": 2, "max_len_b": 10}',
                    "--best-checkpoint-metric", "rouge", "--maximize-best-checkpoint-metric"])
-    scores = [float(x) for x in __import__("re").findall(r"valid on 'valid' subset .*?\| rouge ([\d.]+)", log)]
+    scores = [float(x) for x in re.findall(r"valid on 'valid' subset .*?\| rouge ([\d.]+)", log)]
     assert scores, "validation must log the rouge metric"
     assert "rouge1" in log and "rougeLsum" in log
     best = torch.load(str(save_dir / "checkpoint_best.pt"), weights_only=True)

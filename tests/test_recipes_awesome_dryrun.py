@@ -62,8 +62,8 @@ def test_every_stage_ran_and_read_what_the_one_before_wrote(dry_run):
     scores = json.loads((run_dir / "scores.json").read_text())
     assert scores["examples"] == N_TEST and set(scores["scores"]) == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
     commands = (dry_run / "commands.sh").read_text()
-    for command in ("pagesum-preprocess", "pagesum_plugin.awesome.segment", "pagesum_plugin.awesome.label",
-                    "pagesum_plugin.awesome.extract", "fairseq-hydra-train", "fairseq-generate", "pagesum-score"):
+    for command in ("pagesum-preprocess", "pagesum-awesome-segment", "pagesum-awesome-label",
+                    "pagesum-awesome-extract", "fairseq-hydra-train", "fairseq-generate", "pagesum-score"):
         assert command in commands
 
 

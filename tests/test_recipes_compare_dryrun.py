@@ -14,7 +14,7 @@ from builders.cli import REPO_ROOT
 from builders.corpora import write_multinews
 from builders.recipes import recipe_env, split_papers, write_bart_dir
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
-from pagesum_plugin.comparison.systems import Comparison
+from pagesum_recipes.comparison.systems import Comparison
 from pagesum_preprocess.cli import main as preprocess
 
 pytestmark = pytest.mark.slow  # the comparison end to end
@@ -123,6 +123,6 @@ def test_the_console_ends_with_the_summary_and_where_the_logs_are(dry_run):
     assert stdout.rstrip().endswith(summary.rstrip())
     assert summary.startswith("DRY RUN") and f"Outputs in {out_dir}" in summary
     commands = (out_dir / "commands.sh").read_text()
-    for command in ("pagesum_plugin.comparison.fit", "fairseq-hydra-train", "fairseq-generate", "pagesum-score",
-                    "pagesum_plugin.comparison.report"):
+    for command in ("pagesum-compare-fit", "fairseq-hydra-train", "fairseq-generate", "pagesum-score",
+                    "pagesum-compare-report"):
         assert command in commands

@@ -21,6 +21,7 @@ ALL_DATA = dict(ARXIV_DIR="/data/arxiv", PUBMED_DIR="/data/pubmed", GOVREPORT_DI
 PAGESUM_RECIPES = {"arxiv": {}, "arxiv_discourse": {}, "pubmed": {}, "govreport": {},
                    "govreport_7": dict(GOVREPORT_PAGES="7"), "multinews": {}, "multinews_spatial": {},
                    "page_size": {}, "global_decoding": {}}
+TRAIN_ONLY = "preprocess train"  # what a test of the training command line plans (decoding flags cost an import)
 # The only overrides a recipe may add to its YAML: where things are, and the devices.
 MACHINE_KEYS = {"common.user_dir", "task.data", "checkpoint.save_dir", "checkpoint.finetune_from_model",
                 "hydra.run.dir", "hydra.job.chdir", "dataset.batch_size", "optimization.update_freq",
@@ -28,7 +29,7 @@ MACHINE_KEYS = {"common.user_dir", "task.data", "checkpoint.save_dir", "checkpoi
 
 
 def plan(recipe: str, **env_vars) -> dict[str, dict[str, list[str]]]:
-    """{experiment: {command name: argv}} that ``recipes/<recipe>.sh`` would run."""
+    """{experiment: {command name: argv}} that ``recipes/<recipe>.sh`` would run (``STAGES=...``: those stages')."""
     env = {"PATH": BIN_DIR + os.pathsep + os.environ["PATH"], "PLAN": "1", "OUT_DIR": "/out", "BART_DIR": "/bart",
            "NUM_GPUS": "1", **ALL_DATA, **env_vars}
     result = subprocess.run(["bash", str(RECIPES / f"{recipe}.sh")], env=env, capture_output=True, text=True)
@@ -126,7 +127,8 @@ def test_global_and_page_decoding_yamls_differ_only_in_the_decoder():
     (0, 1, 16), (1, 1, 16), (1, 2, 8), (2, 1, 8), (4, 1, 4), (8, 1, 2), (8, 2, 1), (16, 1, 1),
 ])
 def test_any_gpu_count_keeps_16_documents_per_update(gpus, batch_size, update_freq):
-    train = overrides(plan("arxiv", NUM_GPUS=str(gpus), BATCH_SIZE=str(batch_size))["arxiv"]["fairseq-hydra-train"])
+    train = overrides(plan("arxiv", NUM_GPUS=str(gpus), BATCH_SIZE=str(batch_size), STAGES=TRAIN_ONLY)["arxiv"][
+        "fairseq-hydra-train"])
     assert (train["optimization.update_freq"], train["dataset.batch_size"]) == (f"[{update_freq}]", str(batch_size))
     if gpus == 0:
         assert train["common.cpu"] == "true" and "distributed_training.distributed_world_size" not in train
@@ -136,7 +138,7 @@ def test_any_gpu_count_keeps_16_documents_per_update(gpus, batch_size, update_fr
 
 def test_multi_node_launcher_wraps_only_the_training_command():
     launcher = "torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint head:29500"
-    commands = plan("arxiv", NUM_GPUS="16", PAGESUM_LAUNCHER=launcher)["arxiv"]
+    commands = plan("arxiv", NUM_GPUS="16", PAGESUM_LAUNCHER=launcher, STAGES=TRAIN_ONLY)["arxiv"]
     train = commands["torchrun"]
     assert "fairseq-hydra-train" not in commands
     assert train[:train.index("fairseq-hydra-train")] == shlex.split(launcher)
@@ -160,7 +162,7 @@ def test_settings_that_break_the_paper_setup_are_refused(env, message):
 
 
 def test_bart_large_init_selects_the_checkpoint_without_cnn_pretraining():
-    train = overrides(plan("arxiv", INIT="bart.large")["arxiv"]["fairseq-hydra-train"])
+    train = overrides(plan("arxiv", INIT="bart.large", STAGES=TRAIN_ONLY)["arxiv"]["fairseq-hydra-train"])
     assert train["checkpoint.finetune_from_model"] == "/bart/bart.large/model.pt"
     assert train["checkpoint.save_dir"] == "/out/arxiv/bart.large/checkpoints"
 
@@ -182,9 +184,8 @@ def test_hepos_recipes_train_and_decode_with_the_papers_section_6_settings(recip
         "adafactor", 1e-4, 10000)
     assert config.optimization.clip_norm == 0.1
     for gpus, update_freq in ((1, 32), (2, 16), (4, 8)):
-        commands = plan(recipe, NUM_GPUS=str(gpus))[recipe]
-        train = overrides(commands["fairseq-hydra-train"])
+        train = overrides(plan(recipe, NUM_GPUS=str(gpus), STAGES=TRAIN_ONLY)[recipe]["fairseq-hydra-train"])
         assert (train["dataset.batch_size"], train["optimization.update_freq"]) == ("2", f"[{update_freq}]")
-    generate = commands["fairseq-generate"]
+    generate = plan(recipe)[recipe]["fairseq-generate"]
     assert (flag(generate, "--view"), flag(generate, "--max-source-tokens")) == ("flat", str(source_tokens))
     assert (flag(generate, "--beam"), flag(generate, "--lenpen")) == ("4", "2.0")

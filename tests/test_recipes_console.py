@@ -1,12 +1,13 @@
-"""recipes/console.py, the demo's quiet stage runner: the tool's whole output goes to the
+"""pagesum-run-stage (recipes/console.py), the demo's quiet stage runner: the tool's whole output goes to the
 log, the console gets a bar, and a failure still shows its error in full."""
 
+import os
 import subprocess
 import sys
 
-from builders.cli import REPO_ROOT
+from builders.cli import BIN_DIR
 
-CONSOLE = f"{REPO_ROOT}/recipes/console.py"
+RUN_STAGE = os.path.join(BIN_DIR, "pagesum-run-stage")
 NOISY_TOOL = """
 import sys
 for i in range(1, 4):
@@ -23,7 +24,7 @@ load()
 
 def run_stage(tmp_path, tool: str):
     log = tmp_path / "logs" / "stage.log"
-    result = subprocess.run([sys.executable, CONSOLE, "stage", str(log), "--", sys.executable, "-c", tool],
+    result = subprocess.run([RUN_STAGE, "stage", str(log), "--", sys.executable, "-c", tool],
                             capture_output=True, text=True)
     return result, log
 

@@ -1,19 +1,18 @@
-"""recipes/run_jobs.py, which runs a recipe's commands from a job file: groups in order, a
+"""pagesum-run-jobs (recipes/run_jobs.py), which runs a recipe's commands from a job file: groups in order, a
 command's ``> FILE`` in place only when it succeeds, and the first failure stops the run."""
 
 import os
 import subprocess
-import sys
 
-from builders.cli import REPO_ROOT
+from builders.cli import BIN_DIR
 
-RUN_JOBS = os.path.join(REPO_ROOT, "recipes", "run_jobs.py")
+RUN_JOBS = os.path.join(BIN_DIR, "pagesum-run-jobs")
 
 
 def run_jobs(tmp_path, lines, parallel=2):
     jobs = tmp_path / "jobs.tsv"
     jobs.write_text("".join(f"{line}\n" for line in lines))
-    return subprocess.run([sys.executable, RUN_JOBS, str(jobs), "--parallel", str(parallel)], capture_output=True,
+    return subprocess.run([RUN_JOBS, str(jobs), "--parallel", str(parallel)], capture_output=True,
                           text=True)
 
 

@@ -9,6 +9,7 @@ from fairseq import checkpoint_utils
 
 from builders.models import bart_twin, build_tiny, save_bart_checkpoint
 from builders.cli import TRAIN_FLAGS, run_cli
+from builders.paged_data import make_dictionary, write_corpus
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 
 pytestmark = pytest.mark.slow  # end-to-end runs of fairseq-train and fairseq-generate
@@ -89,8 +90,6 @@ class ForeignObject:
 def test_examples_longer_than_one_page_are_not_filtered_out(tmp_path):
     """fairseq drops examples whose size exceeds the model's positions; a paged example's
     size is its longest page, not its total length."""
-    from builders.paged_data import make_dictionary, write_corpus
-
     data = tmp_path / "data"
     long_doc = {"pages": [[10 + i % 30] * 60 for i in range(5)], "summary": [11, 12, 13]}  # 5 x 62 tokens
     write_corpus(str(data), {"train": [long_doc] * 4, "valid": [long_doc] * 4}, make_dictionary())

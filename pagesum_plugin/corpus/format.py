@@ -24,16 +24,20 @@ leading space (how it reads after another sentence) plus the ids of its first wo
 it (how it reads at the start of a page). A unit read at the start of a page is
 ``heads[u] + units[u][head_spaced[u]:]``; for sentencepiece both forms are the same and
 the head lengths are 0.
+
+Derived-data stages add files of their own beside these, named ``{split}.<kind>.<tag>.*``,
+and each stage's own module owns them (AWESOME's: ``awesome/cache.py``). They are optional,
+made after preprocessing by the stage's commands, keyed by a model or a source, and versioned
+by the stage, so that a stage can change its files without changing this format: no corpus is
+preprocessed again for it, and this module never learns a system's files. Writing the
+directory whole is the preprocessing pipeline's (``pagesum_preprocess.binarize.staged_directory``).
 """
 
 import json
 import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -307,34 +311,3 @@ class _EmptyItems:
 
     def __getitem__(self, index: int) -> torch.Tensor:
         return torch.zeros(0, dtype=torch.int64)
-
-
-# --------------------------------------------------------------------------- writing atomically
-
-
-def write_atomically(path: str | Path, text: str) -> None:
-    """Write a UTF-8 text file under a temporary name, then move it into place: a reader never
-    sees half of it."""
-    path = Path(path)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-
-
-@contextmanager
-def staged_directory(destdir: str | Path) -> Iterator[Path]:
-    """Write a data directory into a temporary sibling and move it into place only when
-    the block succeeds: a failed run leaves no half-written output behind."""
-    destdir = Path(destdir)
-    if destdir.exists() and any(destdir.iterdir()) and not (destdir / META_FILE).exists():
-        raise CorpusFormatError(f"{destdir} exists and is not a data directory: choose a new --destdir")
-    destdir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{destdir.name}.", dir=destdir.parent))
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    if destdir.exists():
-        shutil.rmtree(destdir)
-    staging.rename(destdir)

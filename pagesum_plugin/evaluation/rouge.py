@@ -93,12 +93,12 @@ def prepare(text: str, split: bool = True) -> str:
 # --------------------------------------------------------------------------- n-grams
 
 
-def _ngrams(tokens: Sequence[str], n: int) -> collections.Counter:
+def ngram_counts(tokens: Sequence[str], n: int) -> collections.Counter:
     """Counts of the n-grams (tuples of n tokens) of a token sequence."""
     return collections.Counter(zip(*(tokens[k:] for k in range(n))))
 
 
-def _overlap_f1(ref: collections.Counter, hyp: collections.Counter) -> float:
+def overlap_f1(ref: collections.Counter, hyp: collections.Counter) -> float:
     """F1 of clipped counts: each item matches at most as often as it occurs on both sides."""
     overlap = sum(min(count, hyp[item]) for item, count in ref.items())
     precision = overlap / max(sum(hyp.values()), 1)
@@ -146,8 +146,8 @@ def score_pair(reference: str, hypothesis: str) -> Dict[str, float]:
     hyp_tokens = list(itertools.chain.from_iterable(hyp_sents))
     hyp_unigrams = collections.Counter(hyp_tokens)
     return {
-        "rouge1": _overlap_f1(collections.Counter(ref_tokens), hyp_unigrams),
-        "rouge2": _overlap_f1(_ngrams(ref_tokens, 2), _ngrams(hyp_tokens, 2)),
+        "rouge1": overlap_f1(collections.Counter(ref_tokens), hyp_unigrams),
+        "rouge2": overlap_f1(ngram_counts(ref_tokens, 2), ngram_counts(hyp_tokens, 2)),
         "rougeL": _lcs_f1(ref_tokens, hyp_tokens),
         "rougeLsum": _summary_lcs_f1(ref_sents, hyp_sents, hyp_unigrams),
     }

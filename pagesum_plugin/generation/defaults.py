@@ -1,16 +1,13 @@
-"""Generation defaults per dataset: the papers' decoding settings, in one table.
+"""Generation defaults per dataset: every decoding setting of the papers, in one table.
 
-The recipes' generate stage, validation ROUGE (``--eval-rouge``) and ``summarize()`` all read
-it; a call or a command line still overrides any value. Lengths count summary tokens (see
-``page_sequence_generator.py``).
-
-    python pagesum_plugin/generation/defaults.py arxiv     # prints the fairseq-generate flags
-
-It imports only the standard library, so the recipes run it as a script.
+Validation ROUGE (``--eval-rouge``), ``summarize()`` and the recipes' generate stage
+(``pagesum-decoding-flags``) all read it; a call or a command line still overrides any value.
+Lengths count summary tokens (see ``page_sequence_generator.py``). A task's own settings are
+its dataset's row, per segment for a segment-by-segment task (AWESOME), with the task's
+``--top-pages`` (``tasks/paged_summarization.py``).
 """
 
-import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -20,11 +17,18 @@ class GenerationDefaults:
     no_repeat_ngram_size: int = 3
     min_len: int = 1
     max_len_b: int = 256
+    top_pages: int = 0  # decode only the k pages of highest confidence (0: every page)
 
     def fairseq_flags(self) -> list:
+        """The search settings as ``fairseq-generate`` flags (``--top-pages`` is the task's own)."""
         return ["--beam", str(self.beam), "--lenpen", str(self.lenpen),
                 "--no-repeat-ngram-size", str(self.no_repeat_ngram_size),
                 "--min-len", str(self.min_len), "--max-len-a", "0", "--max-len-b", str(self.max_len_b)]
+
+    def generator_kwargs(self) -> dict:
+        """The settings as the arguments of the page generators (``page_sequence_generator.py``)."""
+        return dict(beam_size=self.beam, len_penalty=self.lenpen, min_len=self.min_len, max_len_b=self.max_len_b,
+                    no_repeat_ngram_size=self.no_repeat_ngram_size, top_pages=self.top_pages)
 
     def as_kwargs(self) -> dict:
         return asdict(self)
@@ -41,13 +45,14 @@ DATASETS = {
     "default": GenerationDefaults(),
 }
 
+# Per segment (AWESOME decodes every segment on its own), in summary tokens, with the dataset's
+# search: a segment that no reference sentence went to has an empty target, so its summary may
+# end at once; the paper does not state its decoding lengths.
+SEGMENT_LENGTHS = dict(min_len=0, max_len_b=256)
 
-def for_dataset(name: str) -> GenerationDefaults:
-    """The defaults of dataset ``name`` (a corpus's ``meta.json`` ``dataset``); unknown: ``default``."""
-    return DATASETS.get(name, DATASETS["default"])
 
-
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: python defaults.py DATASET  ({', '.join(DATASETS)})")
-    print(" ".join(for_dataset(sys.argv[1]).fairseq_flags()))
+def for_dataset(name: str, per_segment: bool = False) -> GenerationDefaults:
+    """The defaults of dataset ``name`` (a corpus's ``meta.json`` ``dataset``; unknown:
+    ``default``), with the per-segment lengths when ``per_segment``."""
+    defaults = DATASETS.get(name, DATASETS["default"])
+    return replace(defaults, **SEGMENT_LENGTHS) if per_segment else defaults

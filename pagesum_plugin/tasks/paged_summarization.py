@@ -7,7 +7,7 @@ choose how they become pages, defaulting to the view recorded in the corpus's me
 import argparse
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, Optional
 
 from fairseq import metrics
@@ -80,7 +80,8 @@ class PagedSummarizationConfig(FairseqDataclass):
     )
     top_pages: int = field(
         default=0,
-        metadata={"help": "decode with only the k pages of highest confidence (0: all pages)"},
+        metadata={"help": "decode with only the k pages of highest confidence (0: all pages); summarize() "
+                  "reads it too"},
     )
     seed: int = II("common.seed")
 
@@ -88,6 +89,7 @@ class PagedSummarizationConfig(FairseqDataclass):
 @register_task("paged_summarization", dataclass=PagedSummarizationConfig)
 class PagedSummarizationTask(OneDictionaryTask):
     cfg: PagedSummarizationConfig
+    decodes_segments = False  # a segment-by-segment task decodes with the per-segment lengths
 
     def __init__(self, cfg: PagedSummarizationConfig, dictionary: Dictionary, meta: CorpusMeta):
         super().__init__(cfg)
@@ -104,7 +106,8 @@ class PagedSummarizationTask(OneDictionaryTask):
             placeholder=tuple(self.codec.ids(PLACEHOLDER_PAGE).tolist()) if cfg.placeholder_pages else (),
         )
         self.max_summary_tokens = cfg.max_summary_tokens or meta.max_summary_tokens
-        self.generation_defaults = for_dataset(meta.dataset)
+        # every decoding setting of this task: its dataset's row, with its --top-pages
+        self.generation_defaults = replace(for_dataset(meta.dataset, self.decodes_segments), top_pages=cfg.top_pages)
         self._outputs = {}
         self._rouge_generator = None
 
@@ -146,7 +149,7 @@ class PagedSummarizationTask(OneDictionaryTask):
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         extra = dict(extra_gen_cls_kwargs or {})
-        extra.setdefault("top_pages", self.cfg.top_pages)
+        extra.setdefault("top_pages", self.generation_defaults.top_pages)
         return super().build_generator(
             models, args, seq_gen_cls=seq_gen_cls or PageSumSequenceGenerator, extra_gen_cls_kwargs=extra, **kwargs
         )

@@ -1,22 +1,31 @@
 """The ``salient_extraction`` task: the sentences of the stored corpus with their
 greedy-oracle labels, for training AWESOME's salient-sentence extractor with fairseq-train
-(AWESOME, Section 3.2 and Appendix D)."""
+(AWESOME, Section 3.2 and Appendix D); and the trained extractor applied to documents: a stored
+split (``predict_split``, what ``pagesum-awesome-extract`` writes) or one
+encoded document (``SalientExtractor``, what ``summarize()`` reads), with one threshold rule.
+"""
 
 import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
-from fairseq.data import Dictionary
+import numpy as np
+import torch
+from fairseq import checkpoint_utils
+from fairseq.data import Dictionary, data_utils
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II
 
 from ..awesome.cache import load_salient, salient_path
-from ..awesome.data import SalientExtractionDataset
-from ..corpus.format import CorpusSplit, load_dictionary
+from ..corpus.format import CorpusSplit, EncodedDocument, load_dictionary
+from ..criterions.salient_extraction import sentence_probabilities
+from ..data.sentence_dataset import SalientExtractionDataset, sentence_inputs
 from .one_dictionary import OneDictionaryTask
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_THRESHOLD = 0.5  # a sentence is salient above this probability
 
 
 @dataclass
@@ -32,7 +41,7 @@ class SalientExtractionConfig(FairseqDataclass):
 @register_task("salient_extraction", dataclass=SalientExtractionConfig)
 class SalientExtractionTask(OneDictionaryTask):
     """Sentences of the stored corpus with their greedy-oracle labels
-    (``python -m pagesum_plugin.awesome.label`` writes them)."""
+    (``pagesum-awesome-label`` writes them)."""
 
     cfg: SalientExtractionConfig
 
@@ -63,3 +72,54 @@ class SalientExtractionTask(OneDictionaryTask):
 
     def max_positions(self):
         return None
+
+
+# --------------------------------------------------------------------------- a trained extractor
+
+
+def load_extractor(path: str, data_dir: str):
+    """(model, task) of an extractor checkpoint (``fairseq-train --task salient_extraction``),
+    its dictionary read from ``data_dir``; the model in eval mode, on the CPU."""
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data_dir)})
+    return models[0].eval(), task
+
+
+class SalientExtractor:
+    """A trained extractor applied to one encoded document at a time (what ``summarize()``
+    uses for the salient sentences of a raw document): the sentences whose probability
+    exceeds ``threshold`` are salient, exactly as ``predict_split`` marks a stored document's."""
+
+    def __init__(self, model, task, threshold: float = DEFAULT_THRESHOLD):
+        self.model, self.task, self.threshold = model.eval(), task, threshold
+
+    @classmethod
+    def from_checkpoint(cls, path: str, data_dir: str, threshold: float = DEFAULT_THRESHOLD) -> "SalientExtractor":
+        return cls(*load_extractor(path, data_dir), threshold=threshold)
+
+    def to(self, device) -> "SalientExtractor":
+        self.model.to(device)
+        return self
+
+    @torch.no_grad()
+    def predict(self, document: EncodedDocument) -> np.ndarray:
+        """(n_sentences,) bool: every sentence (unit) of ``document``, salient or not."""
+        dictionary = self.task.dictionary
+        sentences = sentence_inputs(document, dictionary.bos(), dictionary.eos(), self.task.cfg.max_sentence_tokens)
+        device = next(self.model.parameters()).device
+        src_tokens = data_utils.collate_tokens(sentences, dictionary.pad()).to(device)
+        logits, padding = self.model(src_tokens, torch.tensor([len(sentences)], device=device))
+        return (sentence_probabilities(logits, padding) > self.threshold).cpu().numpy()
+
+
+@torch.no_grad()
+def predict_split(model, task, split: str, threshold: float, device: torch.device, batch_size: int) -> np.ndarray:
+    """(n_units,) uint8: 1 where the extractor's probability exceeds ``threshold``."""
+    corpus = CorpusSplit(task.cfg.data, split)
+    dataset = task.extraction_dataset(corpus)
+    picked = []
+    for first in range(0, len(dataset), batch_size):
+        batch = dataset.collater([dataset[i] for i in range(first, min(first + batch_size, len(dataset)))])
+        net_input = {k: v.to(device) for k, v in batch["net_input"].items()}
+        logits, padding = model(**net_input)
+        picked.append((sentence_probabilities(logits, padding) > threshold).cpu().numpy())
+    return np.concatenate(picked).astype(np.uint8) if picked else np.zeros(0, dtype=np.uint8)

@@ -1,18 +1,21 @@
-"""AWESOME's summarization task, ``segmented_summarization``: the ``paged_summarization`` task on the ``segments`` view,
-with the segments cut by Algorithm 1 and every segment's own target (both cached by
-``python -m pagesum_plugin.awesome.segment``), optionally the salient sentences of the
-other segments in every segment's input (``--salient-sentences``). A training step
-runs the segments of a batch in order, carrying the memories from one to the next with
-stopped gradients, and back-propagates each segment's loss before the next segment
-runs, so the peak memory of a step does not grow with the number of segments.
-Decoding is segment by segment too (``awesome.generator``). The extractor of the salient
-sentences trains on its own task, ``salient_extraction`` (``tasks/salient_extraction.py``).
+"""AWESOME's summarization task, ``segmented_summarization``: the ``paged_summarization`` task
+on the ``segments`` view, with the segments cut by Algorithm 1 and every segment's own target
+(both cached by ``pagesum-awesome-segment``), optionally the salient sentences of the other
+segments in every segment's input (``--salient-sentences``). A training step runs the segments
+of a batch in order, carrying the memories from one to the next with stopped gradients, and
+back-propagates each segment's loss before the next segment runs, so the peak memory of a step
+does not grow with the number of segments. Decoding is segment by segment too
+(``generation/segment_sequence_generator.py``), with the per-segment generation defaults. For
+``summarize()``, the task reads a raw document as the training data was read: segmented the same
+way, with the salient sentences given or picked by a trained extractor (loaded once per path).
+The extractor trains on its own task, ``salient_extraction`` (``tasks/salient_extraction.py``).
 """
 
 import contextlib
 import logging
-from dataclasses import dataclass, field, replace
-from typing import Dict, Iterator, List, Optional
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -23,30 +26,28 @@ from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.tasks import register_task
 
 from ..awesome.cache import load_salient, load_segmentation, segmentation_settings
-from ..awesome.data import SegmentedSummarizationDataset, segment_inputs
-from ..awesome.documents import segment_example, unit_texts
-from ..awesome.generator import SegmentSequenceGenerator
-from ..awesome.salient import SalientHeaders
 from ..awesome import segmentation as algorithm_1  # AWESOME's Algorithm 1 and its settings
+from ..corpus.codec import unit_texts
 from ..corpus.format import CorpusSplit, EncodedDocument
 from ..corpus.views import ViewConfig
+from ..data.salient_content import SalientHeaders
+from ..data.segmented_dataset import SegmentedSummarizationDataset, segment_inputs
+from ..generation.segment_sequence_generator import SegmentSequenceGenerator
 from ..modules.memory import SegmentMemory
 from ..modules.page_mixing import real_pages
 from .paged_summarization import PagedSummarizationConfig, PagedSummarizationTask
+from .salient_extraction import SalientExtractor
 
 logger = logging.getLogger(__name__)
 
 SALIENT_CHOICES = ChoiceEnum(["none", "oracle", "extractor"])
-# Per segment, in summary tokens: a segment that no reference sentence went to has an empty
-# target, so its summary may end at once; the paper does not state its decoding lengths.
-SEGMENT_LENGTHS = dict(min_len=0, max_len_b=256)
 
 
 @dataclass
 class SegmentedSummarizationConfig(PagedSummarizationConfig):
     segmentation: str = field(
         default=algorithm_1.model_tag(algorithm_1.DEFAULT_EMBEDDING_MODEL),
-        metadata={"help": "the cached segmentation to read: the tag that `python -m pagesum_plugin.awesome.segment` "
+        metadata={"help": "the cached segmentation to read: the tag that `pagesum-awesome-segment` "
                   "printed (the embedding model's name, or 'length' for the length rule alone)"},
     )
     salient_sentences: SALIENT_CHOICES = field(
@@ -66,13 +67,13 @@ class SegmentedSummarizationConfig(PagedSummarizationConfig):
 @register_task("segmented_summarization", dataclass=SegmentedSummarizationConfig)
 class SegmentedSummarizationTask(PagedSummarizationTask):
     cfg: SegmentedSummarizationConfig
+    decodes_segments = True  # decoding settings apply to every segment (generation/defaults.py)
 
     def __init__(self, cfg: SegmentedSummarizationConfig, dictionary: Dictionary, meta):
         super().__init__(cfg, dictionary, meta)
         self.view = ViewConfig(view="segments", max_segment_tokens=algorithm_1.MAX_TOKENS + 2)
-        # decoding settings apply to every segment: the dataset's search, per-segment lengths
-        self.generation_defaults = replace(self.generation_defaults, **SEGMENT_LENGTHS)
         self._encoder = None  # the sentence embedding model, loaded when a raw document needs it
+        self.extractors: Dict[str, SalientExtractor] = {}  # extractor checkpoints summarize() loaded, by path
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
         corpus = CorpusSplit(self.cfg.data, split)
@@ -176,11 +177,53 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         if encode is not None:  # rounded as the segment command's cache stores them
             embeddings = np.asarray(encode(unit_texts(self.codec, document))).astype(np.float16).astype(np.float32)
         max_tokens = settings.get("max_tokens", algorithm_1.MAX_TOKENS)
-        streams = segment_example(document, embeddings, settings.get("min_tokens", algorithm_1.MIN_TOKENS), max_tokens)
+        streams = algorithm_1.segment_example(document, embeddings, settings.get("min_tokens", algorithm_1.MIN_TOKENS), max_tokens)
         headers = SalientHeaders.from_codec(self.codec) if salient is not None else None
         view = ViewConfig(view="segments", max_segment_tokens=max_tokens + 2)
         return segment_inputs(document, streams, view, self.dictionary.bos(), self.dictionary.eos(), salient,
                               headers, self.cfg.max_input_tokens)
+
+    # ---- salient sentences of a raw document (summarize()) -------------------------------
+
+    @property
+    def salient_source(self) -> str:
+        """Where the model's salient sentences came from in training: none, oracle or extractor."""
+        return str(self.cfg.salient_sentences)
+
+    def salient_labels(self, document_ids: EncodedDocument, salient: Optional[Sequence[Union[bool, int]]] = None, extractor=None,
+                       device=None) -> Optional[np.ndarray]:
+        """(n_sentences,) bool of an encoded document, or None for a model without salient
+        sentences: the labels given, or the extractor's (run on ``device``)."""
+        source = self.salient_source
+        if source == "none":
+            if salient is not None or extractor is not None:
+                raise ValueError("this model was trained without salient sentences (--salient-sentences none): "
+                                 "pass neither salient= nor extractor=")
+            return None
+        if salient is not None and extractor is not None:
+            raise ValueError("pass salient= or extractor=, not both")
+        count = len(document_ids.unit_length)
+        if salient is not None:
+            labels = np.asarray(salient).astype(bool)
+            if labels.shape != (count,):
+                raise ValueError(f"salient= gives {labels.size} labels for a document of {count} sentences: "
+                                 f"one per sentence of sentences(document)")
+            return labels
+        if extractor is None:
+            raise ValueError(f"this model reads salient sentences (--salient-sentences {source}): pass "
+                             f"extractor='EXTRACTOR.pt' (a fairseq-train --task salient_extraction checkpoint) or "
+                             f"salient=[one 0/1 label per sentence of sentences(document)] for every document")
+        return self.salient_extractor(extractor, device).predict(document_ids)
+
+    def salient_extractor(self, extractor, device=None) -> SalientExtractor:
+        """A ``SalientExtractor``: the one given, or the checkpoint at that path, read with this
+        corpus's dictionary and loaded once, on ``device``."""
+        if hasattr(extractor, "predict"):
+            return extractor
+        path = os.fspath(extractor)
+        if path not in self.extractors:
+            self.extractors[path] = SalientExtractor.from_checkpoint(path, self.cfg.data).to(device or "cpu")
+        return self.extractors[path]
 
     def _segmentation_settings(self) -> dict:
         for split in self.meta.splits or ["train"]:

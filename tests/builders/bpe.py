@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from tokenizers import ByteLevelBPETokenizer
+
 DEFAULT_TEXTS = (
     "The quick brown fox jumps over the lazy dog. Summaries are short; documents are long.",
     "Smith et al. (2020) report a 3.5% gain, e.g. on arXiv and PubMed, in the U.S. and U.K.",
@@ -38,8 +40,6 @@ def build_gpt2_bpe(out_dir: str | Path, texts: Iterable[str] = DEFAULT_TEXTS, vo
     ``leave_out_of_dict`` drops that many of the rarest ids from dict.txt, to test how
     ids unknown to the dictionary are handled (BART's dict.txt also lacks a few ids).
     """
-    from tokenizers import ByteLevelBPETokenizer
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     texts = list(texts)

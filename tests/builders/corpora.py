@@ -17,6 +17,9 @@ from pathlib import Path
 
 import aclsum
 
+from pagesum_plugin.corpus.sentences import split_sentences
+from pagesum_preprocess.cli import main as preprocess_main
+
 PAPER_DIR = Path(aclsum.__file__).parent / "dataset" / "paper_jsons"
 
 
@@ -41,8 +44,6 @@ def acl_papers(n: int, offset: int = 0) -> list[dict]:
 
 
 def _sentences(text: str) -> list[str]:
-    from pagesum_plugin.corpus.sentences import split_sentences
-
     return split_sentences(text)
 
 
@@ -145,8 +146,6 @@ def copy_acl_papers(directory: str | Path, n: int, offset: int = 0) -> Path:
 def paged_sentencepiece_data(jsonl_path: str | Path, data_dir: str | Path, vocab_size: int = 500) -> str:
     """``pagesum-preprocess`` of a jsonl file into discourse pages with a small sentencepiece
     vocabulary (the file serves as both train and test split)."""
-    from pagesum_preprocess.cli import main as preprocess_main
-
     status = preprocess_main(["--input-format", "jsonl", "--trainpref", str(jsonl_path), "--testpref", str(jsonl_path),
                               "--tokenizer", "sentencepiece", "--vocab-size", str(vocab_size), "--locality", "discourse",
                               "--destdir", str(data_dir), "--no-progress"])

@@ -11,7 +11,7 @@ for segment t+1, exactly as the reference summary does in training.
 The summary of a document is the concatenation of its segments' best summaries, one
 hypothesis: ``<s>`` + every segment's summary + ``</s>``; a segment whose summary is
 empty adds nothing. The model learned every segment's summary with a leading space
-(``awesome.documents.segment_summary_ids``), so the joined ids decode, with the codec
+(``awesome.targets.segment_summary_ids``), so the joined ids decode, with the codec
 every output path uses (``fairseq-generate``'s hypotheses, validation ROUGE,
 ``summarize()``), as the segments' texts joined by single spaces. Its positional scores are those of the tokens kept, and its score
 is their sum divided by length ** lenpen, which for a one-segment document is exactly
@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from ..generation import PageSumSequenceGenerator
+from .page_sequence_generator import PageSumSequenceGenerator
 from ..modules.memory import SegmentMemory
 from ..modules.page_mixing import real_pages
 

@@ -1,6 +1,6 @@
 """Regenerates the README's figures from the ACL papers that the ``aclsum`` package ships.
 
-    python -m pagesum_plugin.evaluation.make_figures --out-dir docs/figures \\
+    pagesum-make-figures --out-dir docs/figures \\
         [--page-weights test.page_weights.jsonl --id 0] [--nsp-model bert-large-uncased/]
 
 * ``locality.png`` (Fig. 1) and ``dependencies.png`` (Fig. 4) need nothing else;
@@ -33,7 +33,8 @@ def _run(name: str, argv, out_dir: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model it reads is local
+    parser = argparse.ArgumentParser(prog="pagesum-make-figures", description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", default="docs/figures")
     parser.add_argument("--papers", type=int, default=20, help="papers for the locality curve (default: 20)")
     parser.add_argument("--page-weights", help="page-weights file of a model run on aclsum papers")
@@ -59,5 +60,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     raise SystemExit(main())

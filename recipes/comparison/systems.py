@@ -14,8 +14,11 @@ How a length reaches each view (``tokens`` is always a multiple of the fit unit)
                                 positions as many (never fewer than the checkpoint's own);
 * ``segments``                  ``task.max_document_tokens`` = tokens (AWESOME's truncation).
 
-It imports only the standard library and OmegaConf, so the recipe runs it as a script
-(``python pagesum_plugin/comparison/systems.py COMPARE_YAML QUERY ...``, see ``main``).
+Decoding settings are the generation defaults' (``pagesum-decoding-flags``): this module only says
+whether a system decodes whole documents or segment by segment. It imports only the standard
+library and OmegaConf (through the one reader of experiment YAMLs, ``experiment_config.py``), so
+that the recipe's queries answer at once (``pagesum-compare-config COMPARE_YAML QUERY ...``, see
+``main``).
 """
 
 import argparse
@@ -27,6 +30,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
+
+from ..experiment_config import load_experiment
 
 PAGE_VIEWS = {"spatial": "num_pages", "token": "num_pages", "discourse": "max_pages", "document": "max_pages"}
 SEQUENCE_VIEWS = ("flat", "documents")
@@ -68,7 +73,6 @@ class Comparison:
         self.max_units: int = int(settings.fit.max_units)
         self.init_positions: int = int(settings.fit.init_positions)
         self.awesome: DictConfig = settings.awesome
-        self.generation: Dict = dict(settings.get("generation") or {})  # DRY_RUN's toy search
         self.systems: Dict[str, System] = {}
         for key, entry in raw.systems.items():
             system = System(key=key, **OmegaConf.to_container(entry))
@@ -87,7 +91,7 @@ class Comparison:
 
     def experiment(self, key: str) -> DictConfig:
         """The system's experiment YAML, as written."""
-        return OmegaConf.load(self.config_dir / f"{self.system(key).config}.yaml")
+        return load_experiment(self.config_dir / f"{self.system(key).config}.yaml")
 
     def view(self, key: str) -> str:
         return self.experiment(key).task.view
@@ -164,7 +168,7 @@ class Comparison:
 
     def extractor_overrides(self, key: str, model_size: Optional[str] = None) -> List[str]:
         """AWESOME's extractor: trained like every system (the same updates)."""
-        config = OmegaConf.load(self.config_dir / f"{self.system(key).extractor}.yaml")
+        config = load_experiment(self.config_dir / f"{self.system(key).extractor}.yaml")
         overrides = self.schedule_overrides(config)
         if "data_workers" in self.training:
             overrides["dataset.num_workers"] = int(self.training.data_workers)
@@ -186,27 +190,29 @@ class Comparison:
 
     # ---- decoding ------------------------------------------------------------------------
 
+    def decoding(self, key: str) -> str:
+        """How a system decodes: "segments" (one search per segment, with the per-segment
+        lengths of the generation defaults) or "whole" (one search per document)."""
+        return "segments" if self.view(key) == "segments" else "whole"
+
     def generate_flags(self, key: str, tokens: int) -> List[str]:
-        """fairseq-generate flags of a system read at ``tokens``: its task, view and length;
-        AWESOME's per-segment decoding from its YAML. The dataset's decoding defaults come
-        before these (``generation/defaults.py``), DRY_RUN's toy search after."""
-        config = self.experiment(key)
-        task = config.task
+        """fairseq-generate flags of a system read at ``tokens``: its task, view and length. The
+        search settings are the dataset's generation defaults (``pagesum-decoding-flags``)."""
+        task = self.experiment(key).task
         flags = ["--task", task._name, "--max-summary-tokens", str(self.training.max_summary_tokens)]
         if task.view == "segments":
             flags += ["--segmentation", self.segmentation(key), "--salient-sentences", str(task.salient_sentences),
                       "--max-input-tokens", str(self.awesome.get("max_input_tokens", task.max_input_tokens))]
-            flags += _flags(dict(config.generation)) + ["--max-len-a", "0"]
         else:
             flags += ["--view", task.view]
         for name, value in self.length_overrides(key, tokens).items():
             section, option = name.split(".")
             if section == "task":
                 flags += ["--" + option.replace("_", "-"), str(value)]
-        return flags + _flags(self.generation)
+        return flags
 
     def segment_flags(self) -> List[str]:
-        """``python -m pagesum_plugin.awesome.segment`` flags: Algorithm 1's segment lengths."""
+        """``pagesum-awesome-segment`` flags: Algorithm 1's segment lengths."""
         return ["--min-tokens", str(self.awesome.min_segment_tokens),
                 "--max-tokens", str(self.awesome.max_segment_tokens)]
 
@@ -228,15 +234,15 @@ def architecture(name: str, size: str) -> str:
     return name[: -len("bart_large")] + size
 
 
-def _flags(settings: Dict) -> List[str]:
-    return [arg for name, value in settings.items() for arg in ("--" + name.replace("_", "-"), str(value))]
-
-
 # --------------------------------------------------------------------------- the recipe's queries
 
 
-def read_meta(data: str | Path) -> dict:
-    return json.loads((Path(data) / "meta.json").read_text(encoding="utf-8"))
+def read_meta(data: str | Path, plan: bool = False) -> dict:
+    """The corpus's ``meta.json``; with ``plan`` ({} when the corpus is not written yet)."""
+    path = Path(data) / "meta.json"
+    if plan and not path.exists():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def fitted_tokens(comparison: Comparison, out_dir: Path, systems: List[str], plan: bool) -> Dict[str, int]:
@@ -255,7 +261,8 @@ def fitted_tokens(comparison: Comparison, out_dir: Path, systems: List[str], pla
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="systems.py", description="What recipes/compare.sh asks of compare.yaml.")
+    parser = argparse.ArgumentParser(prog="pagesum-compare-config", description="What recipes/compare.sh asks of "
+                                     "compare.yaml.")
     parser.add_argument("compare_yaml")
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--model-size", choices=MODEL_SIZES, help="every system's architecture at this size")
@@ -265,10 +272,13 @@ def main(argv=None) -> int:
     select.add_argument("data")
     select.add_argument("systems", nargs="*")
     select.add_argument("--plan", action="store_true", help="a corpus not written yet: check names only")
+    dataset = sub.add_parser("dataset", help="the corpus's dataset, whose generation defaults decode it")
+    dataset.add_argument("data")
+    dataset.add_argument("--plan", action="store_true", help="a corpus not written yet: 'default'")
     sub.add_parser("awesome", help="AWESOME's preparation: extractor YAML, segmentation, segment flags, "
                    "extractor overrides (tab-separated)").add_argument("system")
-    plan = sub.add_parser("plan", help="per system (tab-separated): key, tokens, YAML, training overrides, "
-                          "decoding flags")
+    plan = sub.add_parser("plan", help="per system (tab-separated): key, tokens, YAML, decoding (whole or "
+                          "segments), training overrides, fairseq-generate flags")
     plan.add_argument("out_dir", type=Path, help="the comparison's outputs, with every system's fit.json")
     plan.add_argument("systems", nargs="+")
     plan.add_argument("--plan", action="store_true", help="no fit yet: the longest input each system may read")
@@ -289,13 +299,15 @@ def answer(comparison: Comparison, args) -> List[str]:
                   "UPDATE_FREQ": comparison.update_freq(max(args.devices, 1))}
         return [f"{name}={shlex.quote(str(value))}" for name, value in values.items()]
     if args.query == "select":
-        meta = {} if args.plan and not (Path(args.data) / "meta.json").exists() else read_meta(args.data)
+        meta = read_meta(args.data, args.plan)
         if not meta:  # PLAN=1 before the corpus exists: names are checked, not the corpus
             return [" ".join([comparison.system(key).key for key in args.systems] or list(comparison.systems))]
         if not args.systems:
             for reason in comparison.left_out(meta):
                 print(f"compare: not compared: {reason}", file=sys.stderr)
         return [" ".join(comparison.select(meta, args.systems))]
+    if args.query == "dataset":
+        return [str(read_meta(args.data, args.plan).get("dataset", "default"))]
     if args.query == "awesome":
         system = comparison.system(args.system)
         return ["\t".join([system.extractor, comparison.segmentation(args.system),
@@ -307,7 +319,8 @@ def answer(comparison: Comparison, args) -> List[str]:
         fits = tokens[key] > 0
         train = comparison.training_overrides(key, tokens[key], args.model_size) if fits else []
         generate = comparison.generate_flags(key, tokens[key]) if fits else []
-        lines.append("\t".join([key, str(tokens[key]), comparison.system(key).config, " ".join(train), " ".join(generate)]))
+        lines.append("\t".join([key, str(tokens[key]), comparison.system(key).config, comparison.decoding(key),
+                                " ".join(train), " ".join(generate)]))
     return lines
 
 

@@ -1,11 +1,10 @@
 """The comparison's figures: ROUGE against peak training memory, and tokens read against it.
 
 Each system is one point, with its own color and marker in the legend (systems often share a
-point at toy sizes); the budget is a dashed line. Files are written under a temporary name and
-moved into place, so a failed run leaves no half-written figure.
+point at toy sizes); the budget is a dashed line. Each figure is written whole or not at all
+(``pagesum_plugin.atomic``).
 """
 
-import os
 from pathlib import Path
 from typing import Dict, Sequence
 
@@ -13,6 +12,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display needed
 import matplotlib.pyplot as plt  # noqa: E402
+
+from pagesum_plugin.atomic import atomic_path  # noqa: E402
 
 METRIC_LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum"}
 MARKERS = "osD^vP*Xh<>"
@@ -51,8 +52,9 @@ def _point(ax, index: int, x: float, y: float, label: str) -> None:
 
 def _save(fig, out: Path) -> None:
     fig.tight_layout()
-    partial = out.with_name(out.stem + ".partial" + out.suffix)
-    fig.savefig(partial, dpi=150)
-    plt.close(fig)
-    os.replace(partial, out)
+    try:
+        with atomic_path(out) as partial:
+            fig.savefig(partial, dpi=150)
+    finally:
+        plt.close(fig)
 

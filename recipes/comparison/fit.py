@@ -1,6 +1,6 @@
 """The fit stage of the comparison: every system's longest input within a memory budget.
 
-    python -m pagesum_plugin.comparison.fit DATA --compare-config recipes/config/compare.yaml
+    pagesum-compare-fit DATA --compare-config recipes/config/compare.yaml
         --systems pagesum_spatial [hepos_sinkhorn ...] --budget-mb 27648 --init-checkpoint BART/model.pt
         --out-dir OUT [--device cuda] [--fp16] [--model-size tiny] [--dry-run]
 
@@ -27,16 +27,17 @@ from typing import Dict, List
 
 import torch
 
-from ..checkpoints.builder import PLUGIN_DIR
-from ..corpus.format import write_atomically
-from ..profiling import describe_device
+from pagesum_plugin.atomic import write_atomically
+from pagesum_plugin.checkpoints.builder import PLUGIN_DIR
+from pagesum_plugin.profiling import describe_device
+
 from .bisection import longest_within
 from .systems import MODEL_SIZES, Comparison, ComparisonError
 from .training_step import StepCost, step_cost
 
-PROG = "python -m pagesum_plugin.comparison.fit"
+PROG = "pagesum-compare-fit"
 MB = 2**20
-logger = logging.getLogger("pagesum_plugin.comparison.fit")
+logger = logging.getLogger("pagesum_recipes.comparison.fit")
 
 
 def machine_overrides(args) -> List[str]:

@@ -1,7 +1,7 @@
 """The report stage of the comparison: one table, two figures and a summary, from the files the
 other stages wrote.
 
-    python -m pagesum_plugin.comparison.report OUT --data DATA --systems pagesum_spatial ...
+    pagesum-compare-report OUT --data DATA --systems pagesum_spatial ...
         --reference pagesum_spatial [--significance 0.05]
 
 Reads, for every system, ``OUT/<system>/fit.json`` (tokens read, peak training memory and
@@ -22,10 +22,11 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..corpus.format import write_atomically
+from pagesum_plugin.atomic import write_atomically
+
 from .figures import METRIC_LABELS, rouge_against_memory, tokens_against_memory
 
-PROG = "python -m pagesum_plugin.comparison.report"
+PROG = "pagesum-compare-report"
 METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 FIGURE_METRICS = ("rouge1", "rouge2", "rougeLsum")
 # fairseq-generate's closing line: "Translated 2 sentences (28 tokens) in 0.1s (38.63 sentences/s, ...)"

@@ -1,0 +1,164 @@
+"""The packages import downward only (README, Architecture): the library's layers, then the
+preprocessing pipeline, then the harnesses beside them; a command is a leaf that nothing in the
+library imports; and imports sit at the top of a module, except an optional dependency's, whose
+reason a comment gives. Read from the code itself, as Python parses it."""
+
+import ast
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+import pytest
+
+from builders.cli import REPO_ROOT
+
+REPO = Path(REPO_ROOT)
+# installed package -> its folder
+PACKAGES = {"pagesum_plugin": "pagesum_plugin", "pagesum_preprocess": "preprocess", "pagesum_recipes": "recipes",
+            "benchmarks": "benchmarks", "tests": "tests"}
+# The library's layers, lowest first: a module imports from its own package and lower layers only.
+LIBRARY_LAYERS = [
+    ("corpus", "profiling", "atomic"),  # the stored corpus; memory and time measured; files written whole
+    ("evaluation",),  # ROUGE, baselines, analyses: text in, numbers out
+    ("awesome",),  # AWESOME's derived data: Algorithm 1, targets, oracle labels, their files
+    ("data", "modules"),  # datasets and batches; attention, memories, page mixing
+    ("models", "generation", "criterions"),
+    ("tasks",),
+    ("hub_interface", "checkpoints"),
+    ("__init__",),  # the plugin itself: registers everything fairseq loads
+]
+HARNESSES = ("pagesum_recipes", "benchmarks", "tests", "builders")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    parts[0] = next(name for name, folder in PACKAGES.items() if folder == parts[0])
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@lru_cache(maxsize=None)
+def source_files() -> Tuple[Path, ...]:
+    return tuple(sorted(p for folder in PACKAGES.values() for p in (REPO / folder).rglob("*.py")))
+
+
+@lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def imported(path: Path) -> Iterator[Tuple[ast.stmt, str]]:
+    """(statement, module it imports) for every import of ``path``, relative ones resolved."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(parsed(path)):
+        if isinstance(node, ast.Import):
+            yield from ((node, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for alias in node.names:  # "from . import tasks" imports the module pagesum_plugin.tasks
+                submodule = f"{base}.{alias.name}"
+                yield node, submodule if is_module(submodule) else base
+
+
+def is_module(name: str) -> bool:
+    parts = name.split(".")
+    if parts[0] not in PACKAGES:
+        return False
+    folder = REPO / PACKAGES[parts[0]] / Path(*parts[1:]) if len(parts) > 1 else REPO / PACKAGES[parts[0]]
+    return folder.with_suffix(".py").exists() or (folder / "__init__.py").exists()
+
+
+@lru_cache(maxsize=None)
+def commands() -> Dict[str, str]:
+    """Every console command of setup.py: module -> command name."""
+    setup = parsed(REPO / "setup.py")
+    scripts = next(ast.literal_eval(value) for node in ast.walk(setup) if isinstance(node, ast.Dict)
+                   for key, value in zip(node.keys, node.values)
+                   if isinstance(key, ast.Constant) and key.value == "console_scripts")
+    return {target.split(":")[0].strip(): command.strip() for command, target in (s.split("=") for s in scripts)}
+
+
+def library_package(module: str) -> str:
+    """``pagesum_plugin.corpus.views`` -> ``corpus``; the plugin's own __init__ -> ``__init__``."""
+    return module.split(".")[1] if "." in module else "__init__"
+
+
+def layer(module: str) -> int:
+    return next(i for i, names in enumerate(LIBRARY_LAYERS) if library_package(module) in names)
+
+
+def files_of(package: str) -> List[Path]:
+    return [p for p in source_files() if module_name(p).split(".")[0] == package]
+
+
+def test_every_package_of_the_library_has_a_layer():
+    packages = {library_package(module_name(p)) for p in files_of("pagesum_plugin")}
+    assert packages == {name for names in LIBRARY_LAYERS for name in names}
+
+
+def test_the_library_imports_downward_only():
+    upward = []
+    for path in files_of("pagesum_plugin"):
+        module = module_name(path)
+        if module in commands():
+            continue  # a command sits above the whole library
+        for node, target in imported(path):
+            if target.startswith("pagesum_plugin.") and library_package(target) != library_package(module) \
+                    and layer(target) >= layer(module):
+                upward.append(f"{path.relative_to(REPO)}:{node.lineno} imports {target}")
+    assert not upward, "\n".join(upward)
+
+
+def test_nothing_in_the_library_imports_a_command():
+    found = [f"{path.relative_to(REPO)}:{node.lineno} imports the command module {target}"
+             for path in files_of("pagesum_plugin") if module_name(path) not in commands()
+             for node, target in imported(path) if target in commands()]
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("package, forbidden", [
+    ("pagesum_plugin", ("pagesum_preprocess",) + HARNESSES),
+    ("pagesum_preprocess", HARNESSES),
+    ("pagesum_recipes", ("benchmarks", "tests", "builders")),
+])
+def test_a_layer_never_imports_the_layers_above_it(package, forbidden):
+    found = [f"{path.relative_to(REPO)}:{node.lineno} imports {target}" for path in files_of(package)
+             for node, target in imported(path) if target.split(".")[0] in forbidden]
+    assert not found, "\n".join(found)
+
+
+def function_imports(path: Path) -> Iterator[ast.stmt]:
+    for function in ast.walk(parsed(path)):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield from (node for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom)))
+
+
+def test_imports_sit_at_the_top_unless_an_optional_dependency_says_why():
+    """An import inside a function is allowed for an optional dependency only, with a comment
+    saying so (on its line or just above it)."""
+    unexplained = []
+    for path in source_files():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for node in function_imports(path):
+            context = " ".join(lines[max(node.lineno - 3, 0): node.lineno])
+            if not re.search(r"#.*\boptional\b", context):
+                unexplained.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not unexplained, "imports inside functions without an optional dependency's reason:\n" + "\n".join(
+        unexplained)
+
+
+def test_the_recipes_run_console_commands_never_a_python_file_or_module():
+    runs = re.compile(r"python3?\"?\s+(-m\s+\S+|\S+\.py\b)|\$PYTHON\b")
+    found = [f"{script.name}:{number}: {line.strip()}" for script in sorted((REPO / "recipes").glob("*.sh"))
+             for number, line in enumerate(script.read_text().splitlines(), start=1)
+             if runs.search(line) and not line.lstrip().startswith("#")]
+    assert not found, "\n".join(found)
+
+
+def test_every_command_module_is_installed_with_its_entry_point():
+    for module, command in commands().items():
+        assert is_module(module), f"{command}: no module {module}"
