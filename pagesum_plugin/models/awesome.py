@@ -275,6 +275,10 @@ class AwesomeModel(LongInputBARTModel):
 
     encoder_class = AwesomeEncoder
     decoder_class = AwesomeDecoder
+    # the generator's contract (generation/contract.py): one segment per row, no pages
+    mixes_pages = False
+    prunes_pages = False
+
     @staticmethod
     def add_args(parser):
         BARTModel.add_args(parser)

@@ -180,7 +180,10 @@ class HEDModel(LongInputBARTModel):
 
     encoder_class = HEDEncoder
     decoder_class = HEDDecoder
-    mixes_pages = True  # documents' weights (Eq. 4) come back in fairseq's "attn" slot
+    # the generator's contract (generation/contract.py): the documents' weights (Eq. 4) come
+    # back in fairseq's "attn" slot; documents meet in every encoder layer, so none can be dropped
+    mixes_pages = True
+    prunes_pages = False
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)

@@ -182,7 +182,9 @@ class HeposModel(LongInputBARTModel):
 
     encoder_class = HeposEncoder
     decoder_class = HeposDecoder
-    mixes_pages = False  # one flat sequence: the generator reports no page weights
+    # the generator's contract (generation/contract.py): one flat sequence, no pages
+    mixes_pages = False
+    prunes_pages = False
 
     @staticmethod
     def add_args(parser):
