@@ -4,6 +4,7 @@
     python recipes/experiment_config.py CONFIG.yaml effective-batch
     python recipes/experiment_config.py CONFIG.yaml dry-run-overrides
     python recipes/experiment_config.py CONFIG.yaml settings-overrides NAME[,NAME...]
+    python recipes/experiment_config.py CONFIG.yaml system [ARCH]
 
 ``view-flags`` turns the ``task:`` section's view settings into command-line flags (for
 ``pagesum-preprocess``, which records them as the corpus's default view, and for
@@ -83,6 +84,8 @@ def main(path: str, what: str, *args: str) -> None:
         print(" ".join(dry_run_overrides(config)))
     elif what == "settings-overrides":
         print(" ".join(settings_overrides(args[0])))
+    elif what == "system":
+        print(((args[0] if args else "") or config.model._name).split("_")[0])
     else:
         sys.exit(f"unknown query {what!r}")
 

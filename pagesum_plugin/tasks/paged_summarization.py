@@ -23,7 +23,8 @@ from ..corpus.views import VIEWS, ViewConfig
 from ..data.paged_dataset import PagedSummarizationDataset
 from ..evaluation.rouge import corpus_rouge
 from ..generation import PageSumSequenceGenerator
-from ..generation.defaults import for_dataset
+from ..generation.contract import model_name
+from ..generation.defaults import SYSTEMS, for_dataset
 from ..generation.outputs import InputOrderFile, page_weights_record
 from .one_dictionary import OneDictionaryTask
 
@@ -177,6 +178,8 @@ class PagedSummarizationTask(OneDictionaryTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
+        if (model_name(model), self.meta.dataset) in SYSTEMS:  # a rival decoded as its authors decoded this dataset
+            self.generation_defaults = for_dataset(self.meta.dataset, model_name(model))
         if self.cfg.eval_rouge:
             gen_args = argparse.Namespace(**{**self.generation_defaults.as_kwargs(),
                                              **json.loads(self.cfg.eval_rouge_args)})
