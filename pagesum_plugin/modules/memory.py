@@ -19,9 +19,8 @@ back-propagates each segment's loss before the next segment runs. So:
   reaches back to it. The loss of segment t thus trains the write weights of those K
   writes and, for t <= K + 1, the initial memory M^0. K = 0 replays every earlier write;
 * each segment's graph holds at most K writes per memory layer, however many segments a
-  document has, so the peak memory of training does not grow with the document (K = 1,
-  the default, keeps one write: what the paper's recurrence costs per segment);
-* a replayed write draws its dropout from the generator state recorded when its segment
+  document has, so the peak memory of training does not grow with the document (App. C.2);
+* a write that may be replayed draws its dropout from a seed recorded when its segment
   ended, so every replay computes the M^t that the next segment read.
 
 ``SegmentMemory`` carries the pending writes of all memory layers of a batch from one
