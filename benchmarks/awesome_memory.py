@@ -66,7 +66,8 @@ def model_settings(name: str, tokens: int, args):
     """(task, arch, extra flags) of a benchmarked model for an input of ``tokens``."""
     if name in MEMORY_FLAGS:
         return "segmented_summarization", "awesome_bart_large", [
-            *MEMORY_FLAGS[name], "--memory-slots", str(args.memory_slots), "--max-source-positions", str(args.segment_len)]
+            *MEMORY_FLAGS[name], "--memory-slots", str(args.memory_slots),
+            "--max-source-positions", str(args.segment_len)]
     if name == "PageSum":
         return "paged_summarization", "pagesum_bart_large", ["--max-source-positions", str(args.segment_len)]
     return "paged_summarization", "hepos_bart_large", [

@@ -123,7 +123,8 @@ def run(args) -> CorpusMeta:
         tokenizer, dictionary, files = prepare_tokenizer(args, destdir)
         settings = JobSettings(args.input_format, tokenizer.name, files, str(destdir / "dict.txt"), args.skip_invalid)
         meta = CorpusMeta(
-            tokenizer=tokenizer.name, dataset=args.dataset or args.input_format, view=view.view, num_pages=view.num_pages,
+            tokenizer=tokenizer.name, dataset=args.dataset or args.input_format, view=view.view,
+            num_pages=view.num_pages,
             max_pages=view.max_pages, spatial_split=view.spatial_split, max_page_tokens=view.max_page_tokens, max_source_tokens=view.max_source_tokens,
             max_summary_tokens=args.max_summary_tokens, dictionary_size=len(dictionary),
             vocab_size=args.vocab_size if tokenizer.name == "sentencepiece" else None,

@@ -76,8 +76,9 @@ def test_documents_keep_their_boundaries_and_each_is_cut_to_an_equal_share_of_ma
 
 def test_a_cluster_of_more_documents_than_shares_of_one_token_keeps_the_first_and_counts_the_rest():
     document = sections(([10, 11],), ([12],), ([13],))
-    plan = plan_document(document, ViewConfig("documents", max_source_tokens=8))  # 8 // 3 = 2: room for two
-    assert contents(assemble_pages(document, ViewConfig("documents", max_source_tokens=8), BOS, EOS)) == [[10, 11], [12]]
+    view = ViewConfig("documents", max_source_tokens=8)  # 8 // 3 = 2: room for two documents of one token
+    assert contents(assemble_pages(document, view, BOS, EOS)) == [[10, 11], [12]]
+    plan = plan_document(document, view)
     assert plan.dropped_pages.tolist() == [1]
 
 

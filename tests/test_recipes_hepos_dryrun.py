@@ -61,8 +61,9 @@ def test_hepos_recipe_runs_every_stage_on_one_flat_sequence_per_document(dry_run
     for command in ("pagesum-preprocess", "fairseq-hydra-train", "fairseq-generate", "pagesum-score"):
         assert command in commands
     generate = shlex.split(next(line for line in commands.splitlines() if line.startswith("fairseq-generate")))
-    lengths = [(generate[i + 1], generate[j + 1]) for i, j in
-               zip([i for i, a in enumerate(generate) if a == "--min-len"], [j for j, a in enumerate(generate) if a == "--max-len-b"])]
+    min_lens = [generate[i + 1] for i, a in enumerate(generate) if a == "--min-len"]
+    max_lens = [generate[i + 1] for i, a in enumerate(generate) if a == "--max-len-b"]
+    lengths = list(zip(min_lens, max_lens))
     assert lengths == [DECODING[recipe], ("2", "12")], "the system's and dataset's row, then DRY_RUN's toy lengths"
 
 

@@ -301,7 +301,8 @@ class AwesomeModel(LongInputBARTModel):
         args = as_bart_args(args)  # a Namespace carries the memory options to the layers
         _awesome_defaults(args, slots=args.encoder_embed_dim)  # m = d, as in the paper, if no architecture set it
         if args.memory_grad_segments < 0:
-            raise ValueError(f"--memory-grad-segments must be 0 (every segment) or more, got {args.memory_grad_segments}")
+            raise ValueError("--memory-grad-segments must be 0 (every segment) or more, "
+                             f"got {args.memory_grad_segments}")
         model = super().build_model(args, task)
         model.memory_grad_segments = args.memory_grad_segments
         return model
@@ -316,9 +317,12 @@ class AwesomeModel(LongInputBARTModel):
         """Per memory layer (encoder, then decoder), the window ``modules.memory.replay`` computes."""
         like = self.encoder.embed_tokens.weight
         started = memory is not None and memory.started
-        encoder = [replay(m, memory.encoder[i] if started else None, rows, like) for i, m in enumerate(self.encoder.memories)]
-        decoder = [replay(m, memory.decoder[i] if started else None, rows, like) for i, m in enumerate(self.decoder.memories)]
-        return encoder, decoder
+
+        def windows(memories, pending) -> list:
+            return [replay(m, pending[i] if started else None, rows, like) for i, m in enumerate(memories)]
+
+        return (windows(self.encoder.memories, memory.encoder if started else None),
+                windows(self.decoder.memories, memory.decoder if started else None))
 
     def forward(
         self,

@@ -6,7 +6,8 @@ makes it (``--view documents --max-source-tokens 4096``): every source document 
 cluster is ``<s> doc </s>``, cut to an equal share of the 4,096 tokens (PRIMERA's
 truncation, which the paper follows), then all-padding documents up to ``max_docs``.
 Each document keeps its closing ``</s>``: every document is then exactly the input BART
-was pre-trained on, and a cluster of one document is plain BART on ``<s> doc </s>``. Its ``<s>`` is the document's start-of-document (SOD) token.
+was pre-trained on, and a cluster of one document is plain BART on ``<s> doc </s>``. Its
+``<s>`` is the document's start-of-document (SOD) token.
 
 Encoder (Section 4.1). Positions restart at 0 in every document; a document longer than
 1,024 tokens uses positions past BART's table, which HED extends to 4,096 by tiling

@@ -44,7 +44,7 @@ POSITION_EXTENSIONS = ("random", "tile")
 # The paper's settings (Section 6.2): comparable memory with w = l * b_l = 2 * b_s = 256, s_h = n / k = 4.
 DEFAULTS = dict(
     encoder_attention="full",
-    encoder_layout="hybrid",  # the authors' release (LongDocSum, longbartmodel.py): window and LSH/Sinkhorn layers alternate
+    encoder_layout="hybrid",  # the authors' release (LongDocSum): window and LSH/Sinkhorn layers alternate
     cross_attention="hepos",
     hepos_stride=4,
     extend_positions="random",

@@ -105,7 +105,8 @@ def reference_block_sort(q, k, padding, block: int, iterations: int, temperature
         blocks = [i for i in range(n) if real[i].any()]
         for h in range(heads):
             mean = lambda x, i: x[b, h, i * block:(i + 1) * block][real[i]].double().mean(0)  # noqa: E731
-            scores = torch.tensor([[float(mean(q, i) @ mean(k, j)) for j in blocks] for i in blocks], dtype=torch.float64)
+            scores = torch.tensor([[float(mean(q, i) @ mean(k, j)) for j in blocks] for i in blocks],
+                                  dtype=torch.float64)
             sort = torch.exp(torch.log(scores.clamp_min(0.0) + 1e-6) / temperature)
             for _ in range(iterations):
                 sort = sort / sort.sum(1, keepdim=True)
