@@ -5,12 +5,17 @@ For every segment count n (2, 4, 8, 16 by default) the script runs one training 
 * **AWESOME (attentive)** and **AWESOME (compressive)** on n segments of ``--segment-len``
   tokens, exactly as the ``segmented_summarization`` task trains: segment after segment,
   each segment's loss back-propagated before the next runs, the memories (``--memory-slots``
-  slots in every layer of this 2-layer model) carried with stopped gradients; the summary of
-  ``--tgt-len`` tokens is split evenly over the segments' targets;
+  slots in every layer of this 2-layer model) carried with stopped gradients on the segment
+  states and back-propagated through the write of the segment before (the default
+  ``--memory-grad-segments 1``); the summary of ``--tgt-len`` tokens is split evenly over the
+  segments' targets;
+* **AWESOME (attentive, K=4)**: the same with a window of 4 writes (``--memory-grad-segments 4``):
+  every segment from the fifth on replays the writes of the four before it;
 * **Se3** (AWESOME without memory): the same loop, for the cost of the memories themselves;
 * **PageSum** on the same tokens as n pages, decoding the whole summary on every page;
-* **HEPOS** (Sinkhorn encoder attention, blocks of 128, and HEPOS encoder-decoder attention,
-  stride 4) on the same tokens as one flat sequence, decoding the whole summary once.
+* **HEPOS** (the authors' layout: sliding-window (w = 256) and Sinkhorn (blocks of 128) encoder
+  layers alternating, and HEPOS encoder-decoder attention, stride 4) on the same tokens as one
+  flat sequence, decoding the whole summary once.
 
 ``peak MB`` is the most tensor memory a step holds at once on top of the weights, gradients
 included: ``torch.cuda.max_memory_allocated`` on CUDA, torch's ``MemTracker`` on CPU (see
@@ -34,7 +39,13 @@ from benchmarks.common import (ATTENTION_KERNELS, LONG_INPUT_SIZES, build_model,
                                result_cell, start, summary_io, training_step)
 from pagesum_plugin.models.awesome import MEMORY_DEPTH
 
-MODELS = ("AWESOME (attentive)", "AWESOME (compressive)", "Se3", "PageSum", "HEPOS")
+MODELS = ("AWESOME (attentive)", "AWESOME (attentive, K=4)", "AWESOME (compressive)", "Se3", "PageSum", "HEPOS")
+MEMORY_FLAGS = {  # the segment-by-segment models
+    "AWESOME (attentive)": ["--memory", "attentive"],
+    "AWESOME (attentive, K=4)": ["--memory", "attentive", "--memory-grad-segments", "4"],
+    "AWESOME (compressive)": ["--memory", "compressive"],
+    "Se3": ["--memory", "none"],
+}
 
 
 def parse_args(argv=None):
@@ -53,10 +64,9 @@ def parse_args(argv=None):
 
 def model_settings(name: str, tokens: int, args):
     """(task, arch, extra flags) of a benchmarked model for an input of ``tokens``."""
-    if name.startswith("AWESOME") or name == "Se3":
-        memory = {"AWESOME (attentive)": "attentive", "AWESOME (compressive)": "compressive", "Se3": "none"}[name]
+    if name in MEMORY_FLAGS:
         return "segmented_summarization", "awesome_bart_large", [
-            "--memory", memory, "--memory-slots", str(args.memory_slots),
+            *MEMORY_FLAGS[name], "--memory-slots", str(args.memory_slots),
             "--max-source-positions", str(args.segment_len)]
     if name == "PageSum":
         return "paged_summarization", "pagesum_bart_large", ["--max-source-positions", str(args.segment_len)]
@@ -135,7 +145,8 @@ def render(rows, args, device, dtype) -> str:
         f"attention kernel: math. Segments (and PageSum pages) of {args.segment_len} tokens; summary "
         f"{args.tgt_len} tokens (AWESOME: split over the segments); AWESOME memory: {args.memory_slots} slots in "
         f"{min(MEMORY_DEPTH, size.layers)} of the {size.layers} encoder and decoder layers (attentive: the last, "
-        f"compressive: the first); batch 1. "
+        f"compressive: the first), back-propagated through 1 write (K=4: 4); HEPOS layers alternate window and "
+        f"Sinkhorn; batch 1. "
         f"Step time: best of {args.repeats} after a warm-up step."
     )
     return "\n\n".join([

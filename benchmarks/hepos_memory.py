@@ -4,8 +4,11 @@ For every input length n (1K to 16K tokens by default) the script runs one train
 (forward, label-smoothed cross entropy, backward) of
 
 * **HEPOS** with each encoder self-attention (``full``, ``window``, ``lsh``, ``sinkhorn``,
-  at the paper's settings: w = 256, 4 rounds of 64-token buckets, 128-token blocks) and
-  HEPOS encoder-decoder attention (stride 4), on one flat sequence of n tokens;
+  at the paper's settings: w = 256, 4 rounds of 64-token buckets, 128-token blocks) in every
+  layer (``--encoder-layout uniform``), and HEPOS encoder-decoder attention (stride 4), on one
+  flat sequence of n tokens;
+* **HEPOS, hybrid** (the default layout, the authors' model): LSH or Sinkhorn layers
+  alternating with sliding-window layers;
 * the Sinkhorn encoder with full encoder-decoder attention instead (``Sinkhorn, full
   cross``): what HEPOS itself saves;
 * **PageSum** on the same tokens as spatial pages of ``--page-len`` tokens: every page is
@@ -39,7 +42,9 @@ from benchmarks.common import (ATTENTION_KERNELS, LONG_INPUT_SIZES, build_model,
                                summary_io, training_step)
 
 ENCODERS = ("full", "window", "lsh", "sinkhorn")
-MODELS = tuple(f"HEPOS+{e}" for e in ENCODERS) + ("Sinkhorn, full cross", "PageSum", "Full attn")
+HYBRID = ("lsh", "sinkhorn")
+MODELS = (tuple(f"HEPOS+{e}" for e in ENCODERS) + tuple(f"HEPOS+{e} (hybrid)" for e in HYBRID)
+          + ("Sinkhorn, full cross", "PageSum", "Full attn"))
 FULL_ENCODERS = ("HEPOS+full", "Full attn")  # quadratic in the input length
 
 
@@ -69,9 +74,12 @@ def model_settings(name: str, tokens: int, page_len: int):
     if name == "Full attn":
         return "bart_large", positions, "flat2d"
     if name == "Sinkhorn, full cross":
-        return "hepos_bart_large", positions + ["--encoder-attention", "sinkhorn", "--cross-attention", "full"], "flat"
-    encoder = name.split("+")[1]
-    return "hepos_bart_large", positions + ["--encoder-attention", encoder, "--cross-attention", "hepos"], "flat"
+        return "hepos_bart_large", positions + ["--encoder-attention", "sinkhorn", "--encoder-layout", "uniform",
+                                                "--cross-attention", "full"], "flat"
+    encoder, _, hybrid = name.split("+")[1].partition(" ")
+    layout = "hybrid" if hybrid else "uniform"
+    return "hepos_bart_large", positions + ["--encoder-attention", encoder, "--encoder-layout", layout,
+                                            "--cross-attention", "hepos"], "flat"
 
 
 def source(dictionary, tokens: int, page_len: int, layout: str, generator) -> torch.Tensor:
@@ -122,7 +130,8 @@ def render(rows, args, device, dtype) -> str:
         f"ffn={size.ffn_dim}, {size.heads} heads, vocab {size.vocab_words + 4}, {dtype_name(dtype)}, "
         f"attention kernel: {args.attention}. "
         f"Summary {args.tgt_len} tokens, batch 1; PageSum pages of {args.page_len} tokens; HEPOS stride 4, "
-        f"window 256, LSH 4 x 64, Sinkhorn blocks of 128; full encoder attention up to {args.max_full_tokens:,} "
+        f"window 256, LSH 4 x 64, Sinkhorn blocks of 128, in every layer or (hybrid) in every other layer, "
+        f"the others windows; full encoder attention up to {args.max_full_tokens:,} "
         f"tokens (— past it). Step time: best of {args.repeats} after a warm-up step."
     )
     return "\n\n".join([setup, "Peak training-step memory above the weights (MB):", markdown_table(header, memory),

@@ -44,6 +44,10 @@ def get_parser() -> argparse.ArgumentParser:
         data.add_argument(f"--{split}pref", metavar="PATH",
                           help=f"{split} split: a file, or a folder of S2ORC JSON files for aclsum")
     data.add_argument("--input-format", required=True, choices=INPUT_FORMATS)
+    data.add_argument("--dataset", metavar="NAME",
+                      help="the dataset's name in meta.json, which picks its row of the generation defaults "
+                      "(pagesum_plugin/generation/defaults.py), e.g. wcep for WCEP read with --input-format jsonl "
+                      "(default: the input format)")
     data.add_argument("--destdir", required=True, help="output data directory")
     data.add_argument("--skip-invalid", action="store_true",
                       help="skip bad examples (counted by reason) instead of stopping at the first one")
@@ -121,7 +125,8 @@ def run(args) -> CorpusMeta:
         tokenizer, dictionary, files = prepare_tokenizer(args, destdir)
         settings = JobSettings(args.input_format, tokenizer.name, files, str(destdir / "dict.txt"), args.skip_invalid)
         meta = CorpusMeta(
-            tokenizer=tokenizer.name, dataset=args.input_format, view=view.view, num_pages=view.num_pages,
+            tokenizer=tokenizer.name, dataset=args.dataset or args.input_format, view=view.view,
+            num_pages=view.num_pages,
             max_pages=view.max_pages, spatial_split=view.spatial_split, max_page_tokens=view.max_page_tokens, max_source_tokens=view.max_source_tokens,
             max_summary_tokens=args.max_summary_tokens, dictionary_size=len(dictionary),
             vocab_size=args.vocab_size if tokenizer.name == "sentencepiece" else None,

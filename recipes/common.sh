@@ -124,7 +124,7 @@ config() {
     pagesum-experiment "$CONFIG_DIR/$EXP_CONFIG.yaml" "$@"
 }
 
-# decoding_flags DATASET [--per-segment]: the dataset's row of the generation defaults as
+# decoding_flags DATASET [--system MODEL] [--per-segment]: the dataset's (and system's) row of the generation defaults as
 # fairseq-generate flags (pagesum-decoding-flags; DRY_RUN=1: its toy search).
 decoding_flags() {
     local toy=()
@@ -158,7 +158,7 @@ preprocess_stage() {
         return 0
     fi
     # shellcheck disable=SC2046  # the view flags are a word list
-    run pagesum-preprocess --input-format "$EXP_FORMAT" \
+    run pagesum-preprocess --input-format "$EXP_FORMAT" --dataset "${EXP_DATASET:-$EXP_FORMAT}" \
         --trainpref "$EXP_TRAIN" --validpref "$EXP_VALID" --testpref "$EXP_TEST" \
         --destdir "$data" $(config view-flags preprocess) \
         --tokenizer gpt2 --gpt2-encoder-json "$GPT2_BPE_DIR/encoder.json" \
@@ -194,8 +194,8 @@ train_stage() {
         "${overrides[@]}" ${TRAIN_ARGS:-}
 }
 
-# Decoding: the experiment's view, and the dataset's row of the generation defaults
-# (pagesum_plugin/generation/defaults.py).
+# Decoding: the experiment's view, and the row of the generation defaults of the dataset and
+# the system that the experiment trains (pagesum_plugin/generation/defaults.py).
 generate_stage() {
     local data=$1 run_dir=$2
     local device=() toy=""
@@ -206,7 +206,7 @@ generate_stage() {
     run fairseq-generate "$data" --user-dir "$USER_DIR" --task paged_summarization \
         $(config view-flags generate) \
         --path "$run_dir/checkpoints/checkpoint_best.pt" --gen-subset test \
-        $(decoding_flags "$EXP_FORMAT") $toy \
+        $(decoding_flags "${EXP_DATASET:-$EXP_FORMAT}" --system "$(config system "${ARCH:-}")") $toy \
         --batch-size "$GEN_BATCH_SIZE" "${device[@]}" \
         --hypotheses-output "$run_dir/test.hyp.txt" \
         --page-weights-output "$run_dir/test.page_weights.jsonl" \
@@ -299,24 +299,30 @@ require_dataset() {
         pubmed) require_var PUBMED_DIR "the PubMed folder (train.txt, val.txt, test.txt)" ;;
         govreport) require_var GOVREPORT_DIR "the GovReport folder (train.jsonl, valid.jsonl, test.jsonl)" ;;
         multinews) require_var MULTINEWS_DIR "the Multi-News folder (train.src, train.tgt, val.src, ...)" ;;
+        wcep) require_var WCEP_DIR "the WCEP folder, in pagesum's jsonl format (train.jsonl, valid.jsonl, test.jsonl)" ;;
+        multixscience) require_var MULTIXSCIENCE_DIR \
+            "the Multi-XScience folder, in pagesum's jsonl format (train.jsonl, valid.jsonl, test.jsonl)" ;;
         *) die "unknown dataset '$1'" ;;
     esac
 }
 
-# use_dataset NAME: EXP_FORMAT and the three split files of the dataset's own release layout
-# (each overridable by <NAME>_TRAIN, <NAME>_VALID, <NAME>_TEST).
+# use_dataset NAME: EXP_FORMAT, EXP_DATASET and the three split files of the dataset's own
+# release layout, or of pagesum's jsonl format for datasets read through it (each overridable
+# by <NAME>_TRAIN, <NAME>_VALID, <NAME>_TEST).
 use_dataset() {
     local name=$1 prefix dir
     prefix=$(echo "$name" | tr '[:lower:]' '[:upper:]')
     dir="${prefix}_DIR"
     local train valid test
+    EXP_FORMAT=$name
     case "$name" in
         arxiv | pubmed) train=train.txt valid=val.txt test=test.txt ;;
         govreport) train=train.jsonl valid=valid.jsonl test=test.jsonl ;;
         multinews) train=train.src valid=val.src test=test.src ;;
+        wcep | multixscience) train=train.jsonl valid=valid.jsonl test=test.jsonl EXP_FORMAT=jsonl ;;
         *) die "unknown dataset '$name'" ;;
     esac
-    EXP_FORMAT=$name
+    EXP_DATASET=$name
     EXP_TRAIN=$(raw_split "${!dir}" "$train" "${prefix}_TRAIN")
     EXP_VALID=$(raw_split "${!dir}" "$valid" "${prefix}_VALID")
     EXP_TEST=$(raw_split "${!dir}" "$test" "${prefix}_TEST")

@@ -7,6 +7,7 @@
     pagesum-experiment CONFIG.yaml batch-size | effective-batch
     pagesum-experiment CONFIG.yaml dry-run-overrides | dry-run-flags
     pagesum-experiment CONFIG.yaml settings-overrides NAME[,NAME...]
+    pagesum-experiment CONFIG.yaml system [ARCH]
 
 ``view-flags`` turns the ``task:`` section's view settings into command-line flags (for
 ``pagesum-preprocess``, which records them as the corpus's default view, and for
@@ -18,7 +19,8 @@ overrides that shrink a run to toy size without changing its command line, and
 ``dry-run-flags`` the same sizes as ``fairseq-generate`` flags;
 ``settings-overrides`` are those of named alternatives in ``recipes/config/settings/``
 (``fairseq``: fairseq's BART fine-tuning values; ``adafactor``: Adafactor for Adam;
-``placeholder_pages``: the authors' "." pages). Every query answers for the YAML with the
+``placeholder_pages``: the authors' "." pages); ``system`` is the registered model that
+``ARCH`` (or the YAML's architecture) belongs to, whose decoding defaults apply. Every query answers for the YAML with the
 settings named in ``$SETTINGS`` applied, so training and decoding see the same view.
 """
 
@@ -108,6 +110,8 @@ def answer(config, query: str, args: List[str]) -> str:
         return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in DRY_RUN_SIZES.items())
     if query == "settings-overrides":
         return " ".join(settings_overrides(args[0]))
+    if query == "system":  # the registered model that ARCH (or the YAML's architecture) belongs to
+        return ((args[0] if args else "") or config.model._name).split("_")[0]
     raise SystemExit(f"pagesum-experiment: unknown query {query!r}")
 
 
@@ -115,7 +119,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pagesum-experiment", description=__doc__.split("\n")[0])
     parser.add_argument("config", help="the experiment's YAML (recipes/config/<experiment>.yaml)")
     parser.add_argument("query", choices=("view-flags", "task-flags", "value", "batch-size", "effective-batch",
-                                          "dry-run-overrides", "dry-run-flags", "settings-overrides"))
+                                          "dry-run-overrides", "dry-run-flags", "settings-overrides",
+                                          "system"))
     parser.add_argument("args", nargs="*", help="the query's arguments")
     args = parser.parse_args(argv)
     print(answer(load_experiment(args.config, os.environ.get("SETTINGS", "")), args.query, args.args))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Multi-News, HED (Shen et al., 2023, hierarchical encoding-decoding): each cluster read
-# as its documents with boundaries, <s> doc </s> each, 4,096 tokens in all; summaries cut
+# as its documents with boundaries, <s> doc </s> each, every document cut to an equal
+# share of 4,096 tokens (PRIMERA's truncation, which the paper follows); summaries cut
 # to 1,024 tokens for training and decoded with beam 4 (150-400 BPE tokens, length
 # penalty 2, no repeated trigram: the Multi-News decoding of recipes/multinews.sh).
 # Fine-tuned from bart.large.cnn (default, "BART-large-cnn + HierEncDec") or, with

@@ -16,6 +16,8 @@ from pagesum_plugin.modules.memory import (
     MemorySlots,
     PendingWrite,
     SegmentMemory,
+    SegmentStates,
+    replay,
 )
 
 
@@ -99,7 +101,7 @@ def test_compressive_update_matches_eq_1_to_6_by_hand():
     c1, c2, u1, u2 = vectors(1.0, 2.0, 3.0, 4.0)
     h1, h2, h3, h4 = vectors(10.0, 20.0, 30.0, 40.0)
     full = MemorySlots(torch.stack([c1, c2, u1, u2]).unsqueeze(0), torch.zeros(1, 4, dtype=torch.bool))
-    new = memory.update(full, torch.stack([h1, h2, h3, h4]).unsqueeze(0), torch.zeros(1, 4, dtype=torch.bool))
+    new = memory.write(full, torch.stack([h1, h2, h3, h4]).unsqueeze(0), torch.zeros(1, 4, dtype=torch.bool))
     # (2) M'_u = [u1 u2 h1 h2 h3 h4]; (3) M'_c = compress([u1 u2 h1 h2]) = [(u1+u2)/2, (h1+h2)/2]
     # (4) M_u = [h3 h4]; (5) M_c = [c1 c2 (u1+u2)/2 (h1+h2)/2][-2:]; (6) M = [M_c, M_u]
     expected = torch.stack([(u1 + u2) / 2, (h1 + h2) / 2, h3, h4])
@@ -112,7 +114,7 @@ def test_compressive_update_keeps_old_compressed_history_while_it_fits():
     c2, u1, u2 = vectors(2.0, 3.0, 4.0)
     h1, h2 = vectors(10.0, 20.0)
     slots = MemorySlots(torch.stack([torch.zeros(2), c2, u1, u2]).unsqueeze(0), torch.tensor([[True, False, False, False]]))
-    new = memory.update(slots, torch.stack([h1, h2]).unsqueeze(0), torch.zeros(1, 2, dtype=torch.bool))
+    new = memory.write(slots, torch.stack([h1, h2]).unsqueeze(0), torch.zeros(1, 2, dtype=torch.bool))
     # M'_u = [u1 u2 h1 h2] pushes out [u1 u2] -> one compressed vector after c2
     torch.testing.assert_close(new.values[0], torch.stack([c2, (u1 + u2) / 2, h1, h2]))
     assert not new.empty.any()
@@ -124,10 +126,10 @@ def test_compressive_memory_fills_up_from_empty_and_ignores_padding():
     empty = memory.initial_slots(1, torch.zeros(1, 2))
     assert empty.empty.all()
     states = torch.stack([h1, torch.full((2,), 99.0), h2]).unsqueeze(0)
-    new = memory.update(empty, states, torch.tensor([[False, True, False]]))
+    new = memory.write(empty, states, torch.tensor([[False, True, False]]))
     torch.testing.assert_close(new.values[0, 2:], torch.stack([h1, h2]))  # the padded state never enters
     assert new.empty.tolist() == [[True, True, False, False]]
-    newer = memory.update(new, h3.view(1, 1, 2), torch.zeros(1, 1, dtype=torch.bool))
+    newer = memory.write(new, h3.view(1, 1, 2), torch.zeros(1, 1, dtype=torch.bool))
     # [h1 h2 h3] pushes out h1 alone: less than one compression window, so it is dropped
     torch.testing.assert_close(newer.values[0, 2:], torch.stack([h2, h3]))
     assert newer.empty.tolist() == [[True, True, False, False]]
@@ -136,8 +138,8 @@ def test_compressive_memory_fills_up_from_empty_and_ignores_padding():
 def test_compressive_update_stops_the_gradient_at_the_states_but_trains_the_compression():
     memory = averaging_compressive(slots=4, rate=2)
     states = torch.randn(1, 6, 2, requires_grad=True)
-    pending = PendingWrite(None, states, torch.zeros(1, 6, dtype=torch.bool))
-    resolved = memory.resolve(pending, 1, torch.zeros(1, 2))
+    pending = PendingWrite(None, [SegmentStates(states, torch.zeros(1, 6, dtype=torch.bool))])
+    resolved = replay(memory, pending, 1, torch.zeros(1, 2))[-1]
     resolved.values.sum().backward()
     assert states.grad is None
     assert memory.compress.weight.grad is not None and memory.compress.weight.grad.abs().sum() > 0
@@ -265,11 +267,87 @@ def test_the_peak_graph_and_saved_memory_of_a_training_step_do_not_grow_with_the
     indexing saves a little more until it is full, bounded by m but not flat from the
     second segment on."""
     args, task, model = memory_model
+    assert model.memory_grad_segments == 1
+    (graph_2, saved_2), (graph_16, saved_16) = footprints(args, task, model, 2, 16)
+    assert graph_16 == graph_2, f"autograd graph nodes: {graph_2} with 2 segments, {graph_16} with 16"
+    assert saved_16 == saved_2, f"bytes saved for backward: {saved_2} with 2 segments, {saved_16} with 16"
+
+
+def footprints(args, task, model, *segment_counts):
+    """``train_step_footprint`` for documents of each of ``segment_counts`` segments, long
+    enough that one write fills the compressive memory (see the test below)."""
     criterion = build_criterion(args, task)
     half = args.memory_slots // 2
     tokens = half + args.compression_rate * half  # states a write must see to fill the memory
     sizes = dict(segment_tokens=tokens - 2, summary_tokens=tokens - 2)  # besides <s> </s> (summary: </s> <s>)
-    graph_2, saved_2 = train_step_footprint(task, model, criterion, 2, **sizes)
-    graph_16, saved_16 = train_step_footprint(task, model, criterion, 16, **sizes)
-    assert graph_16 == graph_2, f"autograd graph nodes: {graph_2} with 2 segments, {graph_16} with 16"
-    assert saved_16 == saved_2, f"bytes saved for backward: {saved_2} with 2 segments, {saved_16} with 16"
+    return [train_step_footprint(task, model, criterion, n, **sizes) for n in segment_counts]
+
+
+@pytest.mark.parametrize("kind", ["attentive", "compressive"])
+def test_a_window_of_k_writes_keeps_training_memory_flat_past_k_plus_1_segments(copy_task_dir, kind):
+    """With --memory-grad-segments 2 every segment from the third on replays two writes in its
+    graph: a 16-segment document's step peaks where a 3-segment document's does."""
+    args, task, model = build_awesome(copy_task_dir, "--memory", kind, "--memory-grad-segments", "2")
+    model = randomize_memories(model).train()
+    (graph_3, saved_3), (graph_16, saved_16) = footprints(args, task, model, 3, 16)
+    assert (graph_16, saved_16) == (graph_3, saved_3)
+
+
+def test_an_unbounded_window_grows_with_the_document(copy_task_dir):
+    """--memory-grad-segments 0 replays every earlier write (Eq. 9-12 with no truncation):
+    the graph, and the memory of training, grow with the number of segments."""
+    args, task, model = build_awesome(copy_task_dir, "--memory-grad-segments", "0")
+    model = randomize_memories(model).train()
+    (graph_3, saved_3), (graph_8, saved_8) = footprints(args, task, model, 3, 8)
+    assert graph_8 > graph_3 and saved_8 > saved_3
+
+
+def initial_memory_gradients(task, model, segment_count: int) -> list:
+    """|dL_t / dM^0| for the loss L_t of every segment t of one document, summed over the
+    memory layers: each segment's graph, as a training step builds and frees it."""
+    rng = np.random.RandomState(5)
+    low, high = task.dictionary.nspecial, len(task.dictionary) - 8
+    segments = [rng.randint(low, high, size=10).tolist() for _ in range(segment_count)]
+    summaries = [rng.randint(low, high, size=5).tolist() for _ in range(segment_count)]
+    sample = segment_sample([segments], [summaries], task.dictionary)
+    initial = [p for n, p in model.named_parameters() if n.endswith(".memory.initial")]
+    norms = []
+    for step in task.segment_steps(sample, SegmentMemory()):
+        logits, _ = model(**step["net_input"])
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), step["target"].view(-1))
+        grads = torch.autograd.grad(loss, initial, allow_unused=True)
+        norms.append(sum(float(g.norm()) for g in grads if g is not None))
+    return norms
+
+
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_the_gradient_reaches_the_initial_memory_from_every_segment_inside_the_window(copy_task_dir, window):
+    """Eq. 9-12 stop the gradient on the segment states only, so the learned M^0 is trained
+    through the memory's writes: with --memory-grad-segments K the loss of segment t reaches
+    M^0 for t <= K + 1 (M^0 read at once, or through the writes of segments 1 .. t-1), and
+    no loss beyond the window does."""
+    _, task, model = build_awesome(copy_task_dir, "--memory-grad-segments", str(window))
+    model = randomize_memories(model).train()
+    norms = initial_memory_gradients(task, model, 6)
+    assert all(norm > 0 for norm in norms[: window + 1]), norms
+    assert all(norm == 0 for norm in norms[window + 1:]), norms
+
+
+def test_a_replayed_write_computes_the_memory_the_next_segment_read(copy_task_dir):
+    """With a window of two writes, segment 3 replays segment 1's write: with dropout on, the
+    M^1 it rebuilds is the M^1 that segment 2 read, bit for bit."""
+    _, task, model = build_awesome(copy_task_dir, "--memory-grad-segments", "2", "--attention-dropout", "0.5")
+    model = randomize_memories(model).train()
+    memory = SegmentMemory()
+    steps = task.segment_steps(two_segments(task, lengths=(8, 8, 8)), memory)
+    model(**next(steps)["net_input"])
+    read_by_2, _ = model.read_memory(memory, 1)  # encoder layers' M^1, as segment 2 reads it
+    model(**next(steps)["net_input"])
+    window_at_3, _ = model.memory_windows(memory, 1)  # per layer [M^0, M^1, M^2]
+    for chain, slots in zip(window_at_3, read_by_2):
+        assert torch.equal(chain[1].values, slots.values)
+    layer = model.encoder.memories[0]
+    pending = memory.encoder[0].writes[0]
+    fresh = [layer.write(chain[0], pending.states, pending.padding).values for chain in window_at_3[:1] * 2]
+    assert not torch.equal(*fresh), "dropout is on: only the recorded seed makes the replay exact"
+

@@ -259,7 +259,7 @@ def test_compressive_memory_sits_in_the_first_three_layers_and_compresses_half_i
     # 512 recent states, and 5 x 512 pushed out before them: exactly enough to fill both halves
     states = torch.randn(1, 512 + 5 * 512, 16)
     with torch.no_grad():
-        slots = memory.update(memory.initial_slots(1, states), states, torch.zeros(1, states.size(1), dtype=torch.bool))
+        slots = memory.write(memory.initial_slots(1, states), states, torch.zeros(1, states.size(1), dtype=torch.bool))
         compressed = memory.compress(states[0, :5 * 512].t().unsqueeze(0)).squeeze(0).t()  # (512, 16)
     assert not slots.empty.any()
     torch.testing.assert_close(slots.values[0, :512], compressed)  # the compressed half

@@ -65,10 +65,21 @@ def test_flat_is_one_page_of_at_most_max_source_tokens():
     assert contents(assemble_pages(document, ViewConfig("flat", max_source_tokens=6), BOS, EOS)) == [[10, 11, 12, 13]]
 
 
-def test_documents_keep_their_boundaries_and_the_cluster_is_cut_to_max_source_tokens():
-    document = sections(([10, 11, 12],), ([13, 14],), ([15, 16],))
-    pages = assemble_pages(document, ViewConfig("documents", max_source_tokens=8), BOS, EOS)
-    assert contents(pages) == [[10, 11, 12], [13]]  # 5 + 3 tokens: the last document is cut first
+def test_documents_keep_their_boundaries_and_each_is_cut_to_an_equal_share_of_max_source_tokens():
+    """PRIMERA's truncation, which HED follows: 3 documents share 13 tokens, 4 each (13 // 3),
+    <s> and </s> included, so every document is read and the later ones are not dropped."""
+    document = sections(([10, 11, 12, 13, 14],), ([15],), ([16, 17, 18],))
+    pages = assemble_pages(document, ViewConfig("documents", max_source_tokens=13), BOS, EOS)
+    assert contents(pages) == [[10, 11], [15], [16, 17]]  # the second document's unused share goes to no other
+    assert sum(len(page) for page in pages) <= 13
+
+
+def test_a_cluster_of_more_documents_than_shares_of_one_token_keeps_the_first_and_counts_the_rest():
+    document = sections(([10, 11],), ([12],), ([13],))
+    view = ViewConfig("documents", max_source_tokens=8)  # 8 // 3 = 2: room for two documents of one token
+    assert contents(assemble_pages(document, view, BOS, EOS)) == [[10, 11], [12]]
+    plan = plan_document(document, view)
+    assert plan.dropped_pages.tolist() == [1]
 
 
 def test_segments_hold_whole_sentences_and_open_only_when_the_next_would_overflow():

@@ -3,13 +3,22 @@
 import pytest
 import torch
 
-from builders.hepos import attention_like, dense_attention, merge_heads, per_head, stock_attention
+from builders.hepos import (
+    attention_like,
+    dense_attention,
+    merge_heads,
+    per_head,
+    reference_block_sort,
+    sinkhorn_dense_reference,
+    stock_attention,
+)
 from pagesum_plugin.modules.efficient_attention import (
     LSHAttention,
     SinkhornAttention,
     SlidingWindowAttention,
     lsh_attention,
     lsh_buckets,
+    sinkhorn,
     sinkhorn_attention,
     sinkhorn_block_sort,
 )
@@ -258,13 +267,11 @@ def test_lsh_training_hashes_are_fixed_by_the_seed():
     assert not torch.equal(run(7), run(8))
 
 
-def test_sinkhorn_sorting_matrix_is_doubly_stochastic_over_real_blocks():
-    q = torch.randn(2, HEADS, 5, 4, 8, generator=torch.Generator().manual_seed(4))  # (batch, heads, blocks, block, dim)
-    k = torch.randn(2, HEADS, 5, 4, 8, generator=torch.Generator().manual_seed(5))
-    real = torch.ones(2, 1, 5, 4, dtype=torch.bool)
-    real[1, :, 3, 2:] = False
-    real[1, :, 4] = False  # example 1: its last block is all padding
-    sort = sinkhorn_block_sort(q, k, real, iterations=40, temperature=0.75, noise=False)
+def test_sinkhorn_normalisation_is_doubly_stochastic_over_real_blocks():
+    log_scores = torch.randn(2, HEADS, 5, 5, generator=torch.Generator().manual_seed(4))
+    has_real = torch.ones(2, 1, 5, dtype=torch.bool)
+    has_real[1, :, 4] = False  # example 1: its last block is all padding
+    sort = sinkhorn(log_scores, has_real[..., :, None] & has_real[..., None, :], iterations=40)
     torch.testing.assert_close(sort[0].sum(-1), torch.ones(HEADS, 5), atol=1e-4, rtol=0)
     torch.testing.assert_close(sort[0].sum(-2), torch.ones(HEADS, 5), atol=1e-4, rtol=0)
     torch.testing.assert_close(sort[1, :, :4, :4].sum(-1), torch.ones(HEADS, 4), atol=1e-4, rtol=0)
@@ -284,6 +291,37 @@ def test_sinkhorn_block_attends_to_its_own_block_and_its_sorted_block():
     allowed = (j // 5 == i // 5) | (j // 5 == permutation[i // 5])
     reference = dense_attention(q, k, v, allowed, padding)
     assert_close_where_real(merge_heads(module, ours), merge_heads(module, reference), padding)
+
+
+def test_sinkhorn_sort_is_the_authors_network_on_log_relu_block_scores():
+    """LongDocSum's sorting network: R = mean(q_i) . mean(k_j) for every pair of blocks, then
+    Sinkhorn of log(relu(R) + eps) / T; blocks without a real token take no part. The scores
+    have both signs, so relu decides part of the sort."""
+    generator = torch.Generator().manual_seed(21)
+    q, k = (2 * torch.randn(2, HEADS, 20, 8, generator=generator) for _ in range(2))
+    padding = torch.zeros(2, 20, dtype=torch.bool)
+    padding[1, 13:] = True  # row 1: block 3 partly padding, block 4 all padding
+    blocked = (2, HEADS, 5, 4, 8)
+    ours = sinkhorn_block_sort(q.view(blocked), k.view(blocked), (~padding).view(2, 1, 5, 4), iterations=7,
+                               temperature=0.7, noise=False)
+    reference = reference_block_sort(q, k, padding, 4, iterations=7, temperature=0.7)
+    torch.testing.assert_close(ours.double(), reference, atol=1e-5, rtol=0)
+    means = q.view(blocked).mean(3) @ k.view(blocked).mean(3).transpose(-1, -2)
+    assert (means < 0).any() and (means > 0).any()
+
+
+def test_sinkhorn_attention_mixes_the_sorted_block_by_the_learned_sort():
+    """The module end to end (evaluation: no noise) against attention spelled out from the
+    reference sort: each query block sees its own keys and the slot-wise mixture
+    sum_j P_ij K_j of the other blocks' keys, values alike."""
+    module = variant(SinkhornAttention, block_size=5)
+    x, padding = states(batch=2, length=25, pad_from={1: 17})  # row 1: block 3 partly, block 4 all padding
+    q, k, v = (per_head(module, x, w) for w in "qkv")
+    sort = reference_block_sort(q, k, padding, 5, module.iterations, module.temperature)
+    assert ((sort > 0.05) & (sort < 0.95)).any(), "a soft sort: the mixture, not a permutation, is under test"
+    reference = sinkhorn_dense_reference(q, k, v, padding, 5, sort).float()
+    ours, _ = module(x, x, x, key_padding_mask=padding)
+    assert_close_where_real(ours, merge_heads(module, reference), padding)
 
 
 def test_sinkhorn_is_deterministic_at_evaluation_and_noisy_in_training():

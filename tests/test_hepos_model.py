@@ -16,6 +16,7 @@ from builders.models import (
 )
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.modules.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
 
@@ -105,3 +106,40 @@ def test_encoder_refuses_a_source_longer_than_its_positions(stride_one):
     _, task, model = stride_one
     with pytest.raises(ValueError, match="--max-source-positions 1024"):
         model.encoder(torch.full((1, 1, 1025), 5))
+
+
+LEARNED = [("lsh", LSHAttention), ("sinkhorn", SinkhornAttention)]
+
+
+@pytest.mark.parametrize("attention,cls", LEARNED, ids=[a for a, _ in LEARNED])
+def test_the_default_layout_alternates_window_and_learned_layers_as_the_authors_model(copy_task_dir, attention, cls):
+    """LongDocSum's longbartmodel.py: layer i is a sliding window when i is even, LSH or
+    Sinkhorn when it is odd."""
+    _, _, model = build_hepos(copy_task_dir, "--encoder-attention", attention, "--encoder-layers", "4", *SMALL_PATTERNS)
+    assert [type(layer.self_attn) for layer in model.encoder.layers] == [SlidingWindowAttention, cls] * 2
+
+
+@pytest.mark.parametrize("attention,cls", LEARNED, ids=[a for a, _ in LEARNED])
+def test_the_uniform_layout_gives_every_layer_the_learned_attention(copy_task_dir, attention, cls):
+    _, _, model = build_hepos(copy_task_dir, "--encoder-attention", attention, "--encoder-layout", "uniform",
+                              "--encoder-layers", "4", *SMALL_PATTERNS)
+    assert [type(layer.self_attn) for layer in model.encoder.layers] == [cls] * 4
+
+
+@pytest.mark.parametrize("attention", ["lsh", "sinkhorn"])
+def test_a_hybrid_encoder_is_the_window_encoder_in_even_layers_and_the_learned_one_in_odd(copy_task_dir, attention):
+    """Same weights three ways: the hybrid encoder computes what an encoder whose even layers
+    come from the all-window model and odd layers from the all-LSH/Sinkhorn model computes."""
+    flags = ("--encoder-layers", "4", *SMALL_PATTERNS)
+    _, task, hybrid = build_hepos(copy_task_dir, "--encoder-attention", attention, *flags)
+    _, _, window = build_hepos(copy_task_dir, "--encoder-attention", "window", *flags)
+    _, _, learned = build_hepos(copy_task_dir, "--encoder-attention", attention, "--encoder-layout", "uniform", *flags)
+    composite = copy.deepcopy(window)
+    for i in (1, 3):
+        composite.encoder.layers[i] = learned.encoder.layers[i]
+    d = task.dictionary
+    src = flat_batch(random_texts(torch.Generator().manual_seed(6), [45, 30], d), d)
+    ours = hybrid.encoder(src)["encoder_out"][0]
+    torch.testing.assert_close(ours, composite.encoder(src)["encoder_out"][0], atol=1e-6, rtol=0)
+    assert not torch.allclose(ours, window.encoder(src)["encoder_out"][0], atol=1e-3)
+    assert not torch.allclose(ours, learned.encoder(src)["encoder_out"][0], atol=1e-3)

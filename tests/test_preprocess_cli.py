@@ -134,6 +134,16 @@ def test_document_groups_read_back_as_the_source_documents(tmp_path, bpe, papers
         assert document.summary == " ".join(paper["summary"].split())
 
 
+def test_the_dataset_name_is_the_input_format_unless_given(tmp_path, bpe, papers):
+    """--dataset names a corpus read through a generic format, so that it decodes with its own
+    row of the generation defaults (WCEP and Multi-XScience are jsonl files)."""
+    source = write_jsonl(tmp_path / "test.jsonl", papers[:2])
+    for name, flags in (("jsonl", []), ("wcep", ["--dataset", "wcep"])):
+        data = tmp_path / name
+        assert _run("--input-format", "jsonl", "--testpref", source, *flags, "--destdir", data, *_gpt2_args(bpe)) == 0
+        assert CorpusMeta.load(data).dataset == name
+
+
 @pytest.mark.parametrize("input_format, writer", [
     ("jsonl", lambda d, p: write_jsonl(d / "train.jsonl", p)),
     ("arxiv", lambda d, p: write_cohan(d / "train.txt", p)),

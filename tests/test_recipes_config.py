@@ -189,3 +189,19 @@ def test_hepos_recipes_train_and_decode_with_the_papers_section_6_settings(recip
     generate = plan(recipe)[recipe]["fairseq-generate"]
     assert (flag(generate, "--view"), flag(generate, "--max-source-tokens")) == ("flat", str(source_tokens))
     assert (flag(generate, "--beam"), flag(generate, "--lenpen")) == ("4", "2.0")
+
+
+def test_hepos_decodes_govreport_with_its_authors_lengths_and_pagesum_with_its_own():
+    """Item of the generation defaults keyed by system: LongDocSum decodes GovReport with 100 to
+    800 tokens, PageSum's release with 500 to 900."""
+    for recipe, lengths in (("govreport_hepos", ("100", "800")), ("govreport", ("500", "900"))):
+        for commands in plan(recipe).values():
+            generate = commands["fairseq-generate"]
+            assert (flag(generate, "--min-len"), flag(generate, "--max-len-b")) == lengths, recipe
+
+
+def test_pagesum_cuts_arxiv_pubmed_and_multinews_summaries_at_its_authors_400_tokens(experiments):
+    for name in ("arxiv", "arxiv_discourse", "pubmed", "multinews", "multinews_spatial", "page_size_128x32",
+                 "global_decoding_arxiv_page", "global_decoding_multinews_global"):
+        assert OmegaConf.load(CONFIGS / f"{name}.yaml").task.max_summary_tokens == 400, name
+        assert flag(experiments[name]["pagesum-preprocess"], "--max-summary-tokens") == "400", name

@@ -1,6 +1,7 @@
-"""The HED recipe, run end to end with DRY_RUN=1: the same command lines as a real run
+"""The HED recipes, run end to end with DRY_RUN=1: the same command lines as a real run
 (pagesum-preprocess, fairseq-hydra-train with the recipe's config, fairseq-generate,
-pagesum-score) on a tiny Multi-News corpus, a tiny BART as both initialisations, two updates."""
+pagesum-score) on a tiny corpus in each dataset's format (Multi-News; WCEP and Multi-XScience
+as jsonl clusters), a tiny BART as both initialisations, two updates."""
 
 import json
 import re
@@ -8,38 +9,50 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
-from builders.corpora import write_multinews
+from builders.cli import REPO_ROOT
+from builders.corpora import write_jsonl, write_multinews
 from builders.recipes import SPLITS, finished, recipe_env, run_recipe, split_papers, write_bart_dir
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 from pagesum_recipes.decoding import decoding_flags
 
 pytestmark = pytest.mark.slow
 
+CONFIGS = Path(REPO_ROOT) / "recipes" / "config"
 N_TRAIN, N_VALID, N_TEST = 4, 2, 2
 INITS = ("bart.large.cnn", "bart.large")
-RUNS = {  # run: (INIT, STAGES)
-    "bart.large.cnn": ("bart.large.cnn", "preprocess train generate score"),
-    "bart.large": ("bart.large", "preprocess train"),
+RUNS = {  # run: (recipe, INIT, STAGES)
+    "bart.large.cnn": ("multinews_hed", "bart.large.cnn", "preprocess train generate score"),
+    "bart.large": ("multinews_hed", "bart.large", "preprocess train"),
+    "wcep": ("wcep_hed", "bart.large.cnn", "preprocess train generate score"),
+    "multixscience": ("multixscience_hed", "bart.large.cnn", "preprocess train generate score"),
 }
+JSONL_DATASETS = {"wcep": ("WCEP_DIR", 15500, ("6", "10", "60")),  # Table 4's steps; (beam, min, max) of its row
+                  "multixscience": ("MULTIXSCIENCE_DIR", 90000, ("4", "50", "256"))}
 
 
 @pytest.fixture(scope="module")
 def dry_runs(tmp_path_factory):
-    """Both initialisations, side by side, on the tiny corpus in Multi-News's layout (each
-    paper's sections as a cluster's documents): {run: (out_dir, failure or None)}."""
+    """Both initialisations on the tiny corpus in Multi-News's layout, and WCEP and Multi-XScience
+    as jsonl clusters (each paper's sections as a cluster's documents), two at a time:
+    {run: (out_dir, failure or None)}."""
     papers = split_papers(N_TRAIN, N_VALID, N_TEST)
-    raw_dir = tmp_path_factory.mktemp("multinews")
+    data_dirs = {"MULTINEWS_DIR": tmp_path_factory.mktemp("multinews")}
     for split, name in zip(SPLITS, ("train", "val", "test")):
-        write_multinews(raw_dir, papers[split], split=name)
+        write_multinews(data_dirs["MULTINEWS_DIR"], papers[split], split=name)
+    for variable, _, _ in JSONL_DATASETS.values():
+        data_dirs[variable] = tmp_path_factory.mktemp(variable.lower())
+        for split in SPLITS:
+            write_jsonl(data_dirs[variable] / f"{split}.jsonl", papers[split], layout="documents")
     bart_dir = tmp_path_factory.mktemp("bart")
     write_bart_dir(bart_dir, papers, inits=INITS)
     envs = {run: recipe_env(DRY_RUN="1", OUT_DIR=str(tmp_path_factory.mktemp(run.replace(".", "_"))),
-                            BART_DIR=str(bart_dir), ARCH="hed_tiny", MULTINEWS_DIR=str(raw_dir), INIT=init,
-                            STAGES=stages)
-            for run, (init, stages) in RUNS.items()}
+                            BART_DIR=str(bart_dir), ARCH="hed_tiny", INIT=init, STAGES=stages,
+                            **{variable: str(path) for variable, path in data_dirs.items()})
+            for run, (_, init, stages) in RUNS.items()}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        failures = dict(zip(RUNS, pool.map(lambda run: run_recipe("multinews_hed.sh", envs[run]), RUNS)))
+        failures = dict(zip(RUNS, pool.map(lambda run: run_recipe(f"{RUNS[run][0]}.sh", envs[run]), RUNS)))
     return {run: (Path(envs[run]["OUT_DIR"]), failures[run]) for run in RUNS}
 
 
@@ -81,3 +94,23 @@ def test_hed_recipe_fine_tunes_with_section_5_3_settings_from_each_init(dry_runs
     assert f"{init}/model.pt" in log
     assert "tiling 1026 encoder position rows to 4098" in log, "BART's positions are tiled on loading"
     assert "done training" in log
+
+
+@pytest.mark.parametrize("run", list(JSONL_DATASETS))
+def test_hed_reads_table_1s_jsonl_datasets_with_their_own_steps_and_decoding(dry_runs, run):
+    out_dir = finished(dry_runs, run)
+    recipe = RUNS[run][0]
+    data, run_dir = out_dir / recipe / "data", out_dir / recipe / "bart.large.cnn"
+    meta = json.loads((data / "meta.json").read_text())
+    assert (meta["view"], meta["max_source_tokens"], meta["dataset"]) == ("documents", 4096, run)
+    assert len((run_dir / "test.hyp.txt").read_text(encoding="utf-8").splitlines()) == N_TEST
+    records = [json.loads(line) for line in (run_dir / "test.page_weights.jsonl").read_text().splitlines()]
+    assert all(len(record["page_weights"][0]) > 1 for record in records), "every document of a cluster is read"
+    commands = (out_dir / "commands.sh").read_text()
+    train = next(line for line in commands.splitlines() if line.startswith("fairseq-hydra-train"))
+    assert f"--config-name {recipe}" in train
+    assert OmegaConf.load(CONFIGS / f"{recipe}.yaml").optimization.max_update == JSONL_DATASETS[run][1]
+    generate = next(line for line in commands.splitlines() if line.startswith("fairseq-generate"))
+    beam, min_len, max_len = JSONL_DATASETS[run][2]
+    assert (re.findall(r"--beam (\d+)", generate)[0], re.findall(r"--min-len (\d+)", generate)[0],
+            re.findall(r"--max-len-b (\d+)", generate)[0]) == (beam, min_len, max_len)

@@ -4,6 +4,7 @@ pagesum-score) on a tiny corpus in the dataset's native format, a tiny BART with
 source positions, and two updates."""
 
 import json
+import shlex
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,12 +20,14 @@ N_TRAIN, N_VALID, N_TEST = 4, 2, 2
 RECIPES = {  # recipe: (dataset variable, writer, split file names, encoder attention, source positions)
     "govreport_hepos": ("GOVREPORT_DIR", write_govreport, ("train.jsonl", "valid.jsonl", "test.jsonl"), "sinkhorn", 10240),
     "pubmed_hepos": ("PUBMED_DIR", write_cohan, ("train.txt", "val.txt", "test.txt"), "lsh", 7168),
+    "arxiv_hepos": ("ARXIV_DIR", write_cohan, ("train.txt", "val.txt", "test.txt"), "lsh", 7168),
 }
+DECODING = {"govreport_hepos": ("100", "800"), "pubmed_hepos": ("150", "400"), "arxiv_hepos": ("100", "350")}
 
 
 @pytest.fixture(scope="module")
 def dry_runs(tmp_path_factory):
-    """Both recipes, side by side, on one tiny BART (1,024 source positions) as bart.large:
+    """Every recipe, two at a time, on one tiny BART (1,024 source positions) as bart.large:
     {recipe: (out_dir, failure or None)}."""
     papers = split_papers(N_TRAIN, N_VALID, N_TEST)
     bart_dir = tmp_path_factory.mktemp("bart")
@@ -47,6 +50,7 @@ def test_hepos_recipe_runs_every_stage_on_one_flat_sequence_per_document(dry_run
     data, run_dir = out_dir / recipe / "data", out_dir / recipe / "bart.large"
     meta = json.loads((data / "meta.json").read_text())
     assert (meta["view"], meta["max_source_tokens"]) == ("flat", RECIPES[recipe][4])  # the config's view
+    assert meta["dataset"] == recipe.split("_")[0]
     assert meta["stats"]["test"]["examples"] == N_TEST
     assert (run_dir / "checkpoints" / "checkpoint_best.pt").exists()
     hypotheses = (run_dir / "test.hyp.txt").read_text(encoding="utf-8").splitlines()
@@ -56,6 +60,11 @@ def test_hepos_recipe_runs_every_stage_on_one_flat_sequence_per_document(dry_run
     commands = (out_dir / "commands.sh").read_text()
     for command in ("pagesum-preprocess", "fairseq-hydra-train", "fairseq-generate", "pagesum-score"):
         assert command in commands
+    generate = shlex.split(next(line for line in commands.splitlines() if line.startswith("fairseq-generate")))
+    min_lens = [generate[i + 1] for i, a in enumerate(generate) if a == "--min-len"]
+    max_lens = [generate[i + 1] for i, a in enumerate(generate) if a == "--max-len-b"]
+    lengths = list(zip(min_lens, max_lens))
+    assert lengths == [DECODING[recipe], ("2", "12")], "the system's and dataset's row, then DRY_RUN's toy lengths"
 
 
 @pytest.mark.parametrize("recipe", list(RECIPES))
@@ -66,6 +75,7 @@ def test_hepos_recipe_trains_the_papers_model_from_its_config(dry_runs, recipe):
     _, _, _, encoder, positions = RECIPES[recipe]
     model = cfg["model"]
     assert (model["encoder_attention"], model["cross_attention"], model["hepos_stride"]) == (encoder, "hepos", 4)
+    assert (model["encoder_layout"], model["window_size"]) == ("hybrid", 256)  # the authors' alternating layers
     assert model["max_source_positions"] == positions
     assert (cfg["optimizer"]["_name"], cfg["lr_scheduler"]["_name"], cfg["optimization"]["clip_norm"]) == \
         ("adafactor", "fixed", 0.1)

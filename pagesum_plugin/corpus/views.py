@@ -22,7 +22,7 @@ The views:
 * ``token``     the document cut to ``num_pages`` x ``max_page_tokens`` tokens, then cut
                 into consecutive pages of ``max_page_tokens`` (the paper's Table 5 setup);
 * ``flat``      one long sequence of at most ``max_source_tokens`` (HEPOS);
-* ``documents`` one page per source document, the whole cluster cut to
+* ``documents`` one page per source document, each cut to an equal share of
                 ``max_source_tokens`` (documents with their boundaries, for HED);
 * ``segments``  segments of whole sentences of at most ``max_segment_tokens`` (AWESOME's
                 length rule).
@@ -217,7 +217,7 @@ def plan_pages(s: SplitStructure, config: ViewConfig, unit_streams: Optional[np.
     if config.view in ("token", "flat"):
         pages = _token_pages(stream_length, config)
     elif config.view == "documents":
-        pages = _budget_pages(stream_length, example_streams, stream_example, config)
+        pages = _equal_share_pages(stream_length, example_streams, stream_example, config)
     else:
         limit = {"spatial": config.num_pages, "discourse": config.max_pages, "document": config.max_pages}.get(
             config.view, np.iinfo(np.int64).max)
@@ -242,12 +242,17 @@ def plan_pages(s: SplitStructure, config: ViewConfig, unit_streams: Optional[np.
     )
 
 
+def _nonempty_rank(nonempty, example_streams, stream_example):
+    """(n_streams,) every stream's rank among the non-empty streams of its example."""
+    rank = np.cumsum(nonempty) - 1  # (n_streams,) among non-empty streams of the split
+    first_rank = np.concatenate([[0], np.cumsum(nonempty)])[example_streams[:-1]]
+    return rank - first_rank[stream_example]
+
+
 def _one_page_per_stream(stream_length, example_streams, stream_example, limit, window):
     """Page views: every non-empty stream is a page, up to ``limit`` per example."""
     nonempty = stream_length > 0
-    rank = np.cumsum(nonempty) - 1  # (n_streams,) among non-empty streams of the split
-    first_rank = np.concatenate([[0], np.cumsum(nonempty)])[example_streams[:-1]]
-    rank = rank - first_rank[stream_example]  # within the example
+    rank = _nonempty_rank(nonempty, example_streams, stream_example)
     kept = nonempty & (rank < limit)
     dropped = np.bincount(stream_example[nonempty & ~kept], minlength=len(example_streams) - 1)
     streams = np.flatnonzero(kept)
@@ -284,15 +289,20 @@ def _token_pages(stream_length, config: ViewConfig):
     return page_example, page_example, start, np.minimum(window, kept[page_example] - start), dropped
 
 
-def _budget_pages(stream_length, example_streams, stream_example, config: ViewConfig):
-    """Documents with boundaries: <s> doc </s> per document, in order, until the whole
-    sequence holds ``max_source_tokens``; the rest of the cluster is cut."""
-    cost = stream_length + 2
-    cumulative = np.concatenate([[0], np.cumsum(cost)])
-    before = cumulative[:-1] - cumulative[example_streams[:-1]][stream_example]  # tokens of earlier documents
-    length = np.clip(config.max_source_tokens - before - 2, 0, stream_length)
-    kept = length > 0
-    dropped = np.bincount(stream_example[(stream_length > 0) & ~kept], minlength=len(example_streams) - 1)
+def _equal_share_pages(stream_length, example_streams, stream_example, config: ViewConfig):
+    """Documents with boundaries, <s> doc </s> each, as PRIMERA shares out its input (Xiao
+    et al. 2022, whose truncation HED follows): every non-empty document of a cluster keeps
+    at most an equal share, ``max_source_tokens // documents`` tokens with its <s> and
+    </s>, so the cluster holds at most ``max_source_tokens`` and every document is read. A
+    share a short document leaves unused goes to no other, as in PRIMERA. A cluster of more
+    documents than ``max_source_tokens // 3`` (one token each) keeps that many, the first."""
+    n_examples = len(example_streams) - 1
+    nonempty = stream_length > 0
+    kept = nonempty & (_nonempty_rank(nonempty, example_streams, stream_example) < config.max_source_tokens // 3)
+    documents = np.bincount(stream_example[kept], minlength=n_examples)  # (n_examples,)
+    share = config.max_source_tokens // np.maximum(documents, 1)  # (n_examples,) tokens per document
+    length = np.where(kept, np.minimum(stream_length, share[stream_example] - 2), 0)  # (n_streams,) content kept
+    dropped = np.bincount(stream_example[nonempty & ~kept], minlength=n_examples)
     streams = np.flatnonzero(kept)
     return stream_example[streams], streams, np.zeros(len(streams), dtype=np.int64), length[streams], dropped
 

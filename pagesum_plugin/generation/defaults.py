@@ -4,7 +4,9 @@ Validation ROUGE (``--eval-rouge``), ``summarize()`` and the recipes' generate s
 (``pagesum-decoding-flags``) all read it; a call or a command line still overrides any value.
 Lengths count summary tokens (see ``page_sequence_generator.py``). A task's own settings are
 its dataset's row, per segment for a segment-by-segment task (AWESOME), with the task's
-``--top-pages`` (``tasks/paged_summarization.py``).
+``--top-pages`` (``tasks/paged_summarization.py``). A rival system whose authors decoded a
+dataset otherwise has a row of its own (``SYSTEMS``, keyed by the registered model name and the
+dataset).
 """
 
 from dataclasses import asdict, dataclass, replace
@@ -42,7 +44,17 @@ DATASETS = {
     "govreport": GenerationDefaults(min_len=500, max_len_b=900),
     "multinews": GenerationDefaults(min_len=150, max_len_b=400),
     "aclsum": GenerationDefaults(min_len=60, max_len_b=160),  # the CPU demo's abstracts
+    # HED's Table 1 datasets, read through the jsonl reader; the paper states no decoding
+    # lengths: single-sentence WCEP summaries (28 words on average) as fairseq's BART decodes
+    # XSum's, Multi-XScience's related-work paragraphs (105 words) capped at about twice that
+    "wcep": GenerationDefaults(beam=6, lenpen=1.0, min_len=10, max_len_b=60),
+    "multixscience": GenerationDefaults(min_len=50, max_len_b=256),
     "default": GenerationDefaults(),
+}
+
+# (registered model, dataset): where a rival's authors decoded a dataset otherwise
+SYSTEMS = {
+    ("hepos", "govreport"): GenerationDefaults(min_len=100, max_len_b=800),  # LongDocSum's longbart_decode.py
 }
 
 # Per segment (AWESOME decodes every segment on its own), in summary tokens, with the dataset's
@@ -51,8 +63,9 @@ DATASETS = {
 SEGMENT_LENGTHS = dict(min_len=0, max_len_b=256)
 
 
-def for_dataset(name: str, per_segment: bool = False) -> GenerationDefaults:
+def for_dataset(name: str, system: str = "", per_segment: bool = False) -> GenerationDefaults:
     """The defaults of dataset ``name`` (a corpus's ``meta.json`` ``dataset``; unknown:
-    ``default``), with the per-segment lengths when ``per_segment``."""
-    defaults = DATASETS.get(name, DATASETS["default"])
+    ``default``) for model ``system`` (its registered name; any other: the dataset's row), with
+    the per-segment lengths when ``per_segment``."""
+    defaults = SYSTEMS.get((system, name)) or DATASETS.get(name, DATASETS["default"])
     return replace(defaults, **SEGMENT_LENGTHS) if per_segment else defaults

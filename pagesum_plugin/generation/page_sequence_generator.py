@@ -17,6 +17,9 @@ adds what summarization with PageSum needs on top:
   encoder output is taken from the pass that scored them, not computed again;
 * the model is told the beam size for every search, beam 1 included, so that a
   PageSum model keeps one copy of each page's encoder output per example, never per beam.
+
+What it asks of a model is ``generation/contract.py``'s ``SummaryModel``, checked when the
+generator is built: a model that cannot prune its pages is refused ``top_pages`` there.
 """
 
 from typing import Dict, List, Optional, Tuple
@@ -26,18 +29,19 @@ from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
 from ..modules.page_mixing import real_pages
+from .contract import check_models
 from .ngram_blocking import NoRepeatNGramBlocker
 
 
 class PageSumSequenceGenerator(SequenceGenerator):
     def __init__(self, models, tgt_dict, top_pages: int = 0, **kwargs):
+        check_models(models, top_pages)
         # fairseq suppresses these tokens at every step after the prefix (the forced <s>)
         kwargs["tokens_to_suppress"] = tuple(kwargs.get("tokens_to_suppress") or ()) + (tgt_dict[tgt_dict.bos()],)
         super().__init__(models, tgt_dict, **kwargs)
         if self.beam_size == 1:  # fairseq tells the models only about beams larger than 1
             for model in self.model.models:
-                if hasattr(model, "set_beam_size"):
-                    model.set_beam_size(1)
+                model.set_beam_size(1)
         self.top_pages = top_pages
         if self.repeat_ngram_blocker is not None:
             self.repeat_ngram_blocker = NoRepeatNGramBlocker(self.repeat_ngram_blocker.no_repeat_ngram_size)
@@ -53,9 +57,8 @@ class PageSumSequenceGenerator(SequenceGenerator):
             prefix_tokens = src_tokens.new_full((src_tokens.size(0), 1), self.bos)
         page_counts = real_pages(src_tokens, self.pad).sum(dim=1)  # (batch,)
         kept_pages = None
-        mixes_pages = getattr(self.model.single_model, "mixes_pages", False)
-        page_decoding = getattr(self.model.single_model, "page_decoding", "page")
-        if 0 < self.top_pages < src_tokens.size(1) and mixes_pages and page_decoding == "page":
+        mixes_pages = self.model.single_model.mixes_pages
+        if 0 < self.top_pages < src_tokens.size(1):  # the model can prune: checked when the generator was built
             kept_pages, encoder_out = self._most_confident_pages(src_tokens, self.top_pages)  # (batch, k)
             pruned = src_tokens.gather(1, kept_pages[:, :, None].expand(-1, -1, src_tokens.size(2)))
             net_input = {**sample["net_input"], "src_tokens": pruned, "encoder_out": encoder_out}
@@ -101,4 +104,4 @@ class PageSumSequenceGenerator(SequenceGenerator):
         _, extra = model.decoder(prefix, encoder_out=encoder_out, features_only=True)
         scores = extra["page_weights"].mean(dim=2)  # (batch, max_pages), 0 for missing pages
         kept = scores.topk(k, dim=1).indices.sort(dim=1).values  # (batch, k)
-        return kept, model.encoder.keep_pages(encoder_out, kept)
+        return kept, model.keep_pages(encoder_out, kept)

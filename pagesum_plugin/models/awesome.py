@@ -19,7 +19,9 @@ The encoder memory reads the document's earlier segments; the decoder memory the
 summaries of those segments (the references in training, the generated summaries in
 decoding). ``forward(..., memory=SegmentMemory())`` reads the memory that the previous
 call left and leaves this segment's write pending in it; see ``modules/memory.py``
-for why writes are lazy and where the gradients stop.
+for why writes are lazy and where the gradients stop. ``--memory-grad-segments K``: the
+loss of a segment back-propagates through the memory writes of the K segments before it
+(truncated back-propagation through the memory; 0: through every earlier write).
 """
 
 import logging
@@ -40,15 +42,22 @@ from ..modules.memory import (
     MemoryDecoderLayer,
     MemoryEncoderLayer,
     MemorySlots,
-    PendingWrite,
     SegmentMemory,
+    SegmentStates,
+    advance,
     build_memory,
+    replay,
+    write_seed,
 )
 
 logger = logging.getLogger(__name__)
 
 MEMORY_SIDES = ("both", "encoder", "decoder")
 MEMORY_DEPTH = 3  # layers that hold a memory by default (Sec. 3.1, "selective installation")
+# Truncated back-propagation through the memory: a segment's loss reaches the writes of the
+# 1 segment before it (Sec. 3.1: SG on the segment states only; constant memory in the
+# number of segments, App. C.2). See modules/memory.py.
+MEMORY_GRAD_SEGMENTS = 1
 
 
 def memory_layer_ids(args, side: str, num_layers: int) -> Tuple[int, ...]:
@@ -70,18 +79,6 @@ def memory_layer_ids(args, side: str, num_layers: int) -> Tuple[int, ...]:
 def _new_memory(args, embed_dim: int, heads: int):
     return build_memory(args.memory, embed_dim, heads, args.memory_slots, args.compression_rate,
                         args.dropout, args.attention_dropout)
-
-
-def _initial_slots(memory, rows: int, like: Tensor) -> MemorySlots:
-    if memory.kind == "compressive":
-        return memory.initial_slots(rows, like)
-    return memory.initial_slots(rows)
-
-
-def _resolve(memory, pending: Optional[PendingWrite], rows: int, like: Tensor) -> MemorySlots:
-    if memory.kind == "compressive":
-        return memory.resolve(pending, rows, like)
-    return memory.resolve(pending, rows)
 
 
 class AwesomeEncoder(TransformerEncoder):
@@ -120,7 +117,7 @@ class AwesomeEncoder(TransformerEncoder):
         rows = src_tokens.size(0)
         memories = self.memories
         if encoder_memory is None:
-            encoder_memory = [_initial_slots(m, rows, self.embed_tokens.weight) for m in memories]
+            encoder_memory = [m.initial_slots(rows, self.embed_tokens.weight) for m in memories]
 
         padding = src_tokens.eq(self.padding_idx)  # (rows, seg_len)
         has_pads = padding.any()
@@ -268,7 +265,7 @@ class AwesomeDecoder(TransformerDecoder):
         values = (encoder_out or {}).get("decoder_memory", [])
         if values:
             return [MemorySlots(v, e) for v, e in zip(values, encoder_out["decoder_memory_empty"])]
-        return [_initial_slots(m, rows, self.embed_tokens.weight) for m in self.memories]
+        return [m.initial_slots(rows, self.embed_tokens.weight) for m in self.memories]
 
 
 @register_model("awesome")
@@ -278,6 +275,10 @@ class AwesomeModel(LongInputBARTModel):
 
     encoder_class = AwesomeEncoder
     decoder_class = AwesomeDecoder
+    # the generator's contract (generation/contract.py): one segment per row, no pages
+    mixes_pages = False
+    prunes_pages = False
+
     @staticmethod
     def add_args(parser):
         BARTModel.add_args(parser)
@@ -290,24 +291,38 @@ class AwesomeModel(LongInputBARTModel):
         parser.add_argument("--memory-in", choices=MEMORY_SIDES,
                             help="memories in the encoder, the decoder or both (Table 10 ablations)")
         parser.add_argument("--compression-rate", type=int, metavar="R", help="compressive memory's ratio r")
+        parser.add_argument("--memory-grad-segments", type=int, metavar="K",
+                            help="a segment's loss back-propagates through the memory writes of the K segments "
+                            f"before it, and into the initial memory from the first K + 1 segments (0: every "
+                            f"earlier segment; memory then grows with the document) (default: {MEMORY_GRAD_SEGMENTS})")
 
     @classmethod
     def build_model(cls, args, task):
         args = as_bart_args(args)  # a Namespace carries the memory options to the layers
         _awesome_defaults(args, slots=args.encoder_embed_dim)  # m = d, as in the paper, if no architecture set it
-        return super().build_model(args, task)
+        if args.memory_grad_segments < 0:
+            raise ValueError("--memory-grad-segments must be 0 (every segment) or more, "
+                             f"got {args.memory_grad_segments}")
+        model = super().build_model(args, task)
+        model.memory_grad_segments = args.memory_grad_segments
+        return model
 
     def read_memory(self, memory: Optional[SegmentMemory], rows: int) -> Tuple[List[MemorySlots], List[MemorySlots]]:
         """The slots every memory layer reads for this segment: the pending writes applied
         (in the current graph), or the initial memories before the first segment."""
+        encoder_chains, decoder_chains = self.memory_windows(memory, rows)
+        return [chain[-1] for chain in encoder_chains], [chain[-1] for chain in decoder_chains]
+
+    def memory_windows(self, memory: Optional[SegmentMemory], rows: int):
+        """Per memory layer (encoder, then decoder), the window ``modules.memory.replay`` computes."""
         like = self.encoder.embed_tokens.weight
-        encoder_writes = memory.encoder if memory is not None and memory.encoder is not None else None
-        decoder_writes = memory.decoder if memory is not None and memory.decoder is not None else None
-        encoder_slots = [_resolve(m, encoder_writes[i] if encoder_writes else None, rows, like)
-                         for i, m in enumerate(self.encoder.memories)]
-        decoder_slots = [_resolve(m, decoder_writes[i] if decoder_writes else None, rows, like)
-                         for i, m in enumerate(self.decoder.memories)]
-        return encoder_slots, decoder_slots
+        started = memory is not None and memory.started
+
+        def windows(memories, pending) -> list:
+            return [replay(m, pending[i] if started else None, rows, like) for i, m in enumerate(memories)]
+
+        return (windows(self.encoder.memories, memory.encoder if started else None),
+                windows(self.decoder.memories, memory.decoder if started else None))
 
     def forward(
         self,
@@ -322,22 +337,30 @@ class AwesomeModel(LongInputBARTModel):
         """One segment per row: src_tokens (rows, seg_len), prev_output_tokens (rows, tgt_len).
         With ``memory``, reads what it holds and leaves this segment's write in it."""
         rows = src_tokens.size(0)
-        encoder_slots, decoder_slots = self.read_memory(memory, rows)
+        encoder_chains, decoder_chains = self.memory_windows(memory, rows)
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
-                                   encoder_memory=encoder_slots, decoder_memory=decoder_slots)
+                                   encoder_memory=[c[-1] for c in encoder_chains],
+                                   decoder_memory=[c[-1] for c in decoder_chains])
         x, extra = self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only)
         if memory is not None:
-            source_padding = encoder_out["encoder_padding_mask"][0]  # (rows, seg_len)
-            summary_padding = prev_output_tokens.eq(self.decoder.padding_idx)  # (rows, tgt_len)
-            memory.encoder = [
-                PendingWrite(slots.detach(), states.transpose(0, 1).detach(), source_padding)
-                for slots, states in zip(encoder_slots, encoder_out["memory_states"])
-            ]
-            memory.decoder = [
-                PendingWrite(slots.detach(), states.transpose(0, 1).detach(), summary_padding)
-                for slots, states in zip(decoder_slots, extra["memory_states"])
-            ]
+            self._leave_writes(memory, encoder_chains, encoder_out["memory_states"],
+                               encoder_out["encoder_padding_mask"][0], side="encoder")
+            self._leave_writes(memory, decoder_chains, extra["memory_states"],
+                               prev_output_tokens.eq(self.decoder.padding_idx), side="decoder")
         return x, extra
+
+    def _leave_writes(self, memory: SegmentMemory, chains, states: List[Tensor], padding: Tensor, side: str) -> None:
+        """This segment's writes, pending in ``memory`` with the window they extend. Without
+        gradients (decoding, validation) a window of one write computes the same slots."""
+        window = self.memory_grad_segments if torch.is_grad_enabled() else 1
+        replayable = window != 1 and self.training  # a write that may run again must draw the same dropout
+        pending = getattr(memory, side) if memory.started else None
+        writes = []
+        for i, (chain, written) in enumerate(zip(chains, states)):  # written: (len, rows, dim)
+            seed = write_seed() if replayable else None
+            segment = SegmentStates(written.transpose(0, 1).detach(), padding, seed)
+            writes.append(advance(pending[i] if pending else None, chain, segment, window))
+        setattr(memory, side, writes)
 
     def set_beam_size(self, beam):
         """BART's beamable-attention shortcut makes encoder reordering a no-op; the decoder
@@ -362,6 +385,8 @@ def _awesome_defaults(args, slots: int):
     args.memory_layers = getattr(args, "memory_layers", None)
     args.memory_in = getattr(args, "memory_in", "both")
     args.compression_rate = getattr(args, "compression_rate", None) or 5
+    if getattr(args, "memory_grad_segments", None) is None:
+        args.memory_grad_segments = MEMORY_GRAD_SEGMENTS
 
 
 @register_model_architecture("awesome", "awesome_bart_large")

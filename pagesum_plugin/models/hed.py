@@ -3,10 +3,11 @@ multi-document summarization, without new parameters.
 
 Data layout. ``src_tokens`` is (batch, max_docs, doc_len), as the ``documents`` view
 makes it (``--view documents --max-source-tokens 4096``): every source document of a
-cluster is ``<s> doc </s>``, the cluster cut to 4,096 tokens in all, then all-padding
-documents up to ``max_docs``. Each document keeps its closing ``</s>``: every document is
-then exactly the input BART was pre-trained on, and a cluster of one document is plain
-BART on ``<s> doc </s>``. Its ``<s>`` is the document's start-of-document (SOD) token.
+cluster is ``<s> doc </s>``, cut to an equal share of the 4,096 tokens (PRIMERA's
+truncation, which the paper follows), then all-padding documents up to ``max_docs``.
+Each document keeps its closing ``</s>``: every document is then exactly the input BART
+was pre-trained on, and a cluster of one document is plain BART on ``<s> doc </s>``. Its
+``<s>`` is the document's start-of-document (SOD) token.
 
 Encoder (Section 4.1). Positions restart at 0 in every document; a document longer than
 1,024 tokens uses positions past BART's table, which HED extends to 4,096 by tiling
@@ -180,7 +181,10 @@ class HEDModel(LongInputBARTModel):
 
     encoder_class = HEDEncoder
     decoder_class = HEDDecoder
-    mixes_pages = True  # documents' weights (Eq. 4) come back in fairseq's "attn" slot
+    # the generator's contract (generation/contract.py): the documents' weights (Eq. 4) come
+    # back in fairseq's "attn" slot; documents meet in every encoder layer, so none can be dropped
+    mixes_pages = True
+    prunes_pages = False
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)

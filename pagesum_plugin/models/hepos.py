@@ -3,7 +3,10 @@
 The encoder reads one flat sequence of up to ``--max-source-positions`` tokens (the task's
 ``--view flat``: ``src_tokens`` (batch, 1, src_len), or plain (batch, src_len)); its
 self-attention is chosen by ``--encoder-attention`` (full, sliding window with optional
-global tokens and stride, LSH, Sinkhorn: Section 2). The decoder's encoder-decoder attention
+global tokens and stride, LSH, Sinkhorn: Section 2). With LSH or Sinkhorn the layers
+alternate, as in the authors' released model (``--encoder-layout hybrid``, the default):
+layers 0, 2, 4, ... attend within a sliding window, layers 1, 3, 5, ... with LSH or
+Sinkhorn; ``--encoder-layout uniform`` gives every layer LSH or Sinkhorn. The decoder's encoder-decoder attention
 is chosen by ``--cross-attention``: HEPOS, head-wise positional strides (Section 3, Eq. 1),
 full, or Linformer (the paper's encoder-decoder baseline).
 
@@ -34,11 +37,14 @@ from ..modules.hepos_attention import CrossAttention, HeposAttention, LinformerC
 logger = logging.getLogger(__name__)
 
 ENCODER_ATTENTIONS = ("full", "window", "lsh", "sinkhorn")
+LEARNED_PATTERNS = ("lsh", "sinkhorn")  # what --encoder-layout alternates with sliding windows
+ENCODER_LAYOUTS = ("hybrid", "uniform")
 CROSS_ATTENTIONS = ("hepos", "full", "linformer")
 POSITION_EXTENSIONS = ("random", "tile")
 # The paper's settings (Section 6.2): comparable memory with w = l * b_l = 2 * b_s = 256, s_h = n / k = 4.
 DEFAULTS = dict(
     encoder_attention="full",
+    encoder_layout="hybrid",  # the authors' release (LongDocSum): window and LSH/Sinkhorn layers alternate
     cross_attention="hepos",
     hepos_stride=4,
     extend_positions="random",
@@ -50,8 +56,8 @@ DEFAULTS = dict(
     lsh_buckets=0,  # 0: 2 * max_source_positions / bucket size, rounded up to even
     lsh_seed=1,
     sinkhorn_block_size=128,
-    sinkhorn_iterations=8,
-    sinkhorn_temperature=0.75,
+    sinkhorn_iterations=7,  # the authors' sorting network (LongDocSum, utils/sinkhorn.py)
+    sinkhorn_temperature=0.7,
     linformer_k=0,  # 0: max_source_positions / 4
 )
 NEW_PARAMETER_SUFFIXES = ("encoder_attn.compress_k.weight", "encoder_attn.compress_v.weight")
@@ -76,10 +82,23 @@ def flat_source(src_tokens: Tensor) -> Tensor:
     return src_tokens
 
 
+def layer_attention(cfg, layer_index: int) -> str:
+    """The self-attention of encoder layer ``layer_index`` (0-based): ``--encoder-attention``,
+    except that the hybrid layout gives the even layers of an LSH or Sinkhorn encoder a
+    sliding window."""
+    kind = option(cfg, "encoder_attention")
+    layout = option(cfg, "encoder_layout")
+    if layout not in ENCODER_LAYOUTS:
+        raise ValueError(f"unknown --encoder-layout {layout!r}; choose from {', '.join(ENCODER_LAYOUTS)}")
+    if kind in LEARNED_PATTERNS and layout == "hybrid" and layer_index % 2 == 0:
+        return "window"
+    return kind
+
+
 def build_encoder_self_attention(cfg, embed_dim: int, layer_index: int):
     common = dict(dropout=cfg.attention_dropout, q_noise=cfg.quant_noise.pq, qn_block_size=cfg.quant_noise.pq_block_size)
     heads = cfg.encoder.attention_heads
-    kind = option(cfg, "encoder_attention")
+    kind = layer_attention(cfg, layer_index)
     if kind == "window":
         return SlidingWindowAttention(embed_dim, heads, window_size=option(cfg, "window_size"),
                                       global_tokens=option(cfg, "global_tokens"), stride=option(cfg, "window_stride"),
@@ -118,7 +137,7 @@ class HeposEncoderLayer(TransformerEncoderLayerBase):
         super().__init__(cfg)
 
     def build_self_attention(self, embed_dim, cfg):
-        if option(cfg, "encoder_attention") == "full":
+        if layer_attention(cfg, self.layer_index) == "full":
             return super().build_self_attention(embed_dim, cfg)
         return build_encoder_self_attention(cfg, embed_dim, self.layer_index)
 
@@ -163,7 +182,9 @@ class HeposModel(LongInputBARTModel):
 
     encoder_class = HeposEncoder
     decoder_class = HeposDecoder
-    mixes_pages = False  # one flat sequence: the generator reports no page weights
+    # the generator's contract (generation/contract.py): one flat sequence, no pages
+    mixes_pages = False
+    prunes_pages = False
 
     @staticmethod
     def add_args(parser):
@@ -171,6 +192,10 @@ class HeposModel(LongInputBARTModel):
         parser.add_argument("--encoder-attention", choices=ENCODER_ATTENTIONS,
                             help="encoder self-attention: full (BART), window (sliding window, optionally with "
                             "--global-tokens and --window-stride), lsh, sinkhorn (default: full)")
+        parser.add_argument("--encoder-layout", choices=ENCODER_LAYOUTS,
+                            help="with lsh or sinkhorn: hybrid (layers 0, 2, 4, ... use the sliding window of "
+                            "--window-size, layers 1, 3, 5, ... lsh or sinkhorn, as the authors' released model) or "
+                            "uniform (every layer lsh or sinkhorn) (default: hybrid)")
         parser.add_argument("--cross-attention", choices=CROSS_ATTENTIONS,
                             help="encoder-decoder attention: hepos (head-wise positional strides), full (BART), "
                             "linformer (default: hepos)")
@@ -194,8 +219,8 @@ class HeposModel(LongInputBARTModel):
         parser.add_argument("--lsh-seed", type=int, help="lsh: seed of the hash rotations at evaluation (default: 1)")
         parser.add_argument("--sinkhorn-block-size", type=int, metavar="B",
                             help="sinkhorn: tokens per block; a query sees its block and its sorted block (default: 128)")
-        parser.add_argument("--sinkhorn-iterations", type=int, help="sinkhorn: normalisation iterations (default: 8)")
-        parser.add_argument("--sinkhorn-temperature", type=float, help="sinkhorn: sorting temperature (default: 0.75)")
+        parser.add_argument("--sinkhorn-iterations", type=int, help="sinkhorn: normalisation iterations (default: 7)")
+        parser.add_argument("--sinkhorn-temperature", type=float, help="sinkhorn: sorting temperature (default: 0.7)")
         parser.add_argument("--linformer-k", type=int, metavar="K",
                             help="linformer: keys and values are projected to K rows (default: max source positions / 4)")
 

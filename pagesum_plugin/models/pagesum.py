@@ -261,7 +261,8 @@ class PageSumModel(LongInputBARTModel):
 
     encoder_class = PageSumEncoder
     decoder_class = PageSumDecoder
-    mixes_pages = True  # the generator reads page weights from fairseq's "attn" slot
+    # the generator's contract (generation/contract.py)
+    mixes_pages = True  # page weights in fairseq's "attn" slot
 
     @staticmethod
     def add_args(parser):
@@ -282,6 +283,16 @@ class PageSumModel(LongInputBARTModel):
     @property
     def page_decoding(self) -> str:
         return self.encoder.page_decoding
+
+    @property
+    def prunes_pages(self) -> bool:
+        """Page decoding mixes independently decoded pages, so a subset of them decodes alone;
+        global decoding reads all pages as one sequence."""
+        return self.page_decoding == "page"
+
+    def keep_pages(self, encoder_out: Dict[str, List[Tensor]], kept: Tensor) -> Dict[str, List[Tensor]]:
+        """The encoder output of only the pages ``kept`` (batch, k): ``PageSumEncoder.keep_pages``."""
+        return self.encoder.keep_pages(encoder_out, kept)
 
     def set_beam_size(self, beam: int, share_pages: bool = True):
         """fairseq's beam search calls this before decoding. As with BART, the beams of an

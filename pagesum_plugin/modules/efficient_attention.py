@@ -242,6 +242,9 @@ def sinkhorn(log_scores: Tensor, valid: Tensor, iterations: int) -> Tensor:
     return torch.exp(x).masked_fill(invalid, 0.0)
 
 
+SORT_EPS = 1e-6  # log(relu(R) + eps): a block pair whose score is not positive gets log(eps)
+
+
 def gumbel_noise(like: Tensor, eps: float = 1e-6) -> Tensor:
     uniform = torch.rand_like(like).clamp(eps, 1.0 - eps)
     return -torch.log(-torch.log(uniform))
@@ -249,11 +252,15 @@ def gumbel_noise(like: Tensor, eps: float = 1e-6) -> Tensor:
 
 def sinkhorn_block_sort(q_blocks: Tensor, k_blocks: Tensor, real_blocks: Tensor, iterations: int,
                         temperature: float, noise: bool) -> Tensor:
-    """The sorting network: the soft permutation that places block ``j`` next to block ``i``.
+    """The sorting network: the soft permutation that places block ``j`` next to block ``i``,
+    as the HEPOS authors compute it (LongDocSum, ``utils/sinkhorn.py``, ``AttentionSortNet``
+    and ``gumbel_sinkhorn``):
 
-    Block ``i`` scores block ``j`` by the dot product of their mean (real) query and key; the
-    scores, with Gumbel noise when ``noise`` (training only), divided by the temperature, are
-    Sinkhorn-normalised over the blocks that hold any real token.
+        R_ij = mean(q_i) . mean(k_j)                      q scaled by 1 / sqrt(head_dim)
+        P    = Sinkhorn((log(relu(R) + eps) + G) / temperature)
+
+    The means are over a block's real tokens; ``G`` is Gumbel noise, drawn when ``noise``
+    (training only). Sinkhorn normalisation runs over the blocks that hold any real token.
 
     q_blocks, k_blocks: (batch, heads, n_blocks, block, head_dim); real_blocks: (batch, 1, n_blocks, block)
     returns (batch, heads, n_blocks, n_blocks) in fp32.
@@ -263,11 +270,12 @@ def sinkhorn_block_sort(q_blocks: Tensor, k_blocks: Tensor, real_blocks: Tensor,
     q_summary = (q_blocks * real).sum(dim=3) / counts  # (batch, heads, n_blocks, head_dim)
     k_summary = (k_blocks * real).sum(dim=3) / counts
     block_scores = torch.einsum("bhid,bhjd->bhij", q_summary, k_summary).float()  # (batch, heads, n_blocks, n_blocks)
+    log_scores = torch.log(F.relu(block_scores) + SORT_EPS)
     if noise:
-        block_scores = block_scores + gumbel_noise(block_scores)
+        log_scores = log_scores + gumbel_noise(log_scores)
     has_real = real_blocks.any(dim=-1)  # (batch, 1, n_blocks)
     valid = has_real[..., :, None] & has_real[..., None, :]
-    return sinkhorn(block_scores / temperature, valid, iterations)
+    return sinkhorn(log_scores / temperature, valid, iterations)
 
 
 def sinkhorn_attention(
@@ -426,10 +434,12 @@ class SinkhornAttention(EfficientSelfAttention):
     """Section 2.3: blocks of ``block_size``, sorted by a Sinkhorn sorting network.
 
     Table 1 counts no new parameters for Sinkhorn attention: the sorting network scores
-    blocks with the layer's own (trained) query and key projections. Gumbel noise is added
-    to its scores in training only, so evaluation is deterministic."""
+    blocks with the layer's own (trained) query and key projections, as the authors' does
+    (``sinkhorn_block_sort``: log(relu(R)), 7 iterations at temperature 0.7). Gumbel noise is
+    added to its scores in training only, so that evaluation is deterministic (the authors'
+    code draws it at evaluation too)."""
 
-    def __init__(self, embed_dim, num_heads, block_size: int = 128, iterations: int = 8, temperature: float = 0.75,
+    def __init__(self, embed_dim, num_heads, block_size: int = 128, iterations: int = 7, temperature: float = 0.7,
                  **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
         if block_size < 1 or iterations < 1 or temperature <= 0:

@@ -5,23 +5,31 @@ Layout. A layer's memory is ``MemorySlots``: ``values`` (rows, m, dim) and ``emp
 (rows, m) bool, True where a slot holds nothing yet (the compressive memory fills up
 over segments; the attentive memory is always full). Rows are documents (or beams).
 
-Writing is lazy. After segment t a layer stores a ``PendingWrite``: the slots it read
-(M^{t-1}) and the segment's states (H^t), both detached. The write itself (Eq. 1-6 or
-9-12) runs when segment t+1 reads the memory, inside segment t+1's graph. So:
+Writing is lazy. After segment t a layer stores a ``PendingWrite``: the segment's states
+(H^t, detached) and the slots its write starts from. The write itself (Eq. 1-6 or 9-12)
+runs when segment t+1 reads the memory, inside segment t+1's graph, and the task
+back-propagates each segment's loss before the next segment runs. So:
 
 * gradients stop at the segment activations: no loss reaches an earlier segment's
   encoder or decoder (the ``SG`` of Eq. 2 and 12);
-* the write's own weights (the gate, the compression) are trained by the loss of the
-  segment that reads what they wrote;
-* each segment's graph holds one write per memory layer, whatever the segment count,
-  so the peak memory of training does not grow with the document.
+* gradients do cross segments through the memory itself (Eq. 9 and 5 stop nothing on
+  M^{t-1}), truncated to a window of K writes (``--memory-grad-segments K``): segment t
+  replays, in its own graph, the writes of segments t-K .. t-1 from their stored states,
+  starting from M^{t-1-K} (detached), or from the learned M^0 itself when the window
+  reaches back to it. The loss of segment t thus trains the write weights of those K
+  writes and, for t <= K + 1, the initial memory M^0. K = 0 replays every earlier write;
+* each segment's graph holds at most K writes per memory layer, however many segments a
+  document has, so the peak memory of training does not grow with the document (App. C.2);
+* a write that may be replayed draws its dropout from a seed recorded when its segment
+  ended, so every replay computes the M^t that the next segment read.
 
 ``SegmentMemory`` carries the pending writes of all memory layers of a batch from one
 segment to the next; the model reads and advances it in place, as fairseq passes its
 incremental decoding state.
 """
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -55,20 +63,31 @@ class MemorySlots:
 
 
 @dataclass
-class PendingWrite:
-    """One layer's memory between two segments: the slots the last segment read (None: the
-    initial memory) and that segment's states, all detached."""
+class SegmentStates:
+    """What one segment writes into a layer's memory: its states H^t, detached (the SG of
+    Eq. 2 and 12), their padding, and, when the write may be replayed, the seed of the
+    random generator its dropout draws from (None: the running generator)."""
 
-    slots: Optional[MemorySlots]
     states: Tensor  # (rows, len, dim)
     padding: Tensor  # (rows, len) bool
+    seed: Optional[int] = None
+
+    def index_select(self, rows: Tensor) -> "SegmentStates":
+        return SegmentStates(self.states.index_select(0, rows), self.padding.index_select(0, rows), self.seed)
+
+
+@dataclass
+class PendingWrite:
+    """One layer's memory between two segments: the writes of the last k segments (k <= K),
+    oldest first, and the slots the first of them starts from (detached; None: the
+    initial memory M^0, which stays in the graph)."""
+
+    slots: Optional[MemorySlots]
+    writes: List[SegmentStates] = field(default_factory=list)
 
     def index_select(self, rows: Tensor) -> "PendingWrite":
-        return PendingWrite(
-            None if self.slots is None else self.slots.index_select(rows),
-            self.states.index_select(0, rows),
-            self.padding.index_select(0, rows),
-        )
+        return PendingWrite(None if self.slots is None else self.slots.index_select(rows),
+                            [write.index_select(rows) for write in self.writes])
 
 
 class SegmentMemory:
@@ -89,6 +108,50 @@ class SegmentMemory:
             self.encoder = [write.index_select(rows) for write in self.encoder]
         if self.decoder is not None:
             self.decoder = [write.index_select(rows) for write in self.decoder]
+
+
+def write_seed() -> int:
+    """A seed for the dropout of a write that may be replayed, drawn from the running generator."""
+    return int(torch.randint(2 ** 62, ()))
+
+
+@contextlib.contextmanager
+def seeded(seed: Optional[int], device: torch.device):
+    """Run the block with the random generators of the CPU and ``device`` seeded with ``seed``,
+    then restore the running ones; with None, run it on the running generators."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.random.default_generator.manual_seed(seed)
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        yield
+
+
+def replay(memory: nn.Module, pending: Optional[PendingWrite], rows: int, like: Tensor) -> List[MemorySlots]:
+    """The window of a layer's memory, in the current graph: its start (M^{t-1-k}, or M^0)
+    and the slots after each of its k writes; the last entry is M^{t-1}, what segment t
+    reads. ``like``: a tensor of the model's dtype and device."""
+    chain = [memory.initial_slots(rows, like) if pending is None or pending.slots is None else pending.slots]
+    for write in pending.writes if pending is not None else []:
+        with seeded(write.seed, write.states.device):
+            chain.append(memory.write(chain[-1], write.states, write.padding))
+    return chain
+
+
+def advance(pending: Optional[PendingWrite], chain: List[MemorySlots], written: SegmentStates,
+            window: int) -> PendingWrite:
+    """The pending write after a segment that read the window ``chain`` (from ``replay``) and
+    wrote ``written``: the window's writes and this one, the oldest dropped while more than
+    ``window`` remain (0: none is dropped), the slots after the last dropped one becoming
+    the new start, detached."""
+    writes = (pending.writes if pending is not None else []) + [written]
+    dropped = max(len(writes) - window, 0) if window else 0
+    if not dropped:
+        return PendingWrite(pending.slots if pending is not None else None, writes)
+    return PendingWrite(chain[dropped].detach(), writes[dropped:])
 
 
 # --------------------------------------------------------------------------- Eq. 9-12
@@ -150,17 +213,15 @@ class AttentiveMemory(nn.Module):
         self.read_layer_norm = LayerNorm(embed_dim)
         self.dropout = nn.Dropout(dropout)
 
-    def initial_slots(self, rows: int) -> MemorySlots:
+    def initial_slots(self, rows: int, like: Optional[Tensor] = None) -> MemorySlots:
+        """M^0 for ``rows`` rows: the learned initial memory (``like`` is not needed)."""
         values = self.initial.unsqueeze(0).expand(rows, -1, -1)  # (rows, m, dim)
         return MemorySlots(values, values.new_zeros(rows, self.slots, dtype=torch.bool))
 
-    def resolve(self, pending: Optional[PendingWrite], rows: int) -> MemorySlots:
-        """M^{t-1}: the initial memory, or the pending write applied (in this graph)."""
-        if pending is None:
-            return self.initial_slots(rows)
-        previous = pending.slots if pending.slots is not None else self.initial_slots(rows)
-        values = self.update(previous.values, pending.states, pending.padding)
-        return MemorySlots(values, values.new_zeros(rows, self.slots, dtype=torch.bool))
+    def write(self, previous: MemorySlots, states: Tensor, padding: Tensor) -> MemorySlots:
+        """M^t from M^{t-1} and the segment's states (Eq. 9-12)."""
+        values = self.update(previous.values, states, padding)
+        return MemorySlots(values, values.new_zeros(values.size(0), self.slots, dtype=torch.bool))
 
     def read(self, x: Tensor, slots: MemorySlots, normalize_before: bool,
              incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None) -> Tensor:
@@ -201,17 +262,12 @@ class CompressiveMemory(nn.Module):
         self.compress = nn.Conv1d(embed_dim, embed_dim, kernel_size=rate, stride=rate)
 
     def initial_slots(self, rows: int, like: Tensor) -> MemorySlots:
+        """M^0 for ``rows`` rows: every slot empty (``like``: the model's dtype and device)."""
         values = like.new_zeros(rows, self.slots, like.size(-1))
         return MemorySlots(values, torch.ones(rows, self.slots, dtype=torch.bool, device=like.device))
 
-    def resolve(self, pending: Optional[PendingWrite], rows: int, like: Tensor) -> MemorySlots:
-        if pending is None:
-            return self.initial_slots(rows, like)
-        previous = pending.slots if pending.slots is not None else self.initial_slots(rows, like)
-        return self.update(previous, pending.states, pending.padding)
-
-    def update(self, slots: MemorySlots, states: Tensor, padding: Tensor) -> MemorySlots:
-        """Eq. 1-6 for every row. slots: M^{t-1}; states: (rows, len, dim) H^t_inp; padding: (rows, len)."""
+    def write(self, slots: MemorySlots, states: Tensor, padding: Tensor) -> MemorySlots:
+        """M^t by Eq. 1-6 for every row. slots: M^{t-1}; states: (rows, len, dim) H^t_inp; padding: (rows, len)."""
         half = self.slots // 2
         states = states.detach()  # SG(H)
         values, empty = [], []

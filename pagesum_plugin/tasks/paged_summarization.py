@@ -23,6 +23,7 @@ from ..corpus.views import VIEWS, ViewConfig
 from ..data.paged_dataset import PagedSummarizationDataset
 from ..evaluation.rouge import corpus_rouge
 from ..generation import PageSumSequenceGenerator
+from ..generation.contract import model_name
 from ..generation.defaults import for_dataset
 from ..generation.outputs import InputOrderFile, page_weights_record
 from .one_dictionary import OneDictionaryTask
@@ -180,6 +181,9 @@ class PagedSummarizationTask(OneDictionaryTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
+        # a rival decodes a dataset as its authors did, where they did otherwise (SYSTEMS)
+        self.generation_defaults = replace(for_dataset(self.meta.dataset, model_name(model), self.decodes_segments),
+                                           top_pages=self.cfg.top_pages)
         if self.cfg.eval_rouge:
             gen_args = argparse.Namespace(**{**self.generation_defaults.as_kwargs(),
                                              **json.loads(self.cfg.eval_rouge_args)})

@@ -86,3 +86,56 @@ def merge_heads(module: MultiheadAttention, out: torch.Tensor) -> torch.Tensor:
     """(batch, heads, len, head_dim) -> the module's output (len, batch, dim)."""
     batch, heads, length, head_dim = out.shape
     return module.out_proj(out.permute(2, 0, 1, 3).reshape(length, batch, heads * head_dim).to(module.out_proj.weight.dtype))
+
+
+def reference_block_sort(q, k, padding, block: int, iterations: int, temperature: float) -> torch.Tensor:
+    """The HEPOS authors' sorting network, block by block with plain loops: R_ij is the dot
+    product of block i's mean query and block j's mean key (real tokens only), and the sort
+    is ``iterations`` rounds of row then column normalisation of exp(log(relu(R) + 1e-6) / T)
+    over the blocks holding a real token (0 elsewhere).
+
+    q, k: (batch, heads, len, head_dim), q scaled, len a multiple of ``block``; padding:
+    (batch, len). Returns (batch, heads, n_blocks, n_blocks) in fp64."""
+    q, k = q.detach(), k.detach()
+    batch, heads, length, _ = q.shape
+    n = length // block
+    out = torch.zeros(batch, heads, n, n, dtype=torch.float64)
+    for b in range(batch):
+        real = ~padding[b].view(n, block)  # (n_blocks, block)
+        blocks = [i for i in range(n) if real[i].any()]
+        for h in range(heads):
+            mean = lambda x, i: x[b, h, i * block:(i + 1) * block][real[i]].double().mean(0)  # noqa: E731
+            scores = torch.tensor([[float(mean(q, i) @ mean(k, j)) for j in blocks] for i in blocks],
+                                  dtype=torch.float64)
+            sort = torch.exp(torch.log(scores.clamp_min(0.0) + 1e-6) / temperature)
+            for _ in range(iterations):
+                sort = sort / sort.sum(1, keepdim=True)
+                sort = sort / sort.sum(0, keepdim=True)
+            for a, i in enumerate(blocks):
+                for c, j in enumerate(blocks):
+                    out[b, h, i, j] = sort[a, c]
+    return out
+
+
+def sinkhorn_dense_reference(q, k, v, padding, block: int, sort: torch.Tensor) -> torch.Tensor:
+    """Sinkhorn attention spelled out from a sort matrix: the queries of block i attend, in one
+    softmax, to the real keys of block i and to the sorted block's slots, slot t holding
+    sum_j sort[i, j] k[j, t] over the real keys of the blocks (a slot with no real key behind it
+    is masked). Values mix the same way.
+
+    q, k, v: (batch, heads, len, head_dim), q scaled, len a multiple of ``block``; padding:
+    (batch, len); sort: (batch, heads, n_blocks, n_blocks). Returns (batch, heads, len, head_dim)."""
+    batch, heads, length, head_dim = q.shape
+    n = length // block
+    out = torch.zeros(batch, heads, length, head_dim, dtype=torch.float64)
+    for b, h, i in torch.cartesian_prod(torch.arange(batch), torch.arange(heads), torch.arange(n)).tolist():
+        own = slice(i * block, (i + 1) * block)
+        real = (~padding[b]).double().view(n, block)  # (n_blocks, block)
+        mixing = sort[b, h, i].double()[:, None] * real  # (n_blocks, block): block j's weight in slot t
+        sorted_k = torch.einsum("jt,jtd->td", mixing, k[b, h].double().view(n, block, head_dim))
+        sorted_v = torch.einsum("jt,jtd->td", mixing, v[b, h].double().view(n, block, head_dim))
+        keys, values = torch.cat([k[b, h, own].double(), sorted_k]), torch.cat([v[b, h, own].double(), sorted_v])
+        masked = torch.cat([padding[b, own], mixing.sum(0) <= 0])  # (2 * block,)
+        scores = (q[b, h, own].double() @ keys.t()).masked_fill(masked, float("-inf"))
+        out[b, h, own] = torch.nan_to_num(torch.softmax(scores, -1)) @ values
+    return out
