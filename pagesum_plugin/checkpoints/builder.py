@@ -7,7 +7,7 @@ own), overridden by explicit flags, never restated here.
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 from fairseq import options, tasks
@@ -28,11 +28,16 @@ def dictionary_directory(dictionary: Dictionary, directory: str | Path) -> str:
     return str(directory)
 
 
-def build_model(data_dir: str | Path, arch: str, *flags: str, task: str = "paged_summarization"):
+def build_model(data_dir: str | Path, arch: str, *flags: str, task: str = "paged_summarization",
+                settings: Optional[dict] = None):
     """(args, task, model) for architecture ``arch`` over the data directory ``data_dir``, with
-    fairseq command-line ``flags``; the weights are freshly initialised."""
+    fairseq command-line ``flags``; the weights are freshly initialised. ``settings`` are model
+    arguments set over the architecture's defaults, for those no flag can set (BART's
+    architectures fix ``no_scale_embedding`` at True, and its flag can only set True)."""
     argv = [str(data_dir), "--user-dir", PLUGIN_DIR, "--task", task, "--arch", arch, *flags]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    for name, value in (settings or {}).items():
+        setattr(args, name, value)
     fairseq_task = tasks.setup_task(args)
     return args, fairseq_task, fairseq_task.build_model(args)
 

@@ -37,7 +37,7 @@ from ..corpus.tokenizers import GPT2_FILES
 from .builder import build_model, save_checkpoint
 from .errors import ConversionError
 from .hf_config import (HF_GENERATION, architecture_for, bart_config_from_args, check_bart_config, fairseq_flags,
-                        model_args)
+                        fairseq_settings, model_args)
 from .hf_vocab import (gpt2_id_vocabulary, hf_id_vocabulary, read_hf_vocab, write_bpe_files, write_dictionary,
                        write_hf_tokenizer)
 from .hf_weights import (LIN_KEYS, fairseq_state_to_hf, fill_model, hf_state_to_fairseq, hf_weights,
@@ -83,7 +83,8 @@ def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
     has_bpe = all((out / name).exists() for name in GPT2_FILES)
     CorpusMeta(tokenizer="gpt2" if has_bpe else "none", dictionary_size=vocab_size).save(out)
 
-    args, _, model = build_model(out, architecture_for(config), *fairseq_flags(config, page_decoding))
+    args, _, model = build_model(out, architecture_for(config), *fairseq_flags(config, page_decoding),
+                                 settings=fairseq_settings(config))
     fill_model(model, converted, source)
     path = out / CHECKPOINT_NAME
     save_checkpoint(path, args, model)
