@@ -22,11 +22,11 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
-from fairseq import checkpoint_utils
 from torch import nn
 
 from .awesome.documents import unit_texts
 from .awesome.extract import SalientExtractor
+from .checkpoints.loading import load_for_inference
 from .corpus.readers import example_from_raw
 from .corpus.views import assemble_pages
 
@@ -44,12 +44,12 @@ def from_pretrained(
     data_name_or_path: Optional[str] = None,
     **arg_overrides,
 ) -> "PageSumHubInterface":
-    """Load ``model_dir/checkpoint_file``; the data directory (dict.txt, meta.json and the
-    tokenizer files written by pagesum-preprocess) defaults to ``model_dir``."""
-    data_dir = data_name_or_path or model_dir
-    path = os.path.join(model_dir, checkpoint_file)
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data_dir, **arg_overrides})
-    return PageSumHubInterface(task, models[0], data_dir)
+    """Load ``model_dir/checkpoint_file`` (or ``model_dir``, when it is the checkpoint file).
+    The data directory (dict.txt, meta.json and the tokenizer files written by
+    pagesum-preprocess) defaults to the one the checkpoint was trained on, else
+    ``model_dir``. Mistakes raise ``CheckpointError`` with one line saying what to change."""
+    model, task, data_dir = load_for_inference(model_dir, checkpoint_file, data_name_or_path, arg_overrides)
+    return PageSumHubInterface(task, model, data_dir)
 
 
 class PageSumHubInterface(nn.Module):

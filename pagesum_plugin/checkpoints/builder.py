@@ -17,7 +17,9 @@ from omegaconf import OmegaConf
 
 from ..corpus.format import DICT_FILE, CorpusMeta
 
-PLUGIN_DIR = str(Path(__file__).resolve().parents[1])
+# The package's folder as Python imported it (not resolved: fairseq's --user-dir refuses a
+# second path to a package already imported, and an install may link the folder).
+PLUGIN_DIR = str(Path(__file__).parents[1])
 
 
 def dictionary_directory(dictionary: Dictionary, directory: str | Path) -> str:
