@@ -48,6 +48,7 @@
 set -euo pipefail
 
 PAGESUM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$PAGESUM_ROOT/recipes/outputs.sh"
 USER_DIR=${USER_DIR:-$PAGESUM_ROOT/pagesum_plugin}
 CONFIG_DIR=$PAGESUM_ROOT/recipes/config
 RECIPE=${RECIPE:-$(basename "$0" .sh)}
@@ -216,8 +217,8 @@ score_stage() {
         run pagesum-score --hyp "$run_dir/test.hyp.txt" --ref "$data/test.reference.txt" --json
         return 0
     fi
-    run pagesum-score --hyp "$run_dir/test.hyp.txt" --ref "$data/test.reference.txt" --json \
-        >"$run_dir/scores.json"
+    to_file "$run_dir/scores.json" run pagesum-score --hyp "$run_dir/test.hyp.txt" --ref "$data/test.reference.txt" \
+        --json
     cat "$run_dir/scores.json"
 }
 

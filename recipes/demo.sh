@@ -17,6 +17,7 @@
 #   SKIP_SETUP=1    use the active Python environment instead of running setup.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. recipes/outputs.sh
 START=$SECONDS
 
 LOCALITY=${LOCALITY:-discourse}
@@ -103,15 +104,15 @@ step "pagesum-baseline: Lead-3"
 quietly baseline pagesum-baseline --input "$DATA" --split test --method lead --k 3 --out "$RUN/test.lead3.txt"
 
 step "pagesum-score: the model, then Lead-3, against the abstracts"
-pagesum-score --hyp "$RUN/test.hyp.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.model.json" 2>"$LOGS/score.log"
-pagesum-score --hyp "$RUN/test.lead3.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.lead3.json" 2>>"$LOGS/score.log"
+to_file "$RUN/scores.model.json" pagesum-score --hyp "$RUN/test.hyp.txt" --ref "$DATA/test.reference.txt" --json 2>"$LOGS/score.log"
+to_file "$RUN/scores.lead3.json" pagesum-score --hyp "$RUN/test.lead3.txt" --ref "$DATA/test.reference.txt" --json 2>>"$LOGS/score.log"
 
 step "pagesum-plot page-importance: the first test paper"
 quietly plot pagesum-plot page-importance --weights "$RUN/test.page_weights.jsonl" --id "$(head -n 1 "$DATA/test.ids.txt")" \
     --out "$RUN/page_importance.png"
 
 step "report"
-python - "$DATA" "$RUN" "$LOGS" "$((SECONDS - START))" 2>"$LOGS/report.log" <<'EOF' | tee "$RUN/report.txt"
+to_file "$RUN/report.txt" python - "$DATA" "$RUN" "$LOGS" "$((SECONDS - START))" 2>"$LOGS/report.log" <<'EOF'
 import json, re, sys
 from pathlib import Path
 
@@ -156,3 +157,4 @@ for what, path in (("summaries", "test.hyp.txt"), ("Lead-3", "test.lead3.txt"), 
     print(f"  {what:21} {run / path}")
 print(f"  {'full logs':21} {logs}/ (setup, preprocess, train, generate, baseline, score, plot)")
 EOF
+cat "$RUN/report.txt"

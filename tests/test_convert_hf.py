@@ -182,6 +182,18 @@ def test_nonzero_final_logits_bias_is_refused(bpe, tmp_path):
     assert not (tmp_path / "out" / "model.pt").exists()
 
 
+def test_a_conversion_that_fails_writes_no_file(bpe, tmp_path):
+    model = random_bart(len(bpe[1]))
+    hf_dir = write_hf_dir(tmp_path / "hf", model, bpe)
+    torch.save({**model.state_dict(), "lin.weight": torch.zeros(1, D_MODEL)}, tmp_path / "half_lin.bin")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("kept\n")
+    with pytest.raises(SystemExit, match="only part of the lin layer is present"):
+        main(["from-hf", str(hf_dir), str(tmp_path / "out"), "--state-dict", str(tmp_path / "half_lin.bin")])
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["half_lin.bin", "hf", "out"]
+
+
 def test_every_field_of_bart_config_is_converted_checked_or_without_effect():
     fields = set(transformers.BartConfig().to_dict())
     placed = set().union(*BART_CONFIG_FIELDS.values())

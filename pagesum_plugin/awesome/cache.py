@@ -29,7 +29,7 @@ from typing import List
 
 import numpy as np
 
-from ..corpus.format import CorpusFormatError
+from ..corpus.format import CorpusFormatError, replaced_when_written
 
 SALIENT_SOURCES = ("oracle", "extractor")
 # 2: every segment's target reads after another sentence (a leading space), so that the
@@ -98,11 +98,15 @@ def _offsets(counts) -> np.ndarray:
 
 def save_segmentation(data_dir, split: str, tag: str, segment_ids: np.ndarray, targets: SegmentTargets,
                       settings: dict) -> None:
-    np.save(segments_path(data_dir, split, tag), segment_ids.astype(np.int32))
-    targets.save(targets_path(data_dir, split, tag))
     info = {**settings, "units": int(len(segment_ids)), "segments": int(len(targets.lengths)),
             "targets_format": TARGETS_FORMAT}
-    Path(data_dir, f"{split}.segments.{tag}.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    # the three files are written under temporary names, then all take their names
+    with replaced_when_written(segments_path(data_dir, split, tag)) as segments, \
+            replaced_when_written(targets_path(data_dir, split, tag)) as targets_file, \
+            replaced_when_written(Path(data_dir, f"{split}.segments.{tag}.json")) as record:
+        np.save(segments, segment_ids.astype(np.int32))
+        targets.save(targets_file)
+        record.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def segmentation_settings(data_dir, split: str, tag: str) -> dict:

@@ -17,7 +17,7 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 
-from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit, EncodedDocument
+from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit, EncodedDocument, replaced_when_written
 from ..criterions.salient_extraction import sentence_probabilities
 from .cache import salient_path
 from .data import sentence_inputs
@@ -95,7 +95,8 @@ def main(argv=None) -> int:
         model = model.to(device)
         for split in args.splits or meta.splits:
             labels = predict_split(model, task, split, args.threshold, device, args.batch_size)
-            np.save(salient_path(args.data, split, "extractor"), labels)
+            with replaced_when_written(salient_path(args.data, split, "extractor")) as partial:
+                np.save(partial, labels)
             line = f"{PROG}: {split}: {int(labels.sum())} of {len(labels)} sentences salient"
             oracle = salient_path(args.data, split, "oracle")
             if oracle.exists():

@@ -17,7 +17,7 @@ from typing import List, Tuple
 import numpy as np
 
 from ..corpus.codec import TextCodec
-from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
+from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit, replaced_when_written
 from .cache import salient_path
 from .documents import unit_texts
 from .oracle import oracle_labels
@@ -67,7 +67,8 @@ def main(argv=None) -> int:
         meta = CorpusMeta.load(args.data)
         for split in args.splits or meta.splits:
             labels = label_split(args.data, split, args.workers)
-            np.save(salient_path(args.data, split, "oracle"), labels)
+            with replaced_when_written(salient_path(args.data, split, "oracle")) as partial:
+                np.save(partial, labels)
             examples = len(CorpusSplit(args.data, split))
             print(f"{PROG}: {split}: {int(labels.sum())} of {len(labels)} sentences salient "
                   f"({labels.sum() / max(examples, 1):.1f} per example) -> {salient_path(args.data, split, 'oracle')}")

@@ -15,7 +15,7 @@ from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from omegaconf import OmegaConf
 
-from ..corpus.format import DICT_FILE, CorpusMeta
+from ..corpus.format import DICT_FILE, CorpusMeta, replaced_when_written
 
 # The package's folder as Python imported it (not resolved: fairseq's --user-dir refuses a
 # second path to a package already imported, and an install may link the folder).
@@ -25,7 +25,8 @@ PLUGIN_DIR = str(Path(__file__).parents[1])
 def dictionary_directory(dictionary: Dictionary, directory: str | Path) -> str:
     """A data directory holding only a dictionary: enough for the task to build a model."""
     os.makedirs(directory, exist_ok=True)
-    dictionary.save(os.path.join(directory, DICT_FILE))
+    with replaced_when_written(os.path.join(directory, DICT_FILE)) as partial:
+        dictionary.save(str(partial))
     CorpusMeta(tokenizer="none", dictionary_size=len(dictionary)).save(directory)
     return str(directory)
 
@@ -59,7 +60,8 @@ def checkpoint_state(args, model: torch.nn.Module) -> dict:
 
 
 def save_checkpoint(path: str | Path, args, model: torch.nn.Module) -> None:
-    torch.save(checkpoint_state(args, model), str(path))
+    with replaced_when_written(path) as partial:
+        torch.save(checkpoint_state(args, model), str(partial))
 
 
 def flags_of(pairs: Sequence[tuple]) -> list:

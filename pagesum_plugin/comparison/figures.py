@@ -5,7 +5,6 @@ point at toy sizes); the budget is a dashed line. Files are written under a temp
 moved into place, so a failed run leaves no half-written figure.
 """
 
-import os
 from pathlib import Path
 from typing import Dict, Sequence
 
@@ -13,6 +12,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display needed
 import matplotlib.pyplot as plt  # noqa: E402
+
+from ..corpus.format import replaced_when_written  # noqa: E402
 
 METRIC_LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum"}
 MARKERS = "osD^vP*Xh<>"
@@ -51,8 +52,7 @@ def _point(ax, index: int, x: float, y: float, label: str) -> None:
 
 def _save(fig, out: Path) -> None:
     fig.tight_layout()
-    partial = out.with_name(out.stem + ".partial" + out.suffix)
-    fig.savefig(partial, dpi=150)
+    with replaced_when_written(out) as partial:
+        fig.savefig(partial, dpi=150)
     plt.close(fig)
-    os.replace(partial, out)
 

@@ -76,8 +76,7 @@ class CorpusMeta:
     format_version: int = FORMAT_VERSION
 
     def save(self, data_dir: str | Path) -> None:
-        text = json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
-        (Path(data_dir) / META_FILE).write_text(text, encoding="utf-8")
+        write_atomically(Path(data_dir) / META_FILE, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, data_dir: str | Path) -> "CorpusMeta":
@@ -312,13 +311,48 @@ class _EmptyItems:
 # --------------------------------------------------------------------------- writing atomically
 
 
+def partial_path(path: str | Path) -> Path:
+    """Where ``path`` is written before it is complete: beside it, with its extension kept (for
+    tools that read the format from the name: ``fig.partial.png``, ``labels.partial.npy``)."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.partial{path.suffix}")
+
+
+@contextmanager
+def replaced_when_written(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary name to write ``path`` to; it replaces ``path`` when the block succeeds
+    and is removed when it fails, so a failure leaves the old file, or none."""
+    partial = partial_path(path)
+    try:
+        yield partial
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, path)
+
+
 def write_atomically(path: str | Path, text: str) -> None:
     """Write a UTF-8 text file under a temporary name, then move it into place: a reader never
     sees half of it."""
-    path = Path(path)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    with replaced_when_written(path) as partial:
+        partial.write_text(text, encoding="utf-8")
+
+
+@contextmanager
+def staged_files(out_dir: str | Path) -> Iterator[Path]:
+    """Yield a temporary folder beside ``out_dir`` to write files into; when the block succeeds
+    they move into ``out_dir`` (created if needed; its other files stay), when it fails none
+    of them appears."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        yield staging
+        out_dir.mkdir(exist_ok=True)
+        for item in sorted(staging.iterdir()):
+            os.replace(item, out_dir / item.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 @contextmanager

@@ -83,6 +83,7 @@ class PagedSummarizationConfig(FairseqDataclass):
         metadata={"help": "decode with only the k pages of highest confidence (0: all pages)"},
     )
     seed: int = II("common.seed")
+    gen_subset: str = II("dataset.gen_subset")  # the split whose outputs fairseq-generate writes
 
 
 @register_task("paged_summarization", dataclass=PagedSummarizationConfig)
@@ -161,7 +162,7 @@ class PagedSummarizationTask(OneDictionaryTask):
         paths = {"hypotheses": self.cfg.hypotheses_output, "page_weights": self.cfg.page_weights_output}
         for name, path in paths.items():
             if path and name not in self._outputs:
-                self._outputs[name] = InputOrderFile(path)
+                self._outputs[name] = InputOrderFile(path, total=len(self.dataset(self.cfg.gen_subset)))
         if not self._outputs:
             return
         for index, example_id, example_hypos in zip(sample["id"].tolist(), sample["example_ids"], hypos):
