@@ -12,7 +12,6 @@ from typing import Dict, Optional
 
 from fairseq import metrics
 from fairseq.data import Dictionary
-from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II
 
@@ -25,7 +24,7 @@ from ..evaluation.rouge import corpus_rouge
 from ..generation import PageSumSequenceGenerator
 from ..generation.defaults import for_dataset
 from ..generation.outputs import InputOrderFile, page_weights_record
-from .one_dictionary import OneDictionaryTask
+from .one_dictionary import OneDictionaryConfig, OneDictionaryTask
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +32,7 @@ ROUGE_METRICS = ("rouge1", "rouge2", "rougeLsum")
 
 
 @dataclass
-class PagedSummarizationConfig(FairseqDataclass):
+class PagedSummarizationConfig(OneDictionaryConfig):
     data: str = field(default="", metadata={"help": "data directory written by pagesum-preprocess"})
     view: Optional[str] = field(
         default=None, metadata={"help": f"how pages are made: {', '.join(VIEWS)} (default: the corpus's own)"}

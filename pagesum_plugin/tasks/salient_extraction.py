@@ -7,20 +7,19 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from fairseq.data import Dictionary
-from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II
 
 from ..awesome.cache import load_salient, salient_path
 from ..awesome.data import SalientExtractionDataset
 from ..corpus.format import CorpusSplit, load_dictionary
-from .one_dictionary import OneDictionaryTask
+from .one_dictionary import OneDictionaryConfig, OneDictionaryTask
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class SalientExtractionConfig(FairseqDataclass):
+class SalientExtractionConfig(OneDictionaryConfig):
     data: str = field(default="", metadata={"help": "data directory written by pagesum-preprocess"})
     max_sentence_tokens: int = field(default=64, metadata={"help": "tokens per sentence, <s> and </s> included"})
     max_sentences: Optional[int] = field(
