@@ -224,32 +224,36 @@ class PageSumHubInterface(nn.Module):
             top_pages=top_pages,
         )
         results = Summaries([None] * len(documents))
+        paging = dict(locality=locality, num_pages=num_pages, max_pages=max_pages, extractor=extractor)
         for start in range(0, len(documents), batch_size):  # paged a batch at a time: memory follows the batch
-            batch = {}
-            for i in range(start, min(start + batch_size, len(documents))):
-                try:
-                    batch[i], reading = self.read(documents[i], locality=locality, num_pages=num_pages,
-                                                  max_pages=max_pages, extractor=extractor,
-                                                  salient=None if salient is None else salient[i])
-                except EmptyDocument as error:
-                    if not skip_invalid:
-                        raise EmptyDocument(f"document {i}: {error}; pass skip_invalid=True to skip such documents "
-                                            f"(counted in the result's .skipped)") from None
-                    results.skipped[i] = str(error)
-                    continue
-                if reading is not None and reading.dropped:
-                    results.truncated[i] = reading
+            batch = self._read_batch(documents, range(start, min(start + batch_size, len(documents))), salient,
+                                     skip_invalid, results, **paging)
             if not batch:
                 continue
             src_tokens = collate_pages(list(batch.values()), self.dictionary.pad()).to(self.device)
             for i, hypos in zip(batch, generator.generate([self.model], {"net_input": {"src_tokens": src_tokens}})):
                 results[i] = self._result(hypos[0], return_page_weights)
         if results.truncated or results.skipped:
-            first = min(results.truncated, default=None)
-            logger.info(f"summarize: {len(results.truncated)} of {len(documents)} documents longer than the view reads"
-                        f"{f' (document {first}: {results.truncated[first]})' if first is not None else ''}; "
-                        f"{len(results.skipped)} skipped; see the result's .truncated and .skipped")
+            logger.info(f"summarize: {len(results.truncated)} of {len(documents)} documents longer than the view "
+                        f"reads, {len(results.skipped)} skipped: see the result's .truncated and .skipped")
         return results
+
+    def _read_batch(self, documents, indices, salient, skip_invalid: bool, results: Summaries, **paging) -> dict:
+        """{index: pages} of the documents at ``indices``; what the view cut and the empty
+        documents skipped are recorded in ``results``."""
+        batch = {}
+        for i in indices:
+            try:
+                batch[i], reading = self.read(documents[i], salient=None if salient is None else salient[i], **paging)
+            except EmptyDocument as error:
+                if not skip_invalid:
+                    raise EmptyDocument(f"document {i}: {error}; pass skip_invalid=True to skip such documents "
+                                        f"(counted in the result's .skipped)") from None
+                results.skipped[i] = str(error)
+                continue
+            if reading is not None and reading.dropped:
+                results.truncated[i] = reading
+        return batch
 
     def _result(self, hypo, with_weights: bool):
         summary = self.decode(hypo["tokens"])
