@@ -24,6 +24,13 @@ python -c "import fairseq" 2>/dev/null || {
 
 # pagesum itself, with the extras its tools and tests use
 pip install -q -e ".[all]"
+# fairseq looks for --user-dir NAME in the current folder and beside its own package; a
+# regular install puts the plugin there, an editable one does not: a link does, so that
+# `--user-dir pagesum_plugin` works from any folder.
+SITE=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if [ -L "$SITE/pagesum_plugin" ] || [ ! -e "$SITE/pagesum_plugin" ]; then
+    ln -sfn "$PWD/pagesum_plugin" "$SITE/pagesum_plugin"
+fi
 
 # ROUGE-1.5.5 (pagesum-score --perl) needs Perl's XML::Parser
 if ! perl -MXML::Parser -e 1 2>/dev/null; then

@@ -16,22 +16,26 @@ trained extractor, ``summarize(..., extractor="extractor/checkpoint_best.pt")`` 
 themselves, ``salient=[[0, 1, ...], ...]``, one per sentence of ``sentences(document)``.
 """
 
+import logging
 import os
 from dataclasses import replace
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
-from fairseq import checkpoint_utils
 from torch import nn
 
+from .checkpoints.loading import load_for_inference
 from .corpus.codec import unit_texts
 from .corpus.readers import example_from_raw
-from .corpus.views import STRUCTURED_VIEWS, assemble_pages
+from .corpus.views import STRUCTURED_VIEWS, assemble_pages, plan_document
 from .data.paged_dataset import collate_pages, summary_target
 from .generation import PageSumSequenceGenerator
+from .summaries import EmptyDocument, Reading, Summaries
 
 Document = Union[str, Sequence[Any]]  # a text, a list of sections, or a list of documents
 SalientLabels = Sequence[Union[bool, int]]  # one per sentence of a document (see ``sentences``)
+
+logger = logging.getLogger(__name__)
 
 
 def from_pretrained(
@@ -40,12 +44,12 @@ def from_pretrained(
     data_name_or_path: Optional[str] = None,
     **arg_overrides,
 ) -> "PageSumHubInterface":
-    """Load ``model_dir/checkpoint_file``; the data directory (dict.txt, meta.json and the
-    tokenizer files written by pagesum-preprocess) defaults to ``model_dir``."""
-    data_dir = data_name_or_path or model_dir
-    path = os.path.join(model_dir, checkpoint_file)
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data_dir, **arg_overrides})
-    return PageSumHubInterface(task, models[0], data_dir)
+    """Load ``model_dir/checkpoint_file`` (or ``model_dir``, when it is the checkpoint file).
+    The data directory (dict.txt, meta.json and the tokenizer files written by
+    pagesum-preprocess) defaults to the one the checkpoint was trained on, else
+    ``model_dir``. Mistakes raise ``CheckpointError`` with one line saying what to change."""
+    model, task, data_dir = load_for_inference(model_dir, checkpoint_file, data_name_or_path, arg_overrides)
+    return PageSumHubInterface(task, model, data_dir)
 
 
 class PageSumHubInterface(nn.Module):
@@ -72,19 +76,35 @@ class PageSumHubInterface(nn.Module):
         structure, so a model trained on discourse or document pages reads it spatially
         (``num_pages`` pages) unless ``locality=`` says otherwise. An AWESOME model's pages
         are its segments; ``salient`` or ``extractor``: see ``summarize``."""
+        return self.read(document, locality, salient, extractor, **view)[0]
+
+    def read(self, document: Document, locality: Optional[str] = None, salient: Optional[SalientLabels] = None,
+             extractor=None, **view) -> Tuple[List[torch.LongTensor], Optional[Reading]]:
+        """``pages(document, ...)`` and how much of the document they read (None for an AWESOME
+        model, which reads a document segment by segment). An empty document raises
+        ``EmptyDocument``."""
         overrides = {k: v for k, v in {"view": locality, **view}.items() if v is not None}
         config = replace(self.view, **overrides)
         if isinstance(document, str) and locality is None and config.view in STRUCTURED_VIEWS:
             # A plain string has no sections or source documents: it is read spatially.
             config = replace(config, view="spatial")
-        document_ids = self.codec.encode_document(example_from_raw(document))
+        try:
+            example = example_from_raw(document)
+        except ValueError as error:  # the only one it raises: no text at all
+            raise EmptyDocument(str(error)) from None
+        document_ids = self.codec.encode_document(example)
+        if not len(document_ids.unit_length):
+            raise EmptyDocument("the document has no tokens")
         if hasattr(self.task, "document_inputs"):  # a segment-by-segment task reads documents its own way
             labels = self.task.salient_labels(document_ids, salient, extractor, self.device)
-            return [torch.from_numpy(ids) for ids in self.task.document_inputs(document_ids, labels)]
+            return [torch.from_numpy(ids) for ids in self.task.document_inputs(document_ids, labels)], None
         if salient is not None or extractor is not None:
             raise ValueError("salient= and extractor= are for AWESOME models (--task segmented_summarization) only")
+        plan = plan_document(document_ids, config)
+        reading = Reading(tokens=int(plan.source_tokens[0]), read=int(plan.kept_tokens[0]),
+                          pages_dropped=int(plan.dropped_pages[0]))
         pages = assemble_pages(document_ids, config, self.dictionary.bos(), self.dictionary.eos())
-        return [torch.from_numpy(page) for page in pages]
+        return [torch.from_numpy(page) for page in pages], reading
 
     def sentences(self, document: Document) -> List[str]:
         """The document's sentences as the model reads them, in order: what ``salient=``
@@ -118,7 +138,8 @@ class PageSumHubInterface(nn.Module):
         return_page_weights: bool = False,
         extractor=None,
         salient: Optional[Sequence[SalientLabels]] = None,
-    ) -> Union[List[str], List[Dict[str, Any]]]:
+        skip_invalid: bool = False,
+    ) -> Summaries:
         """Summaries of ``documents``, in order. A single ``str`` document may be passed alone.
 
         Decoding settings, ``top_pages`` included, default to the task's: its dataset's row of
@@ -131,7 +152,14 @@ class PageSumHubInterface(nn.Module):
         neither): ``extractor``, the extractor's checkpoint path (loaded once, read with the
         data directory's dictionary; a sentence is salient above probability 0.5) or a
         ``SalientExtractor``; or ``salient``, every document's labels, one per sentence of
-        ``sentences(document)`` (a single ``str`` document's labels may be passed alone)."""
+        ``sentences(document)`` (a single ``str`` document's labels may be passed alone).
+
+        The result is a list (``Summaries``) that also says what was not read: ``.truncated``
+        maps every document longer than the view reads to how many of its tokens were read,
+        ``.skipped`` every empty document skipped with ``skip_invalid=True`` (its place holds
+        None) to the reason; without ``skip_invalid`` an empty document raises
+        ``EmptyDocument`` naming it. Documents are paged one batch at a time, so memory
+        follows ``batch_size``, not the number of documents."""
         if isinstance(documents, str):
             documents = [documents]
             salient = None if salient is None else [salient]
@@ -142,17 +170,37 @@ class PageSumHubInterface(nn.Module):
         settings = replace(self.task.generation_defaults, **{k: v for k, v in given.items() if v is not None})
         generator_cls = getattr(self.task, "sequence_generator_cls", PageSumSequenceGenerator)
         generator = generator_cls([self.model], self.dictionary, **settings.generator_kwargs())
-        paged = [self.pages(d, locality=locality, num_pages=num_pages, max_pages=max_pages,
-                            salient=None if salient is None else salient[i], extractor=extractor)
-                 for i, d in enumerate(documents)]
-        results = []
-        for start in range(0, len(paged), batch_size):
-            src_tokens = collate_pages(paged[start : start + batch_size], self.dictionary.pad()).to(self.device)
-            sample = {"net_input": {"src_tokens": src_tokens}}
-            for hypos in generator.generate([self.model], sample):
-                best = hypos[0]
-                results.append(self._result(best, return_page_weights))
+        results = Summaries([None] * len(documents))
+        paging = dict(locality=locality, num_pages=num_pages, max_pages=max_pages, extractor=extractor)
+        for start in range(0, len(documents), batch_size):  # paged a batch at a time: memory follows the batch
+            batch = self._read_batch(documents, range(start, min(start + batch_size, len(documents))), salient,
+                                     skip_invalid, results, **paging)
+            if not batch:
+                continue
+            src_tokens = collate_pages(list(batch.values()), self.dictionary.pad()).to(self.device)
+            for i, hypos in zip(batch, generator.generate([self.model], {"net_input": {"src_tokens": src_tokens}})):
+                results[i] = self._result(hypos[0], return_page_weights)
+        if results.truncated or results.skipped:
+            logger.info(f"summarize: {len(results.truncated)} of {len(documents)} documents longer than the view "
+                        f"reads, {len(results.skipped)} skipped: see the result's .truncated and .skipped")
         return results
+
+    def _read_batch(self, documents, indices, salient, skip_invalid: bool, results: Summaries, **paging) -> dict:
+        """{index: pages} of the documents at ``indices``; what the view cut and the empty
+        documents skipped are recorded in ``results``."""
+        batch = {}
+        for i in indices:
+            try:
+                batch[i], reading = self.read(documents[i], salient=None if salient is None else salient[i], **paging)
+            except EmptyDocument as error:
+                if not skip_invalid:
+                    raise EmptyDocument(f"document {i}: {error}; pass skip_invalid=True to skip such documents "
+                                        f"(counted in the result's .skipped)") from None
+                results.skipped[i] = str(error)
+                continue
+            if reading is not None and reading.dropped:
+                results.truncated[i] = reading
+        return batch
 
     def _result(self, hypo, with_weights: bool):
         summary = self.decode(hypo["tokens"])

@@ -29,8 +29,8 @@ from pagesum_plugin.corpus.views import SPATIAL_SPLITS, VIEWS, ViewConfig
 from pagesum_preprocess.binarize import (
     JobSettings, Skipped, binarize_split, iter_training_sentences, staged_directory,
 )
+from pagesum_preprocess.checks import SPLITS, UsageError, check_arguments, sentencepiece_message
 
-SPLITS = ("train", "valid", "test")
 MAX_SKIP_MESSAGES = 20  # skipped examples named one by one; all are counted
 
 logger = logging.getLogger("pagesum-preprocess")
@@ -80,16 +80,11 @@ def get_parser() -> argparse.ArgumentParser:
 def prepare_tokenizer(args, destdir: Path):
     """Build (or train) the tokenizer, save it and the dictionary into ``destdir``."""
     if args.tokenizer == "gpt2":
-        missing = [flag for flag in ("gpt2_encoder_json", "gpt2_vocab_bpe", "gpt2_dict") if not getattr(args, flag)]
-        if missing:
-            raise SystemExit("--tokenizer gpt2 needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
         tokenizer = build_tokenizer("gpt2", encoder_json=args.gpt2_encoder_json, vocab_bpe=args.gpt2_vocab_bpe)
         tokenizer.save(destdir)
         shutil.copyfile(args.gpt2_dict, destdir / "dict.txt")  # unchanged, as BART's model expects
         files = {"encoder_json": str(destdir / "encoder.json"), "vocab_bpe": str(destdir / "vocab.bpe")}
         return tokenizer, build_dictionary(tokenizer, destdir / "dict.txt"), files
-    if not args.trainpref:
-        raise SystemExit("--tokenizer sentencepiece is trained on the training split: give --trainpref")
     logger.info("training sentencepiece (vocabulary %d) on %s", args.vocab_size, args.trainpref)
     model = destdir / SENTENCEPIECE_FILE
     # sentencepiece reads the sentences from C++: an InputError raised inside it would come
@@ -104,10 +99,10 @@ def prepare_tokenizer(args, destdir: Path):
 
     try:
         tokenizer = train_sentencepiece(sentences(), model, args.vocab_size)
-    except RuntimeError:
+    except RuntimeError as error:
         if errors:  # training on the sentences read before the bad line failed too
             raise errors[0] from None
-        raise
+        raise UsageError(sentencepiece_message(error, args.vocab_size)) from None
     if errors:
         raise errors[0]
     dictionary = build_dictionary(tokenizer)
@@ -116,9 +111,8 @@ def prepare_tokenizer(args, destdir: Path):
 
 
 def run(args) -> CorpusMeta:
+    check_arguments(args)  # every input, before any work starts
     splits = {split: getattr(args, f"{split}pref") for split in SPLITS if getattr(args, f"{split}pref")}
-    if not splits:
-        raise SystemExit("give at least one of --trainpref, --validpref, --testpref")
     view = ViewConfig(args.view, args.num_pages, args.max_pages, args.max_page_tokens, args.max_source_tokens,
                       spatial_split=args.spatial_split)
     with staged_directory(args.destdir) as destdir:
@@ -164,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as error:
         logger.error("%s (use --skip-invalid to skip such examples)", error)
         return 1
+    except UsageError as error:
+        print(f"pagesum-preprocess: error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -34,19 +34,24 @@
 #   GEN_ARGS      extra flags appended to fairseq-generate
 #
 # Multi-GPU on one node: NUM_GPUS=8 bash recipes/arxiv.sh (fairseq spawns one process per
-# GPU: --distributed-world-size 8). Multi-node, with the same script on every node:
-#   torchrun:  set PAGESUM_LAUNCHER="torchrun --nnodes 2 --nproc-per-node 8
-#              --rdzv-backend c10d --rdzv-endpoint HOST:29500" and NUM_GPUS=16;
-#              fairseq reads RANK/WORLD_SIZE/MASTER_ADDR from torchrun (env://).
+# GPU: --distributed-world-size 8). Multi-node: the same script on every node, OUT_DIR on
+# storage that every node sees, PAGESUM_IFACE the job's private network interface:
+#   by hand:   NUM_GPUS=16 NUM_NODES=2 NODE_RANK=0|1 PAGESUM_JOB_ID=run1 PAGESUM_IFACE=ib0 \
+#                STAGES=train bash recipes/arxiv.sh
 #   SLURM:     srun --nodes 2 --ntasks-per-node 1 --gpus-per-node 8 \
-#                env NUM_GPUS=16 STAGES=train bash recipes/arxiv.sh
-#              fairseq reads SLURM_JOB_NODELIST and picks the rank of each node
-#              (add TRAIN_ARGS="--distributed-port 12345").
+#                env NUM_GPUS=16 PAGESUM_IFACE=ib0 STAGES=train bash recipes/arxiv.sh
+#              (NODE_RANK, NUM_NODES and the job id come from SLURM_NODEID,
+#              SLURM_JOB_NUM_NODES and SLURM_JOB_ID)
+# The rendezvous binds to the job's private interface, never to a public port: the processes meet
+# through a file in the run folder, and gloo's and NCCL's sockets bind to PAGESUM_IFACE (lo
+# on one node). torchrun is not used: its rendezvous store listens on every interface whatever
+# address it is given, and fairseq's rendezvous takes no password.
 # Run the preprocess stage once before a multi-node train, and generate/score after it.
 
 set -euo pipefail
 
 PAGESUM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$PAGESUM_ROOT/recipes/outputs.sh"
 USER_DIR=${USER_DIR:-$PAGESUM_ROOT/pagesum_plugin}
 CONFIG_DIR=$PAGESUM_ROOT/recipes/config
 RECIPE=${RECIPE:-$(basename "$0" .sh)}
@@ -97,6 +102,7 @@ check_shared_settings() {
     require_var BART_DIR "the folder holding bart.large.cnn/ and bart.large/ (fairseq's BART releases)"
     require_var NUM_GPUS "the number of GPUs of this job (0 for CPU)" 1
     require_count NUM_GPUS
+    check_rendezvous_settings
     INIT=${INIT:-bart.large.cnn}
     case "$INIT" in
         bart.large.cnn | bart.large) ;;
@@ -170,11 +176,46 @@ preprocess_stage() {
 # machine: its data, checkpoints and initial weights, its devices and the batch split.
 machine_overrides() {
     local data=$1 run_dir=$2
+    rendezvous_overrides "$run_dir"
     MACHINE=(common.user_dir="$USER_DIR" task.data="$(realpath -m "$data")"
         checkpoint.save_dir="$(realpath -m "$run_dir/checkpoints")"
         checkpoint.finetune_from_model="$(realpath -m "$BART_DIR/$INIT/model.pt")"
         hydra.run.dir="$(realpath -m "$run_dir/hydra")" hydra.job.chdir=false
-        dataset.batch_size="$BATCH" "optimization.update_freq=[$UPDATE_FREQ]" "${DEVICE_OVERRIDES[@]}")
+        dataset.batch_size="$BATCH" "optimization.update_freq=[$UPDATE_FREQ]" "${DEVICE_OVERRIDES[@]}"
+        ${RENDEZVOUS[@]+"${RENDEZVOUS[@]}"})
+}
+
+# check_rendezvous_settings: where the processes of a multi-GPU training will meet, bound to
+# the job's private interface: RDZV_JOB (the rendezvous file's name), RDZV_RANK (this node's
+# first rank), and gloo's and NCCL's sockets on PAGESUM_IFACE (exported; lo on one node).
+check_rendezvous_settings() {
+    local nodes=${NUM_NODES:-${SLURM_JOB_NUM_NODES:-1}} node=${NODE_RANK:-${SLURM_NODEID:-0}} iface
+    (( NUM_GPUS > 1 )) || return 0
+    [ -z "${PAGESUM_LAUNCHER:-}" ] || die "PAGESUM_LAUNCHER is not supported: torchrun's rendezvous store listens on \
+every interface; run this script on every node with NUM_NODES and NODE_RANK (see recipes/README.md)"
+    [[ "$nodes" =~ ^[1-9][0-9]*$ && "$node" =~ ^[0-9]+$ ]] && (( node < nodes )) ||
+        die "NODE_RANK ($node) must be a whole number below NUM_NODES ($nodes)"
+    (( NUM_GPUS % nodes == 0 )) || die "NUM_GPUS ($NUM_GPUS) must be a multiple of NUM_NODES ($nodes)"
+    if (( nodes > 1 )); then
+        require_var PAGESUM_IFACE "the job's private network interface, which its nodes share" ib0
+        RDZV_JOB=${SLURM_JOB_ID:-${PAGESUM_JOB_ID:-}}
+        [ -n "$RDZV_JOB" ] || die "set PAGESUM_JOB_ID to one name for this job on every node (SLURM sets SLURM_JOB_ID)"
+        iface=$PAGESUM_IFACE
+    else
+        RDZV_JOB=$$ iface=${PAGESUM_IFACE:-lo}
+    fi
+    RDZV_RANK=$((node * NUM_GPUS / nodes))
+    export GLOO_SOCKET_IFNAME=$iface NCCL_SOCKET_IFNAME=$iface
+    if [ "${PLAN:-0}" = 1 ]; then echo "export GLOO_SOCKET_IFNAME=$iface NCCL_SOCKET_IFNAME=$iface"; fi
+}
+
+# rendezvous_overrides RUN_DIR: RENDEZVOUS, the overrides that make a multi-GPU training meet
+# through a file in RUN_DIR (torch's FileStore: no port is opened) at this node's first rank.
+rendezvous_overrides() {
+    RENDEZVOUS=()
+    (( NUM_GPUS > 1 )) || return 0
+    RENDEZVOUS=(distributed_training.distributed_init_method="file://$(realpath -m "$1/rendezvous.$RDZV_JOB")"
+        distributed_training.distributed_rank="$RDZV_RANK")
 }
 
 # Training: fairseq-hydra-train with the experiment's YAML; the command line adds only
@@ -189,9 +230,8 @@ train_stage() {
     [ -n "${SETTINGS:-}" ] && overrides+=($(config settings-overrides "$SETTINGS"))
     # shellcheck disable=SC2207  # the overrides are a word list
     [ "${DRY_RUN:-0}" = 1 ] && overrides+=($(config dry-run-overrides))
-    # shellcheck disable=SC2086  # PAGESUM_LAUNCHER and TRAIN_ARGS are word lists
-    run ${PAGESUM_LAUNCHER:-} fairseq-hydra-train --config-dir "$CONFIG_DIR" --config-name "$EXP_CONFIG" \
-        "${overrides[@]}" ${TRAIN_ARGS:-}
+    # shellcheck disable=SC2086  # TRAIN_ARGS is a word list
+    run fairseq-hydra-train --config-dir "$CONFIG_DIR" --config-name "$EXP_CONFIG" "${overrides[@]}" ${TRAIN_ARGS:-}
 }
 
 # Decoding: the experiment's view, and the row of the generation defaults of the dataset and
@@ -220,8 +260,8 @@ score_stage() {
         run pagesum-score --hyp "$run_dir/test.hyp.txt" --ref "$data/test.reference.txt" --json
         return 0
     fi
-    run pagesum-score --hyp "$run_dir/test.hyp.txt" --ref "$data/test.reference.txt" --json \
-        >"$run_dir/scores.json"
+    to_file "$run_dir/scores.json" run pagesum-score --hyp "$run_dir/test.hyp.txt" --ref "$data/test.reference.txt" \
+        --json
     cat "$run_dir/scores.json"
 }
 

@@ -53,6 +53,7 @@ require_var OUT_DIR "the output folder"
 require_var BART_DIR "the folder holding the initial checkpoint (\$BART_DIR/bart.large/model.pt)"
 require_var NUM_GPUS "the number of GPUs of this job (0 for CPU)" 1
 require_count NUM_GPUS
+check_rendezvous_settings  # multi-GPU training meets through a file, its sockets on the private interface
 require_count BUDGET_MB
 (( BUDGET_MB > 0 )) || die "BUDGET_MB must be at least 1"
 JOBS=${JOBS:-1}

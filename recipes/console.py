@@ -1,14 +1,14 @@
 """Run one stage of a recipe quietly: its full output goes to a log file, the console
 shows one progress bar and one closing line.
 
-    pagesum-run-stage NAME LOG [--budget-seconds S] -- COMMAND [ARGS...]
+    pagesum-run-stage NAME LOG [--updates N] -- COMMAND [ARGS...]
 
 The bar follows what the tool reports:
 
 * a tqdm bar of its own (``12/25 [`` or ``37 examples``): the count it shows;
 * fairseq-train's log lines: the update count, and the last validation loss as the
-  bar's postfix; with ``--budget-seconds`` (fairseq's ``--stop-time-hours``), the bar
-  fills with the elapsed share of that budget.
+  bar's postfix; with ``--updates`` (fairseq's ``--max-update``), the bar fills with the
+  updates done.
 
 On failure the console gets the end of the log, from the last traceback when there is
 one (otherwise its last 60 lines), and the path of the full log; the exit code is the
@@ -19,7 +19,6 @@ import argparse
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tqdm import tqdm
@@ -34,12 +33,12 @@ ELAPSED_ONLY = "{desc}: {elapsed}{postfix}"  # until the tool reports a count
 
 def parse_args(argv):
     if "--" not in argv:
-        sys.exit("usage: pagesum-run-stage NAME LOG [--budget-seconds S] -- COMMAND [ARGS...]")
+        sys.exit("usage: pagesum-run-stage NAME LOG [--updates N] -- COMMAND [ARGS...]")
     split = argv.index("--")
     parser = argparse.ArgumentParser(prog="pagesum-run-stage", description=__doc__.split("\n")[0])
     parser.add_argument("name")
     parser.add_argument("log", type=Path)
-    parser.add_argument("--budget-seconds", type=float, help="the stage's wall-clock budget: the bar shows its elapsed share")
+    parser.add_argument("--updates", type=int, help="the updates the stage trains for: the bar shows those done")
     args = parser.parse_args(argv[:split])
     args.command = argv[split + 1:]
     if not args.command:
@@ -50,18 +49,16 @@ def parse_args(argv):
 class StageBar:
     """One console bar for a stage, driven by the lines of its output."""
 
-    def __init__(self, name: str, budget_seconds: float = None):
-        self.budget = budget_seconds
-        self.start = time.monotonic()
-        total = round(budget_seconds) if budget_seconds else None
-        unit = "s" if budget_seconds else " it"
-        self.bar = tqdm(desc=name, total=total, unit=unit, dynamic_ncols=True, file=sys.stdout, leave=True,
-                        bar_format=None if budget_seconds else ELAPSED_ONLY)
+    def __init__(self, name: str, updates: int = None):
+        self.updates = updates
+        self.bar = tqdm(desc=name, total=updates, unit=" updates" if updates else " it", dynamic_ncols=True,
+                        file=sys.stdout, leave=True, bar_format=None if updates else ELAPSED_ONLY)
         self.postfix = {}
 
     def read(self, line: str) -> None:
-        if self.budget:
-            self.bar.n = min(round(time.monotonic() - self.start), self.bar.total)
+        if self.updates:
+            if (match := UPDATES.search(line)) is not None:
+                self.bar.n = min(int(match.group(1)), self.updates)
         elif (match := TQDM_COUNT.search(line)) is not None:
             self.bar.bar_format = None  # the tool counts: show the bar
             self.bar.total = int(match.group(2))
@@ -78,8 +75,6 @@ class StageBar:
         self.bar.refresh()
 
     def close(self, ok: bool) -> None:
-        if ok and self.budget:
-            self.bar.n = min(round(time.monotonic() - self.start), self.bar.total)
         self.bar.close()
 
 
@@ -105,7 +100,7 @@ def failure_tail(log: Path) -> str:
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     args.log.parent.mkdir(parents=True, exist_ok=True)
-    bar = StageBar(args.name, args.budget_seconds)
+    bar = StageBar(args.name, args.updates)
     with args.log.open("w", encoding="utf-8") as log:
         log.write("$ " + " ".join(args.command) + "\n")
         process = subprocess.Popen(args.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -11,16 +11,18 @@
 # stage, then the report; every tool's full output goes to outputs/demo/logs/, and a stage
 # that fails prints the end of its log. Options (environment):
 #   LOCALITY        discourse (default: one page per section) or spatial
-#   TRAIN_MINUTES   wall-clock budget of training (default: 6)
+#   TRAIN_UPDATES   updates of training (default: 500; the same on any machine, so a slow
+#                   machine takes longer instead of training less)
 #   VOCAB_SIZE      sentencepiece vocabulary (default: 4000)
 #   DEMO_DIR        output folder (default: outputs/demo)
 #   SKIP_SETUP=1    use the active Python environment instead of running setup.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. recipes/outputs.sh
 START=$SECONDS
 
 LOCALITY=${LOCALITY:-discourse}
-TRAIN_MINUTES=${TRAIN_MINUTES:-6}
+TRAIN_UPDATES=${TRAIN_UPDATES:-500}
 VOCAB_SIZE=${VOCAB_SIZE:-4000}
 DEMO_DIR=${DEMO_DIR:-outputs/demo}
 case "$LOCALITY" in
@@ -28,7 +30,7 @@ case "$LOCALITY" in
     spatial) PAGING=(--locality spatial --num-pages 8) ;;
     *) echo "demo: LOCALITY must be discourse or spatial, got '$LOCALITY'" >&2; exit 2 ;;
 esac
-[[ "$TRAIN_MINUTES" =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "demo: TRAIN_MINUTES must be a number" >&2; exit 2; }
+[[ "$TRAIN_UPDATES" =~ ^[1-9][0-9]*$ ]] || { echo "demo: TRAIN_UPDATES must be a whole number, got '$TRAIN_UPDATES'" >&2; exit 2; }
 
 LOGS=$DEMO_DIR/logs
 mkdir -p "$LOGS"
@@ -79,17 +81,15 @@ quietly preprocess pagesum-preprocess --input-format aclsum --trainpref "$PAPERS
     --testpref "$PAPERS/test" --destdir "$DATA" "${PAGING[@]}" --max-page-tokens $PAGE_TOKENS \
     --max-summary-tokens $SUMMARY_TOKENS --tokenizer sentencepiece --vocab-size "$VOCAB_SIZE" --workers 2
 
-step "fairseq-train: a small PageSum from scratch, for $TRAIN_MINUTES minutes"
+step "fairseq-train: a small PageSum from scratch, for $TRAIN_UPDATES updates"
 rm -rf "$RUN/checkpoints"
-STOP_HOURS=$(python -c "print($TRAIN_MINUTES / 60)")
-BUDGET_SECONDS=$(python -c "print($TRAIN_MINUTES * 60)")
-pagesum-run-stage train "$LOGS/train.log" --budget-seconds "$BUDGET_SECONDS" -- fairseq-train "$DATA" --user-dir pagesum_plugin --task paged_summarization \
+pagesum-run-stage train "$LOGS/train.log" --updates "$TRAIN_UPDATES" -- fairseq-train "$DATA" --user-dir pagesum_plugin --task paged_summarization \
     --max-page-tokens $PAGE_TOKENS --max-summary-tokens $SUMMARY_TOKENS \
     --arch pagesum_tiny --encoder-embed-dim 128 --encoder-ffn-embed-dim 256 --decoder-embed-dim 128 \
     --decoder-ffn-embed-dim 256 --share-all-embeddings \
     --criterion paged_label_smoothed_cross_entropy --label-smoothing 0.1 \
     --optimizer adam --adam-betas "(0.9, 0.98)" --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 60 \
-    --dropout 0.1 --clip-norm 1.0 --batch-size 8 --max-epoch 30 --stop-time-hours "$STOP_HOURS" \
+    --dropout 0.1 --clip-norm 1.0 --batch-size 8 --max-update "$TRAIN_UPDATES" \
     --cpu --num-workers 0 --seed 1 --best-checkpoint-metric loss --no-epoch-checkpoints \
     --save-dir "$RUN/checkpoints" --log-format simple --log-interval 5
 
@@ -104,24 +104,26 @@ step "pagesum-baseline: Lead-3"
 quietly baseline pagesum-baseline --input "$DATA" --split test --method lead --k 3 --out "$RUN/test.lead3.txt"
 
 step "pagesum-score: the model, then Lead-3, against the abstracts"
-pagesum-score --hyp "$RUN/test.hyp.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.model.json" 2>"$LOGS/score.log"
-pagesum-score --hyp "$RUN/test.lead3.txt" --ref "$DATA/test.reference.txt" --json >"$RUN/scores.lead3.json" 2>>"$LOGS/score.log"
+to_file "$RUN/scores.model.json" pagesum-score --hyp "$RUN/test.hyp.txt" --ref "$DATA/test.reference.txt" --json 2>"$LOGS/score.log"
+to_file "$RUN/scores.lead3.json" pagesum-score --hyp "$RUN/test.lead3.txt" --ref "$DATA/test.reference.txt" --json 2>>"$LOGS/score.log"
 
 step "pagesum-plot page-importance: the first test paper"
 quietly plot pagesum-plot page-importance --weights "$RUN/test.page_weights.jsonl" --id "$(head -n 1 "$DATA/test.ids.txt")" \
     --out "$RUN/page_importance.png"
 
 step "report"
-python - "$DATA" "$RUN" "$LOGS" "$((SECONDS - START))" 2>"$LOGS/report.log" <<'EOF' | tee "$RUN/report.txt"
-import json, re, sys
+to_file "$RUN/report.txt" python - "$DATA" "$RUN" "$LOGS" "$((SECONDS - START))" "$TRAIN_UPDATES" 2>"$LOGS/report.log" <<'EOF'
+import json, os, re, sys
 from pathlib import Path
+from statistics import mean
 
 from pagesum_plugin.corpus.format import CorpusMeta
 
-data, run, logs, seconds = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+data, run, logs, seconds, asked = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 meta = CorpusMeta.load(data)
+load = " ".join(f"{x:.1f}" for x in os.getloadavg())
 print(f"PageSum demo: {meta.view} locality, {meta.tokenizer} vocabulary of {meta.vocab_size}, "
-      f"{seconds // 60} min {seconds % 60} s end to end")
+      f"{seconds // 60} min {seconds % 60} s end to end on {os.cpu_count()} cores (load average now {load})")
 print("\nData (pagesum-preprocess, meta.json)")
 print(f"  {'split':6} {'papers':>6} {'pages':>6} {'pages/paper':>11} {'source tokens kept':>18} {'skipped':>7}")
 for split in meta.splits:
@@ -132,9 +134,13 @@ print(f"  pages of at most {meta.max_page_tokens} tokens, summaries of at most {
 
 log = (logs / "train.log").read_text()
 valid = re.findall(r"epoch (\d+) \| valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+).*?num_updates (\d+)", log)
-print("\nTraining curve (fairseq-train, validation loss per epoch, base 2)")
+ran = max((int(n) for n in re.findall(r"num_updates[ =](\d+)", log)), default=0)
+print(f"\nTraining curve (fairseq-train, {ran} of {asked} updates; validation loss per epoch, base 2)")
 for epoch, loss, nll, updates in valid:
     print(f"  epoch {int(epoch):2d}  updates {int(updates):4d}  loss {float(loss):6.3f}  nll {float(nll):6.3f}")
+if ran < asked:
+    print(f"  WARNING: training stopped after {ran} of {asked} updates: the model is undertrained, and the "
+          f"scores below say little about what {asked} updates give")
 
 print("\nROUGE F1 on the 25 test abstracts (pagesum-score, 95% bootstrap interval)")
 print(f"  {'system':8} {'R-1':>18} {'R-2':>18} {'R-Lsum':>18}")
@@ -145,11 +151,16 @@ for name in ("model", "lead3"):
     print(f"  {'PageSum' if name == 'model' else 'Lead-3':8} " + " ".join(f"{c:>18}" for c in cells))
 
 # ROUGE alone can flatter a model that ignores its input: say how source-specific it is.
+# Page weights against each paper's own page count: uniform over 5 pages is 0.2, over 8 pages 0.125.
 hyps = (run / "test.hyp.txt").read_text().splitlines()
 weights = [json.loads(line)["page_weights"] for line in (run / "test.page_weights.jsonl").read_text().splitlines()]
-top = [max(row) for rows in weights for row in rows]
-print(f"\n  distinct model summaries: {len(set(hyps))} of {len(hyps)}; "
-      f"mean top page weight while decoding: {sum(top) / len(top):.3f} (uniform over 8 pages: 0.125)")
+top = [mean(max(row) for row in rows) for rows in weights]  # per paper: its mean top weight over the steps
+uniform = [1 / len(rows[0]) for rows in weights]  # per paper: 1 / its number of pages
+focused = sum(t > 2 * u for t, u in zip(top, uniform))
+print(f"\n  distinct model summaries: {len(set(hyps))} of {len(hyps)}")
+print(f"  mean top page weight while decoding: {mean(top):.3f}, against {mean(uniform):.3f} if uniform over each "
+      f"paper's own pages ({min(map(len, (r[0] for r in weights)))}-{max(map(len, (r[0] for r in weights)))} pages); "
+      f"{focused} of {len(top)} papers put more than twice the uniform weight on their top page")
 
 print("\nOutputs")
 for what, path in (("summaries", "test.hyp.txt"), ("Lead-3", "test.lead3.txt"), ("page weights", "test.page_weights.jsonl"),
@@ -157,3 +168,4 @@ for what, path in (("summaries", "test.hyp.txt"), ("Lead-3", "test.lead3.txt"), 
     print(f"  {what:21} {run / path}")
 print(f"  {'full logs':21} {logs}/ (setup, preprocess, train, generate, baseline, score, plot)")
 EOF
+cat "$RUN/report.txt"

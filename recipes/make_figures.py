@@ -19,6 +19,7 @@ from pathlib import Path
 
 import aclsum
 
+from pagesum_plugin.atomic import write_atomically
 from pagesum_plugin.evaluation import plots
 
 PAPER_DIR = Path(aclsum.__file__).parent / "dataset" / "paper_jsons"
@@ -28,7 +29,7 @@ def _run(name: str, argv, out_dir: Path) -> None:
     png = out_dir / f"{name}.png"
     args = plots.build_parser().parse_args([*argv, "--out", str(png)])
     numbers = args.func(args)
-    (out_dir / f"{name}.json").write_text(json.dumps(numbers, indent=1) + "\n")
+    write_atomically(out_dir / f"{name}.json", json.dumps(numbers, indent=1) + "\n")
     print(f"wrote {png}")
 
 

@@ -30,6 +30,7 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
     "generation_speed": (["--device", "cpu", "--quick", "--pages", "1", "2", "--beams", "1", "2", "--page-len", "32",
                           "--out-len", "4", "--train-updates", "5", "--fidelity-docs", "8"],
                          ["summaries/s", "pruned differs"]),
+    "checkpoint_stall": (["--epochs", "2", "--repeats", "1"], ["persistent workers", "workers stopped every epoch"]),
 }
 
 

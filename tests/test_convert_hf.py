@@ -44,17 +44,19 @@ def bpe(tmp_path_factory):
     return files, vocab
 
 
-def tiny_config(vocab_size):
-    return transformers.BartConfig(
-        vocab_size=vocab_size, d_model=D_MODEL, encoder_layers=2, decoder_layers=2,
-        encoder_attention_heads=2, decoder_attention_heads=3, encoder_ffn_dim=40, decoder_ffn_dim=48,
-        max_position_embeddings=64, dropout=0.0)
+def tiny_config(vocab_size, **fields):
+    return transformers.BartConfig(**{
+        **dict(vocab_size=vocab_size, d_model=D_MODEL, encoder_layers=2, decoder_layers=2,
+               encoder_attention_heads=2, decoder_attention_heads=3, encoder_ffn_dim=40, decoder_ffn_dim=48,
+               max_position_embeddings=64, dropout=0.0),
+        **fields})
 
 
-def random_bart(vocab_size, seed=0):
-    """A BART whose every weight (layer norms, positions included) is random, bias zero."""
+def random_bart(vocab_size, seed=0, **fields):
+    """A BART whose every weight (layer norms, positions included) is random, bias zero;
+    ``fields`` change tiny_config's."""
     torch.manual_seed(seed)
-    model = transformers.BartForConditionalGeneration(tiny_config(vocab_size)).eval()
+    model = transformers.BartForConditionalGeneration(tiny_config(vocab_size, **fields)).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.add_(torch.randn_like(p) * 0.2)
@@ -180,11 +182,81 @@ def test_nonzero_final_logits_bias_is_refused(bpe, tmp_path):
     assert not (tmp_path / "out" / "model.pt").exists()
 
 
+def test_a_conversion_that_fails_writes_no_file(bpe, tmp_path):
+    model = random_bart(len(bpe[1]))
+    hf_dir = write_hf_dir(tmp_path / "hf", model, bpe)
+    torch.save({**model.state_dict(), "lin.weight": torch.zeros(1, D_MODEL)}, tmp_path / "half_lin.bin")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("kept\n")
+    with pytest.raises(SystemExit, match="only part of the lin layer is present"):
+        main(["from-hf", str(hf_dir), str(tmp_path / "out"), "--state-dict", str(tmp_path / "half_lin.bin")])
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["half_lin.bin", "hf", "out"]
+
+
 def test_every_field_of_bart_config_is_converted_checked_or_without_effect():
     fields = set(transformers.BartConfig().to_dict())
     placed = set().union(*BART_CONFIG_FIELDS.values())
     assert fields - placed == set(), "a BartConfig field the converter has not reviewed"
     assert sum(map(len, BART_CONFIG_FIELDS.values())) == len(placed), "a field placed twice"
+
+
+# Every BartConfig field that changes what the model computes, with values other than
+# tiny_config's. Dropout and layer drop act only in training; at 1.0 they act the same way on
+# every call (every unit, or every layer, dropped), so those rows compare in training mode.
+# vocab_size is given relative to the tokenizer's: one row fewer (bart-large-cnn's <mask>)
+# and eight rows more (padded embedding tables).
+COMPUTATION_FIELDS = {
+    "d_model": [30], "encoder_layers": [3], "decoder_layers": [1],
+    "encoder_attention_heads": [3], "decoder_attention_heads": [6],
+    "encoder_ffn_dim": [16], "decoder_ffn_dim": [16], "max_position_embeddings": [40],
+    "activation_function": ["relu", "gelu_new", "gelu_pytorch_tanh", "tanh", "linear"],
+    "scale_embedding": [True],
+    "vocab_size": [-1, +8],
+    "dropout": [1.0], "attention_dropout": [1.0], "activation_dropout": [1.0],
+    "encoder_layerdrop": [1.0], "decoder_layerdrop": [1.0],
+    "tie_word_embeddings": [False],
+}
+TRAINING_ONLY = {"dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop", "decoder_layerdrop"}
+# What the converter must say instead of converting: a field value fairseq BART cannot express.
+REFUSED = {("tie_word_embeddings", False): "differs from model.shared.weight; fairseq BART ties the input "
+                                           "embeddings and the output projection"}
+
+
+def test_the_field_table_names_every_field_that_changes_the_computation():
+    assert set(COMPUTATION_FIELDS) == BART_CONFIG_FIELDS["converted"]
+
+
+def hf_log_probs(hf, src, prev):
+    return hf(input_ids=src, attention_mask=src.ne(1), decoder_input_ids=prev).logits.log_softmax(-1)
+
+
+@pytest.mark.parametrize("field, value", [(f, v) for f, values in COMPUTATION_FIELDS.items() for v in values])
+def test_every_computation_field_converts_to_equal_log_probs_both_ways(bpe, tmp_path, field, value):
+    vocab_size = len(bpe[1]) + (value if field == "vocab_size" else 0)
+    fields = {} if field == "vocab_size" else {field: value}
+    hf = random_bart(vocab_size, seed=11, **fields)
+    hf_dir = write_hf_dir(tmp_path / "hf", hf, bpe)
+    if (field, value) in REFUSED:
+        with pytest.raises(SystemExit, match=REFUSED[field, value]):
+            main(["from-hf", str(hf_dir), str(tmp_path / "out")])
+        return
+    main(["from-hf", str(hf_dir), str(tmp_path / "out")])
+    ours, _ = load_converted(tmp_path / "out")
+    main(["to-hf", str(tmp_path / "out" / "model.pt"), str(tmp_path / "back")])
+    back = transformers.BartForConditionalGeneration.from_pretrained(str(tmp_path / "back"))
+
+    training = field in TRAINING_ONLY
+    for model in (hf, ours, back):
+        model.train(training)
+    rng = torch.Generator().manual_seed(1)
+    src = dense_pages([page for _ in range(3) for page in page_tensors(rng, 1, len(bpe[1]) - 1)])  # (3, L)
+    prev = torch.cat([torch.tensor([[2, 0]] * 3), torch.randint(4, len(bpe[1]) - 1, (3, 7), generator=rng)], dim=1)
+    with torch.no_grad():
+        expected = hf_log_probs(hf, src, prev)
+        logits, _ = ours(src.unsqueeze(1), src.ne(1).sum(1), prev)  # one page per example
+        torch.testing.assert_close(logits.log_softmax(-1), expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(hf_log_probs(back, src, prev), expected, atol=1e-5, rtol=0)
 
 
 def test_a_config_vocab_size_that_differs_from_the_embedding_rows_is_refused(bpe, tmp_path):

@@ -3,6 +3,7 @@ its YAML alone, the command lines add only paths, devices and the batch split, a
 effective batch survives any GPU count."""
 
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -35,12 +36,15 @@ def plan(recipe: str, **env_vars) -> dict[str, dict[str, list[str]]]:
     result = subprocess.run(["bash", str(RECIPES / f"{recipe}.sh")], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     experiments: dict[str, dict[str, list[str]]] = {}
+    current = experiments.setdefault("", {})  # what the recipe runs before its experiments
     for line in result.stdout.splitlines():
         if line.startswith("# experiment: "):
             current = experiments.setdefault(line.split(": ", 1)[1], {})
         else:
             argv = shlex.split(line)
             current[argv[0]] = argv
+    if not experiments[""]:
+        del experiments[""]
     return experiments
 
 
@@ -136,13 +140,49 @@ def test_any_gpu_count_keeps_16_documents_per_update(gpus, batch_size, update_fr
         assert train["distributed_training.distributed_world_size"] == str(gpus) and "common.cpu" not in train
 
 
-def test_multi_node_launcher_wraps_only_the_training_command():
-    launcher = "torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint head:29500"
-    commands = plan("arxiv", NUM_GPUS="16", PAGESUM_LAUNCHER=launcher, STAGES=TRAIN_ONLY)["arxiv"]
-    train = commands["torchrun"]
-    assert "fairseq-hydra-train" not in commands
-    assert train[:train.index("fairseq-hydra-train")] == shlex.split(launcher)
-    assert overrides(train)["optimization.update_freq"] == "[1]"
+def rendezvous(recipe="arxiv", **env_vars):
+    """(the training overrides, the exported socket interfaces) of a PLAN=1 run."""
+    experiments = plan(recipe, **env_vars)
+    before = experiments.get("", {})
+    return overrides(experiments[recipe]["fairseq-hydra-train"]), overrides(before.get("export", []))
+
+
+def test_one_node_meets_through_a_file_and_binds_gloo_and_nccl_to_loopback():
+    train, sockets = rendezvous(NUM_GPUS="8")
+    assert re.fullmatch(r"file:///out/arxiv/bart\.large\.cnn/rendezvous\.\d+",
+                        train["distributed_training.distributed_init_method"])
+    assert train["distributed_training.distributed_rank"] == "0"
+    assert sockets == {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+
+
+def test_each_node_of_a_slurm_job_binds_to_the_private_interface_and_starts_at_its_own_rank():
+    for node in (0, 1):
+        train, sockets = rendezvous(NUM_GPUS="16", PAGESUM_IFACE="ib0", SLURM_JOB_ID="77", SLURM_JOB_NUM_NODES="2",
+                                    SLURM_NODEID=str(node))
+        assert train["distributed_training.distributed_init_method"] == "file:///out/arxiv/bart.large.cnn/rendezvous.77"
+        assert train["distributed_training.distributed_rank"] == str(8 * node)
+        assert train["optimization.update_freq"] == "[1]"
+        assert sockets == {"GLOO_SOCKET_IFNAME": "ib0", "NCCL_SOCKET_IFNAME": "ib0"}
+
+
+def test_a_single_gpu_run_opens_no_rendezvous():
+    train, sockets = rendezvous(NUM_GPUS="1")
+    assert "distributed_training.distributed_init_method" not in train and sockets == {}
+
+
+@pytest.mark.parametrize("env, message", [
+    (dict(NUM_GPUS="16", NUM_NODES="2", NODE_RANK="1", PAGESUM_JOB_ID="j"),
+     "set PAGESUM_IFACE to the job's private network interface"),
+    (dict(NUM_GPUS="16", NUM_NODES="2", NODE_RANK="1", PAGESUM_IFACE="ib0"), "set PAGESUM_JOB_ID"),
+    (dict(NUM_GPUS="16", NUM_NODES="2", NODE_RANK="2", PAGESUM_IFACE="ib0", PAGESUM_JOB_ID="j"),
+     "NODE_RANK (2) must be a whole number below NUM_NODES (2)"),
+    (dict(NUM_GPUS="16", PAGESUM_LAUNCHER="torchrun --nnodes 2"), "torchrun's rendezvous store listens on every"),
+])
+def test_a_multi_node_run_that_would_not_bind_is_refused(env, message):
+    result = subprocess.run(["bash", str(RECIPES / "arxiv.sh")], capture_output=True, text=True,
+                            env={"PATH": BIN_DIR + os.pathsep + os.environ["PATH"], "PLAN": "1", "OUT_DIR": "/out",
+                                 "BART_DIR": "/bart", **ALL_DATA, **env})
+    assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("env, message", [

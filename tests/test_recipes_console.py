@@ -49,3 +49,11 @@ def test_a_failure_prints_the_traceback_and_where_the_full_log_is_and_keeps_the_
     assert "Traceback" in result.stderr and "field 'summary' is missing" in result.stderr
     assert "preparing" not in result.stderr, "the error is shown from its traceback on"
     assert f"stage failed (exit code 1); full log: {log}" in result.stderr
+
+
+def test_with_updates_the_bar_counts_the_updates_done_not_the_time(tmp_path):
+    log = tmp_path / "train.log"
+    result = subprocess.run([sys.executable, CONSOLE, "train", str(log), "--updates", "20", "--", sys.executable, "-c",
+                             NOISY_TOOL], capture_output=True, text=True)
+    assert result.returncode == 0
+    assert "12/20" in result.stdout.replace(" updates", "")

@@ -5,7 +5,6 @@ resumes in one. This is the multi-GPU recipe's arithmetic, without GPUs. (fairse
 pytorch_ddp wrapper gives DDP a device id, which torch refuses for a CPU module, so these runs
 use fairseq's legacy_ddp wrapper: the same all-reduce of the summed gradients.)"""
 
-import socket
 import subprocess
 
 import pytest
@@ -20,21 +19,16 @@ EPOCH = ["--max-epoch", "1"]  # the copy task's 14 batches: 7 updates of 2 batch
 ONE_THREAD = dict(OMP_NUM_THREADS="1")  # the same arithmetic in every process
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def train_in_two_processes(data_dir: str, save_dir: str) -> list:
-    """fairseq-train as ranks 0 and 1 of a gloo process group (one process per "device"):
-    the logs of both ranks."""
-    init = f"tcp://127.0.0.1:{free_port()}"
+    """fairseq-train as ranks 0 and 1 of a gloo process group (one process per "device"),
+    meeting as the recipes make them meet (a rendezvous file, gloo on loopback): the logs of
+    both ranks."""
+    init = f"file://{save_dir}/rendezvous"
     flags = [*TRAIN_FLAGS, *EPOCH, "--log-interval", "1", "--save-dir", save_dir, "--distributed-backend", "gloo",
              "--distributed-world-size", "2", "--distributed-init-method", init, "--distributed-no-spawn",
              "--ddp-backend", "legacy_ddp"]
     ranks = [subprocess.Popen(["fairseq-train", data_dir, *flags, "--distributed-rank", str(rank)],
-                              env=subprocess_env(**ONE_THREAD), stdout=subprocess.PIPE,
+                              env=subprocess_env(**ONE_THREAD, GLOO_SOCKET_IFNAME="lo"), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
     logs = [rank.communicate(timeout=600)[0] for rank in ranks]
     for rank, log in zip(ranks, logs):

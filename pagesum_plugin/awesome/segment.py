@@ -30,6 +30,7 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
+from ..atomic import write_atomically
 from ..corpus.codec import TextCodec, unit_texts
 from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
 from .cache import SegmentTargets, embeddings_path, save_segmentation
@@ -107,8 +108,8 @@ def computed_embeddings(data_dir: str, split: str, codec: TextCodec, model: str,
         with tempfile.TemporaryDirectory(dir=data_dir) as scratch:
             return embed_split(data_dir, split, codec, encode, Path(scratch) / path.name)
     embeddings = embed_split(data_dir, split, codec, encode, path)
-    _record_path(path).write_text(json.dumps({"embedding_model": model, "units": int(embeddings.shape[0]),
-                                              "dim": int(embeddings.shape[1])}, indent=2, sort_keys=True) + "\n")
+    write_atomically(_record_path(path), json.dumps({"embedding_model": model, "units": int(embeddings.shape[0]),
+                                                     "dim": int(embeddings.shape[1])}, indent=2, sort_keys=True) + "\n")
     return embeddings
 
 

@@ -7,7 +7,7 @@ own), overridden by explicit flags, never restated here.
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 from fairseq import options, tasks
@@ -15,24 +15,33 @@ from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from omegaconf import OmegaConf
 
+from ..atomic import atomic_path
 from ..corpus.format import DICT_FILE, CorpusMeta
 
-PLUGIN_DIR = str(Path(__file__).resolve().parents[1])
+# The package's folder as Python imported it (not resolved: fairseq's --user-dir refuses a
+# second path to a package already imported, and an install may link the folder).
+PLUGIN_DIR = str(Path(__file__).parents[1])
 
 
 def dictionary_directory(dictionary: Dictionary, directory: str | Path) -> str:
     """A data directory holding only a dictionary: enough for the task to build a model."""
     os.makedirs(directory, exist_ok=True)
-    dictionary.save(os.path.join(directory, DICT_FILE))
+    with atomic_path(os.path.join(directory, DICT_FILE)) as partial:
+        dictionary.save(str(partial))
     CorpusMeta(tokenizer="none", dictionary_size=len(dictionary)).save(directory)
     return str(directory)
 
 
-def build_model(data_dir: str | Path, arch: str, *flags: str, task: str = "paged_summarization"):
+def build_model(data_dir: str | Path, arch: str, *flags: str, task: str = "paged_summarization",
+                settings: Optional[dict] = None):
     """(args, task, model) for architecture ``arch`` over the data directory ``data_dir``, with
-    fairseq command-line ``flags``; the weights are freshly initialised."""
+    fairseq command-line ``flags``; the weights are freshly initialised. ``settings`` are model
+    arguments set over the architecture's defaults, for those no flag can set (BART's
+    architectures fix ``no_scale_embedding`` at True, and its flag can only set True)."""
     argv = [str(data_dir), "--user-dir", PLUGIN_DIR, "--task", task, "--arch", arch, *flags]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    for name, value in (settings or {}).items():
+        setattr(args, name, value)
     fairseq_task = tasks.setup_task(args)
     return args, fairseq_task, fairseq_task.build_model(args)
 
@@ -52,7 +61,8 @@ def checkpoint_state(args, model: torch.nn.Module) -> dict:
 
 
 def save_checkpoint(path: str | Path, args, model: torch.nn.Module) -> None:
-    torch.save(checkpoint_state(args, model), str(path))
+    with atomic_path(path) as partial:
+        torch.save(checkpoint_state(args, model), str(partial))
 
 
 def flags_of(pairs: Sequence[tuple]) -> list:

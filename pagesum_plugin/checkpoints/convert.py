@@ -32,12 +32,13 @@ from typing import List, Optional
 import torch
 import transformers
 
+from ..atomic import staged_files
 from ..corpus.format import CorpusMeta
 from ..corpus.tokenizers import GPT2_FILES
 from .builder import build_model, save_checkpoint
 from .errors import ConversionError
 from .hf_config import (HF_GENERATION, architecture_for, bart_config_from_args, check_bart_config, fairseq_flags,
-                        model_args)
+                        fairseq_settings, model_args)
 from .hf_vocab import (gpt2_id_vocabulary, hf_id_vocabulary, read_hf_vocab, write_bpe_files, write_dictionary,
                        write_hf_tokenizer)
 from .hf_weights import (LIN_KEYS, fairseq_state_to_hf, fill_model, hf_state_to_fairseq, hf_weights,
@@ -69,7 +70,6 @@ def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
         raise ConversionError(f"{hf_dir / 'config.json'}: vocab_size = {config.vocab_size}, but the weights in "
                               f"{source} have {vocab_size} embedding rows")
 
-    out.mkdir(parents=True, exist_ok=True)
     id_to_token = read_hf_vocab(hf_dir, vocab_size)
     if gpt2_encoder_json:
         if id_to_token is None:
@@ -77,16 +77,19 @@ def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
         vocabulary = gpt2_id_vocabulary(id_to_token, vocab_size, json.loads(Path(gpt2_encoder_json).read_text()))
     else:
         vocabulary = hf_id_vocabulary(id_to_token, vocab_size)
-    write_dictionary(vocabulary.symbols, out / "dict.txt", vocab_size)
-    write_bpe_files(hf_dir, out, vocabulary)
-    # The directory describes itself, so that from_pretrained(out_dir, "model.pt") works at once.
-    has_bpe = all((out / name).exists() for name in GPT2_FILES)
-    CorpusMeta(tokenizer="gpt2" if has_bpe else "none", dictionary_size=vocab_size).save(out)
+    with staged_files(out) as staging:  # every file appears in out_dir only once all are written
+        write_dictionary(vocabulary.symbols, staging / "dict.txt", vocab_size)
+        write_bpe_files(hf_dir, staging, vocabulary)
+        # The directory describes itself, so that from_pretrained(out_dir, "model.pt") works at once.
+        has_bpe = all((staging / name).exists() for name in GPT2_FILES)
+        CorpusMeta(tokenizer="gpt2" if has_bpe else "none", dictionary_size=vocab_size).save(staging)
 
-    args, _, model = build_model(out, architecture_for(config), *fairseq_flags(config, page_decoding))
-    fill_model(model, converted, source)
+        args, _, model = build_model(staging, architecture_for(config), *fairseq_flags(config, page_decoding),
+                                     settings=fairseq_settings(config))
+        fill_model(model, converted, source)
+        args.data = str(out)  # the data directory the checkpoint names is out_dir, not the staging folder
+        save_checkpoint(staging / CHECKPOINT_NAME, args, model)
     path = out / CHECKPOINT_NAME
-    save_checkpoint(path, args, model)
     has_lin = LIN_KEYS["lin.weight"] in converted
     logger.info(f"wrote {path} ({args.arch}, {vocab_size} tokens, "
                 f"{'lin confidence layer converted' if has_lin else 'confidence layer started fresh'})")
@@ -103,15 +106,16 @@ def convert_to_hf(checkpoint: str, out_dir: str, data_dir: Optional[str] = None)
     config = bart_config_from_args(args, vocab_size)
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     model = transformers.BartForConditionalGeneration(config)
     model.load_state_dict(hf_state, strict=True)
     model.generation_config = transformers.GenerationConfig(**HF_GENERATION)
-    model.save_pretrained(str(out))
-    torch.save({**{k: v.contiguous() for k, v in model.state_dict().items()}, **lin}, out / AUTHORS_STATE_DICT_NAME)
-    if data_dir:
-        write_hf_tokenizer(Path(data_dir), out, vocab_size)
-    else:
+    with staged_files(out) as staging:  # every file appears in out_dir only once all are written
+        model.save_pretrained(str(staging))
+        torch.save({**{k: v.contiguous() for k, v in model.state_dict().items()}, **lin},
+                   staging / AUTHORS_STATE_DICT_NAME)
+        if data_dir:
+            write_hf_tokenizer(Path(data_dir), staging, vocab_size)
+    if not data_dir:
         logger.warning(f"{out}: no tokenizer files written (pass --data with the checkpoint's data directory "
                        "to write vocab.json and merges.txt)")
     logger.info(f"wrote {out} (transformers BART) and {out / AUTHORS_STATE_DICT_NAME} (BART + lin)")

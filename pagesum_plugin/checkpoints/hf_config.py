@@ -28,7 +28,7 @@ NAMED_ARCHS = {
 # Every field of transformers' BartConfig, by what the converter does with it; a field that
 # transformers adds later fails tests/test_convert_hf.py until it is placed here.
 BART_CONFIG_FIELDS = {
-    # become fairseq arguments (fairseq_flags), or are read from the weights and compared
+    # become fairseq arguments (fairseq_flags, fairseq_settings), or are read from the weights and compared
     "converted": {"activation_dropout", "activation_function", "attention_dropout", "d_model",
                   "decoder_attention_heads", "decoder_ffn_dim", "decoder_layerdrop", "decoder_layers", "dropout",
                   "encoder_attention_heads", "encoder_ffn_dim", "encoder_layerdrop", "encoder_layers",
@@ -82,7 +82,8 @@ def architecture_for(config) -> str:
 
 def fairseq_flags(config, page_decoding: str) -> List[str]:
     """Command-line flags that rebuild ``config`` as a PageSum model; every dimension is
-    explicit so that non-standard sizes survive in the saved arguments."""
+    explicit so that non-standard sizes survive in the saved arguments (with
+    ``fairseq_settings``, what no flag can set)."""
     flags = {
         "--page-decoding": page_decoding,
         "--encoder-embed-dim": config.d_model,
@@ -103,10 +104,13 @@ def fairseq_flags(config, page_decoding: str) -> List[str]:
         "--encoder-layerdrop": config.encoder_layerdrop,
         "--decoder-layerdrop": config.decoder_layerdrop,
     }
-    argv = [str(x) for pair in flags.items() for x in pair]
-    if not config.scale_embedding:
-        argv.append("--no-scale-embedding")
-    return argv
+    return [str(x) for pair in flags.items() for x in pair]
+
+def fairseq_settings(config) -> dict:
+    """Model arguments of ``config`` that no fairseq flag can set: transformers scales token
+    embeddings by sqrt(d_model) when ``scale_embedding``, fairseq unless
+    ``no_scale_embedding``, which BART's architectures default to True."""
+    return {"no_scale_embedding": not config.scale_embedding}
 
 def bart_config_from_args(args, vocab_size: int):
     """The ``BartConfig`` of a PageSum model's arguments; refuses layouts BART lacks."""

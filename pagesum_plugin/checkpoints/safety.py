@@ -34,22 +34,23 @@ def load_checkpoint_file(path: str) -> Dict[str, Any]:
         raise CheckpointError(f"{path}: checkpoint file not found") from None
     except pickle.UnpicklingError as err:
         raise CheckpointError(
-            f"{path}: refused to unpickle {_refused_global(err)}, which fairseq checkpoints do not contain. "
+            f"{path}: refused to unpickle {refused_global(err)}, which fairseq checkpoints do not contain. "
             f"Only tensors, containers and "
             f"{', '.join(c.__module__ + '.' + c.__qualname__ for c in FAIRSEQ_CHECKPOINT_CLASSES)} are allowed."
         ) from None
-    except (RuntimeError, EOFError, ValueError) as err:
-        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupted?): {_first_line(err)}") from None
+    except Exception as err:  # noqa: BLE001 - a text file gives KeyError, a truncated one EOFError, ...
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated, corrupted or another kind of "
+                              f"file?): {type(err).__name__}: {first_line(err)}") from None
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"{path}: not a fairseq checkpoint (no 'model' entry)")
     return state
 
 
-def _refused_global(err: Exception) -> str:
+def refused_global(err: Exception) -> str:
     """The class torch's weights-only unpickler refused, as named in its message."""
     found = re.search(r"GLOBAL ([\w.]+)", str(err))
-    return found.group(1) if found else f"an object ({_first_line(err)})"
+    return found.group(1) if found else f"an object ({first_line(err)})"
 
 
-def _first_line(err: Exception) -> str:
+def first_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -43,6 +43,8 @@ import numpy as np
 import torch
 from fairseq.data import Dictionary, indexed_dataset
 
+from ..atomic import write_atomically
+
 FORMAT_VERSION = 2
 META_FILE = "meta.json"
 DICT_FILE = "dict.txt"
@@ -80,8 +82,7 @@ class CorpusMeta:
     format_version: int = FORMAT_VERSION
 
     def save(self, data_dir: str | Path) -> None:
-        text = json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
-        (Path(data_dir) / META_FILE).write_text(text, encoding="utf-8")
+        write_atomically(Path(data_dir) / META_FILE, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, data_dir: str | Path) -> "CorpusMeta":

@@ -86,7 +86,7 @@ def iter_records(path: str | Path, input_format: str) -> Iterator[Record]:
     _check_format(input_format)
     path = Path(path)
     if input_format == "multinews" and not _is_json_lines(path):
-        yield from _iter_paired_lines(path, _multinews_target_path(path))
+        yield from _iter_paired_lines(path, multinews_target_path(path))
     elif input_format == "aclsum" and path.is_dir():
         for json_file in sorted(path.glob("*.json")):
             yield Record(str(json_file), 1, json_file.read_bytes())
@@ -115,7 +115,7 @@ def _iter_paired_lines(source: Path, target: Path) -> Iterator[Record]:
             yield Record(str(source), number, (src, tgt))
 
 
-def _multinews_target_path(source: Path) -> Path:
+def multinews_target_path(source: Path) -> Path:
     name = source.name
     if ".src" not in name:
         raise ValueError(f"{source}: a Multi-News source file must have '.src' in its name")

@@ -8,8 +8,10 @@ Writes one summary per line, in input order, ready for ``pagesum-score``.
 
 import argparse
 import sys
+from contextlib import ExitStack
 
 from pagesum_plugin.corpus.errors import InputError
+from pagesum_plugin.atomic import atomic_path
 from pagesum_plugin.corpus.readers import INPUT_FORMATS
 from pagesum_plugin.evaluation.data import iter_documents
 from pagesum_plugin.evaluation.extractive import lead, oracle
@@ -34,8 +36,13 @@ def main(argv=None) -> int:
     written = empty = 0
     try:
         documents = iter_documents(args.input, args.split, args.input_format)
-        with open(args.out, "w", encoding="utf-8") as out:
-            refs = open(args.ref_out, "w", encoding="utf-8") if args.ref_out else None
+        with ExitStack() as files:
+            def output(path):  # written under a temporary name, renamed when every document is in
+                return files.enter_context(open(files.enter_context(atomic_path(path)), "w",
+                                                encoding="utf-8"))
+
+            out = output(args.out)
+            refs = output(args.ref_out) if args.ref_out else None
             for doc in documents:
                 if args.method == "lead":
                     picked = lead(doc.sentences, args.k)
@@ -46,8 +53,6 @@ def main(argv=None) -> int:
                 if refs:
                     refs.write(" ".join(doc.summary.split()) + "\n")
                 written += 1
-            if refs:
-                refs.close()
     except (InputError, ValueError, OSError) as err:  # InputError names the file, line and field
         print(f"pagesum-baseline: error: {err}", file=sys.stderr)
         return 2

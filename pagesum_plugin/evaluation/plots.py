@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 from pagesum_plugin.evaluation import analysis  # noqa: E402
 from pagesum_plugin.evaluation.data import iter_documents  # noqa: E402
 from pagesum_plugin.corpus.errors import InputError  # noqa: E402
+from pagesum_plugin.atomic import atomic_path  # noqa: E402
 from pagesum_plugin.corpus.readers import INPUT_FORMATS  # noqa: E402
 from pagesum_plugin.corpus.sentences import split_sentences  # noqa: E402
 from pagesum_plugin.evaluation.score import read_lines  # noqa: E402
@@ -98,7 +99,8 @@ def plot_coherence(result: analysis.CoherenceResult, out: str) -> Dict:
 
 def _save(fig, out: str) -> None:
     fig.tight_layout()
-    fig.savefig(out, dpi=150)
+    with atomic_path(out) as partial:
+        fig.savefig(partial, dpi=150)
     plt.close(fig)
 
 

@@ -12,7 +12,6 @@ from typing import Dict, Optional
 
 from fairseq import metrics
 from fairseq.data import Dictionary
-from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II
 
@@ -26,15 +25,16 @@ from ..generation import PageSumSequenceGenerator
 from ..generation.contract import model_name
 from ..generation.defaults import for_dataset
 from ..generation.outputs import InputOrderFile, page_weights_record
-from .one_dictionary import OneDictionaryTask
+from .one_dictionary import OneDictionaryConfig, OneDictionaryTask
 
 logger = logging.getLogger(__name__)
 
 ROUGE_METRICS = ("rouge1", "rouge2", "rougeLsum")
+LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeLsum": "ROUGE-Lsum"}
 
 
 @dataclass
-class PagedSummarizationConfig(FairseqDataclass):
+class PagedSummarizationConfig(OneDictionaryConfig):
     data: str = field(default="", metadata={"help": "data directory written by pagesum-preprocess"})
     view: Optional[str] = field(
         default=None, metadata={"help": f"how pages are made: {', '.join(VIEWS)} (default: the corpus's own)"}
@@ -85,6 +85,7 @@ class PagedSummarizationConfig(FairseqDataclass):
                   "reads it too"},
     )
     seed: int = II("common.seed")
+    gen_subset: str = II("dataset.gen_subset")  # the split whose outputs fairseq-generate writes
 
 
 @register_task("paged_summarization", dataclass=PagedSummarizationConfig)
@@ -110,6 +111,7 @@ class PagedSummarizationTask(OneDictionaryTask):
         # every decoding setting of this task: its dataset's row, with its --top-pages
         self.generation_defaults = replace(for_dataset(meta.dataset, self.decodes_segments), top_pages=cfg.top_pages)
         self._outputs = {}
+        self._hypotheses: Dict[int, str] = {}  # fairseq-generate's best hypotheses so far, by input index
         self._rouge_generator = None
 
     @classmethod
@@ -157,25 +159,39 @@ class PagedSummarizationTask(OneDictionaryTask):
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         hypos = super().inference_step(generator, models, sample, prefix_tokens, constraints)
-        if generator is not self._rouge_generator:  # not while validating
+        if generator is not self._rouge_generator:  # fairseq-generate, not validation
             self._write_outputs(sample, hypos)
+            # fairseq-generate scores the targets it is shown with BLEU on token ids; this task
+            # prints ROUGE against the references when the split is done (_write_outputs).
+            sample["target"] = None
         return hypos
 
     def _write_outputs(self, sample, hypos) -> None:
+        total = len(self.dataset(self.cfg.gen_subset))
         paths = {"hypotheses": self.cfg.hypotheses_output, "page_weights": self.cfg.page_weights_output}
         for name, path in paths.items():
             if path and name not in self._outputs:
-                self._outputs[name] = InputOrderFile(path)
-        if not self._outputs:
-            return
+                self._outputs[name] = InputOrderFile(path, total=total)
         for index, example_id, example_hypos in zip(sample["id"].tolist(), sample["example_ids"], hypos):
             best = example_hypos[0]
             text = self.codec.decode(best["tokens"])  # the same line in both files
+            self._hypotheses[index] = text
             if "hypotheses" in self._outputs:
                 self._outputs["hypotheses"].add(index, text)
             if "page_weights" in self._outputs:
                 record = page_weights_record(example_id, text, self.codec.symbols(best["tokens"]), best["page_weights"])
                 self._outputs["page_weights"].add(index, record)
+        if len(self._hypotheses) == total:
+            self._print_rouge()
+
+    def _print_rouge(self) -> None:
+        """ROUGE of the whole split against its references, as pagesum-score computes it."""
+        split = self.cfg.gen_subset
+        references = CorpusSplit(self.cfg.data, split).references()
+        hypotheses = [self._hypotheses[i] for i in range(len(references))]
+        scores = corpus_rouge(hypotheses, references, workers=1)
+        print(f"Generate {split}: " + ", ".join(f"{LABELS[m]} {scores[m]:.2f}" for m in ROUGE_METRICS)
+              + f" (F1 x 100 against {split}.reference.txt; pagesum-score adds 95% intervals)", flush=True)
 
     # ---- validation by ROUGE -------------------------------------------------------------
 

@@ -13,7 +13,6 @@ import numpy as np
 import torch
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary, data_utils
-from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II
 
@@ -21,7 +20,7 @@ from ..awesome.cache import load_salient, salient_path
 from ..corpus.format import CorpusSplit, EncodedDocument, load_dictionary
 from ..criterions.salient_extraction import sentence_probabilities
 from ..data.sentence_dataset import SalientExtractionDataset, sentence_inputs
-from .one_dictionary import OneDictionaryTask
+from .one_dictionary import OneDictionaryConfig, OneDictionaryTask
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +28,7 @@ DEFAULT_THRESHOLD = 0.5  # a sentence is salient above this probability
 
 
 @dataclass
-class SalientExtractionConfig(FairseqDataclass):
+class SalientExtractionConfig(OneDictionaryConfig):
     data: str = field(default="", metadata={"help": "data directory written by pagesum-preprocess"})
     max_sentence_tokens: int = field(default=64, metadata={"help": "tokens per sentence, <s> and </s> included"})
     max_sentences: Optional[int] = field(
