@@ -25,6 +25,9 @@ from pathlib import Path
 from benchmarks.common import markdown_table
 from pagesum_plugin.checkpoints.builder import PLUGIN_DIR
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from builders.paged_data import write_copy_task  # noqa: E402  (the tests' synthetic corpus)
+
 SAVE = re.compile(r"Saved checkpoint .*\(writing took ([\d.]+) seconds\)")
 DONE = re.compile(r"done training in ([\d.]+) seconds")
 SETTINGS = {"persistent workers (fairseq's default)": ["--persistent-workers"], "workers stopped every epoch": []}
@@ -32,9 +35,6 @@ FAIRSEQ_TRAIN = str(Path(sys.executable).parent / "fairseq-train")
 
 
 def copy_task(directory: str) -> str:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from builders.paged_data import write_copy_task  # the tests' synthetic corpus
-
     write_copy_task(directory, train=60, valid=10, test=5)
     return directory
 

@@ -51,7 +51,7 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
              "manylinux1_x86_64")
 # Everything that would end up in the project's wheel, copied out of the checkout to build it
 # (setuptools leaves a build/ folder beside the sources it builds, stale files and all).
-PROJECT_SOURCES = ("setup.py", "pagesum_plugin", "preprocess")
+PROJECT_SOURCES = ("setup.py", "pagesum_plugin", "preprocess", "recipes")
 
 
 @dataclass(frozen=True)
