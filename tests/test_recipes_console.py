@@ -53,7 +53,7 @@ def test_a_failure_prints_the_traceback_and_where_the_full_log_is_and_keeps_the_
 
 def test_with_updates_the_bar_counts_the_updates_done_not_the_time(tmp_path):
     log = tmp_path / "train.log"
-    result = subprocess.run([sys.executable, CONSOLE, "train", str(log), "--updates", "20", "--", sys.executable, "-c",
-                             NOISY_TOOL], capture_output=True, text=True)
+    result = subprocess.run([RUN_STAGE, "train", str(log), "--updates", "20", "--", sys.executable, "-c", NOISY_TOOL],
+                            capture_output=True, text=True)
     assert result.returncode == 0
     assert "12/20" in result.stdout.replace(" updates", "")

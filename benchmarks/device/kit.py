@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-GPU_TESTS = ("tests/test_cuda.py", "tests/test_training_precision.py")
+GPU_TESTS = ("tests/test_cuda.py", "tests/test_training_precision.py", "tests/test_half_precision_stress.py")
 # The planned split of the scale benchmark into calls of at most 10 minutes, by the groups'
 # estimates on an H100 (python -m benchmarks.scale --device cuda --plan) and the kit's own steps
 # (PLANNED_STEP_SECONDS); the first call also runs the tests. tests/test_device_kit.py checks

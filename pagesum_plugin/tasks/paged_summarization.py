@@ -167,6 +167,10 @@ class PagedSummarizationTask(OneDictionaryTask):
         return hypos
 
     def _write_outputs(self, sample, hypos) -> None:
+        if self.cfg.gen_subset not in self.datasets:  # a direct call, not fairseq-generate on a loaded split
+            return
+        if self.meta.tokenizer == "none" and not (self.cfg.hypotheses_output or self.cfg.page_weights_output):
+            return  # ids without a tokenizer: no text to write and no ROUGE to print
         total = len(self.dataset(self.cfg.gen_subset))
         paths = {"hypotheses": self.cfg.hypotheses_output, "page_weights": self.cfg.page_weights_output}
         for name, path in paths.items():
