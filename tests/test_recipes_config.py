@@ -233,8 +233,10 @@ def test_hepos_recipes_train_and_decode_with_the_papers_section_6_settings(recip
 
 def test_hepos_decodes_govreport_with_its_authors_lengths_and_pagesum_with_its_own():
     """Item of the generation defaults keyed by system: LongDocSum decodes GovReport with 100 to
-    800 tokens, PageSum's release with 500 to 900."""
-    for recipe, lengths in (("govreport_hepos", ("100", "800")), ("govreport", ("500", "900"))):
+    800 tokens, PageSum's release with 500 to 900; on PubMed and arXiv HEPOS has no row of its
+    own and decodes with the dataset's."""
+    for recipe, lengths in (("govreport_hepos", ("100", "800")), ("govreport", ("500", "900")),
+                            ("pubmed_hepos", ("150", "400")), ("arxiv_hepos", ("100", "350"))):
         for commands in plan(recipe).values():
             generate = commands["fairseq-generate"]
             assert (flag(generate, "--min-len"), flag(generate, "--max-len-b")) == lengths, recipe

@@ -5,6 +5,7 @@ as jsonl clusters), a tiny BART as both initialisations, two updates."""
 
 import json
 import re
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -111,6 +112,11 @@ def test_hed_reads_table_1s_jsonl_datasets_with_their_own_steps_and_decoding(dry
     assert f"--config-name {recipe}" in train
     assert OmegaConf.load(CONFIGS / f"{recipe}.yaml").optimization.max_update == JSONL_DATASETS[run][1]
     generate = next(line for line in commands.splitlines() if line.startswith("fairseq-generate"))
-    beam, min_len, max_len = JSONL_DATASETS[run][2]
-    assert (re.findall(r"--beam (\d+)", generate)[0], re.findall(r"--min-len (\d+)", generate)[0],
-            re.findall(r"--max-len-b (\d+)", generate)[0]) == (beam, min_len, max_len)
+    assert " ".join(decoding_flags(run, "hed", dry_run=True)) in generate, "the dataset's row at DRY_RUN's toy size"
+
+    variable = JSONL_DATASETS[run][0]  # a real run's plan decodes with the row itself
+    planned = subprocess.run(["bash", str(Path(REPO_ROOT) / "recipes" / f"{recipe}.sh")], capture_output=True,
+                             text=True, env=recipe_env(PLAN="1", OUT_DIR="/out", BART_DIR="/bart", **{variable: "/data"}))
+    generate = next(line for line in planned.stdout.splitlines() if line.startswith("fairseq-generate"))
+    assert (re.findall(r"--beam (\d+)", generate), re.findall(r"--min-len (\d+)", generate),
+            re.findall(r"--max-len-b (\d+)", generate)) == tuple([value] for value in JSONL_DATASETS[run][2])
