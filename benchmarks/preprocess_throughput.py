@@ -22,9 +22,6 @@ import json
 import logging
 import os
 import random
-import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,11 +29,13 @@ from pathlib import Path
 import aclsum
 from tokenizers import ByteLevelBPETokenizer
 
+from benchmarks.commands import export, exported, installed, timed
 from pagesum_plugin.corpus.format import CorpusMeta
 from pagesum_plugin.corpus.readers import iter_records, parse_record
 from pagesum_plugin.corpus.sentences import split_sentences
 from pagesum_plugin.corpus.tokenizers import build_tokenizer
 
+ENTRY = "pagesum_preprocess.cli:main"
 PAPER_DIR = Path(aclsum.__file__).parent / "dataset" / "paper_jsons"
 WORDS_PER_DOCUMENT = 6000  # about 8,000 GPT-2 tokens of scientific English
 SECTIONS_PER_DOCUMENT = 8
@@ -96,53 +95,14 @@ def train_bpe(directory: Path, texts: list[str], vocab_size: int) -> Path:
     return directory
 
 
-# Runs pagesum-preprocess from an exported tree instead of the installed package.
-EXPORTED = """
-import sys
-sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__]
-sys.path.insert(0, sys.argv.pop(1))
-from pagesum_preprocess.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def export_tree(rev: str, directory: Path) -> Path:
-    """``rev`` of this repository, with its packages importable under their installed names."""
-    tree = directory / "tree"
-    tree.mkdir()
-    archive = subprocess.run(["git", "archive", rev], check=True, capture_output=True,
-                             cwd=Path(__file__).resolve().parent).stdout
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-    packages = directory / "packages"
-    packages.mkdir()
-    (packages / "pagesum_plugin").symlink_to(tree / "pagesum_plugin")
-    (packages / "pagesum_preprocess").symlink_to(tree / "preprocess")
-    return packages
-
-
 def measure(command: list[str], corpus: Path, input_format: str, gpt2_dir: Path, workers: int,
             destdir: Path) -> tuple[float, float]:
     """Wall seconds and CPU seconds (the process and its workers) of one run."""
-    args = ["--input-format", input_format, "--trainpref", str(corpus), "--locality", "spatial",
-            "--num-pages", "8", "--destdir", str(destdir), "--workers", str(workers), "--no-progress",
-            "--tokenizer", "gpt2", "--gpt2-encoder-json", str(gpt2_dir / "encoder.json"),
-            "--gpt2-vocab-bpe", str(gpt2_dir / "vocab.bpe"), "--gpt2-dict", str(gpt2_dir / "dict.txt")]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(command + args, check=True, capture_output=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
-def startup(command: list[str]) -> tuple[float, float]:
-    """Wall and CPU seconds of the command's ``--help``: the imports, paid once per run."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(command + ["--help"], check=True, capture_output=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return timed(command + [
+        "--input-format", input_format, "--trainpref", str(corpus), "--locality", "spatial", "--num-pages", "8",
+        "--destdir", str(destdir), "--workers", str(workers), "--no-progress", "--tokenizer", "gpt2",
+        "--gpt2-encoder-json", str(gpt2_dir / "encoder.json"), "--gpt2-vocab-bpe", str(gpt2_dir / "vocab.bpe"),
+        "--gpt2-dict", str(gpt2_dir / "dict.txt")])
 
 
 def tokenizer_alone(corpus: Path, input_format: str, gpt2_dir: Path) -> tuple[float, float]:
@@ -192,9 +152,9 @@ def main():
         tmp = Path(tmp)
         corpora = write_corpus(tmp, documents)
         gpt2_dir = args.gpt2_dir or train_bpe(tmp, body + abstracts, args.bpe_vocab_size)
-        codes = {"new": [sys.executable, "-m", "pagesum_preprocess.cli"]}
+        codes = {"new": installed(ENTRY)}
         if args.before:
-            codes = {args.before: [sys.executable, "-c", EXPORTED, str(export_tree(args.before, tmp))], **codes}
+            codes = {args.before: exported(export(args.before, tmp / "before"), ENTRY), **codes}
         measure(codes["new"], corpora["arxiv"], "arxiv", gpt2_dir, 1, tmp / "probe")  # warm-up: page cache
         stats = CorpusMeta.load(tmp / "probe").stats["train"]
         tokens = stats["source_tokens"]
@@ -202,7 +162,7 @@ def main():
               f"{megabytes / args.documents * 1e3:.1f} kB of text each; BPE: "
               f"{'BART' if args.gpt2_dir else f'{args.bpe_vocab_size}-token byte-level, trained here'}; "
               f"best of {args.repeat}, codes alternating; load average {os.getloadavg()[0]:.2f} at the start")
-        startups = {code: min(startup(command) for _ in range(args.repeat)) for code, command in codes.items()}
+        startups = {code: min(timed(command + ["--help"]) for _ in range(args.repeat)) for code, command in codes.items()}
         for code, (wall, cpu) in startups.items():
             print(f"startup of {code} (--help, the imports): {wall:.2f} s wall, {cpu:.2f} s CPU")
         print("| input format, code | workers | seconds | documents/s | k tokens/s | MB/s | CPU ms per document | "
