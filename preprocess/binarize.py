@@ -141,25 +141,30 @@ def init_worker(settings: JobSettings) -> None:
     _WORKER["codec"] = TextCodec(tokenizer, Dictionary.load(settings.dict_path))
 
 
-def parse(record: Record) -> Example | Skipped:
+def parse(record: Record) -> Example | Skipped | InputError:
+    """The record's example, or why it is skipped, or (without --skip-invalid) its error, raised
+    by ``encode_chunk`` in input order."""
     settings: JobSettings = _WORKER["settings"]
     try:
         return parse_record(record, settings.input_format)
     except BlankLine as blank:
         return Skipped(blank.reason, str(blank))
     except InputError as error:
-        if settings.skip_invalid:
-            return Skipped(error.reason, str(error))
-        raise
+        return Skipped(error.reason, str(error)) if settings.skip_invalid else error
 
 
 def encode_chunk(records: list[Record]) -> list[EncodedExample | Skipped]:
-    """Parse every record of the chunk, then encode all of its examples in one batch."""
+    """Parse every record of the chunk, then encode all of its examples in one batch. The first
+    bad record, in input order, stops the run, as when records were encoded one at a time."""
     parsed = [parse(record) for record in records]
-    examples = [example for example in parsed if not isinstance(example, Skipped)]
+    examples = [example for example in parsed if isinstance(example, Example)]
     encoded = iter(_WORKER["codec"].encode_examples(examples))
-    return [item if isinstance(item, Skipped) else _encoded(record, item, *next(encoded))
-            for record, item in zip(records, parsed)]
+    results = []
+    for record, item in zip(records, parsed):
+        if isinstance(item, InputError):
+            raise item
+        results.append(_encoded(record, item, *next(encoded)) if isinstance(item, Example) else item)
+    return results
 
 
 def _encoded(record: Record, example: Example, document: EncodedDocument | None,

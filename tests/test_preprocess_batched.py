@@ -154,3 +154,12 @@ def test_batched_encoding_of_every_aclsum_paper_writes_the_reference_bytes(monke
                                                "--trainpref", source, "--locality", "spatial", "--skip-invalid")
     assert batched.keys() == reference.keys()
     assert [name for name in batched if batched[name] != reference[name]] == []
+
+
+def test_the_first_bad_record_in_input_order_stops_the_run(tmp_path, gpt2_args, caplog):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "a", "summary": "S.", "text": "T."}\n{"id": "b", "summary": "S.", "text": " "}\n'
+                    '{not json\n', encoding="utf-8")
+    assert main([str(a) for a in ["--input-format", "jsonl", "--trainpref", path, "--destdir", tmp_path / "d",
+                                  *gpt2_args, "--no-progress"]]) == 1
+    assert f"{path}, line 2" in caplog.text and "line 3" not in caplog.text
