@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+
 # Runs ENTRY (module:function) from an exported tree instead of the installed package.
 _FROM_TREE = """
 import importlib, sys
@@ -15,6 +17,7 @@ sys.meta_path[:] = [finder for finder in sys.meta_path if "editable" not in type
 packages, entry = sys.argv.pop(1), sys.argv.pop(1)
 sys.path.insert(0, packages)
 module, function = entry.split(":")
+assert importlib.import_module("pagesum_plugin").__path__[0].startswith(packages), "not the exported tree"
 sys.exit(getattr(importlib.import_module(module), function)())
 """
 
@@ -30,13 +33,14 @@ def export(rev: str, directory: Path) -> Path:
     tree, packages = directory / "tree", directory / "packages"
     tree.mkdir(parents=True)
     packages.mkdir()
-    archive = subprocess.run(["git", "archive", rev], check=True, capture_output=True,
-                             cwd=Path(__file__).resolve().parent).stdout
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     for package, folder in (("pagesum_plugin", "pagesum_plugin"), ("pagesum_preprocess", "preprocess"),
                             ("pagesum_recipes", "recipes"), ("pagesum_commands", "commands")):
         if (tree / folder).exists():
             (packages / package).symlink_to(tree / folder)
+    if not (packages / "pagesum_plugin").exists():
+        raise RuntimeError(f"{rev}: no pagesum_plugin in the exported tree")
     return packages
 
 
