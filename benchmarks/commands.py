@@ -12,12 +12,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Runs ENTRY (module:function) from an exported tree instead of the installed package.
 _FROM_TREE = """
-import importlib, sys
+import importlib, importlib.util, sys
 sys.meta_path[:] = [finder for finder in sys.meta_path if "editable" not in type(finder).__module__]
 packages, entry = sys.argv.pop(1), sys.argv.pop(1)
 sys.path.insert(0, packages)
 module, function = entry.split(":")
-assert importlib.import_module("pagesum_plugin").__path__[0].startswith(packages), "not the exported tree"
+assert importlib.util.find_spec("pagesum_plugin").origin.startswith(packages), "not the exported tree"
 sys.exit(getattr(importlib.import_module(module), function)())
 """
 
