@@ -11,8 +11,8 @@ setup(
     # pipeline (preprocess/, installed as pagesum_preprocess) and the recipes' harness
     # (recipes/, installed as pagesum_recipes), never under generic names such as "preprocess".
     packages=find_packages(include=["pagesum_plugin*"]) + ["pagesum_preprocess", "pagesum_recipes",
-                                                           "pagesum_recipes.comparison"],
-    package_dir={"pagesum_preprocess": "preprocess", "pagesum_recipes": "recipes"},
+                                                           "pagesum_recipes.comparison", "pagesum_commands"],
+    package_dir={"pagesum_preprocess": "preprocess", "pagesum_recipes": "recipes", "pagesum_commands": "commands"},
     python_requires=">=3.10",
     # torch and fairseq are installed by the README's setup command: fairseq's wheel
     # must go in with --no-deps (its metadata pulls a CUDA torch through torchaudio).
@@ -46,15 +46,16 @@ setup(
     entry_points={
         "console_scripts": [
             "pagesum-preprocess = pagesum_preprocess.cli:main",
-            "pagesum-score = pagesum_plugin.evaluation.score:main",
-            "pagesum-baseline = pagesum_plugin.evaluation.baselines:main",
-            "pagesum-plot = pagesum_plugin.evaluation.plots:main",
+            # text only: run with the library in text-only mode (no torch, no fairseq)
+            "pagesum-score = pagesum_commands:score",
+            "pagesum-baseline = pagesum_commands:baseline",
+            "pagesum-plot = pagesum_commands:plot",
             "pagesum-convert = pagesum_plugin.checkpoints.convert:main",
             "pagesum-awesome-segment = pagesum_plugin.awesome.segment:main",
             "pagesum-awesome-label = pagesum_plugin.awesome.label:main",
             "pagesum-awesome-extract = pagesum_plugin.awesome.extract:main",
             "pagesum-experiment = pagesum_recipes.experiment_config:main",
-            "pagesum-decoding-flags = pagesum_recipes.decoding:main",
+            "pagesum-decoding-flags = pagesum_commands:decoding_flags",
             "pagesum-run-stage = pagesum_recipes.console:main",
             "pagesum-run-jobs = pagesum_recipes.run_jobs:main",
             "pagesum-compare-config = pagesum_recipes.comparison.systems:main",

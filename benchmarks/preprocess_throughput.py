@@ -4,8 +4,14 @@ Documents of about 8,000 GPT-2 tokens are assembled from the sentences of the re
 papers that the ``aclsum`` package ships, then written in the arXiv (Cohan et al.)
 layout, which carries its own sentence segmentation, and in the generic ``jsonl``
 layout with plain text, which goes through the offline sentence splitter.
-The whole command runs (read, page, tokenize, binarize) for 1 and 2 workers, and the
-table reports documents per second and MB of input per second.
+
+Each row runs the whole command (read, split, tokenize, binarize) in a fresh process for 1
+and 2 workers, alternating the code under test with ``--before REV`` (that commit of this
+repository, exported with ``git archive``), and keeps the best of ``--repeat`` runs. It reports
+documents/s and tokens/s of wall time, CPU seconds per document (the command and its
+workers), and MB/s of document text, each document's text counted once (the arXiv layout
+stores it twice). The last rows are the tokenizer alone (``encode_ids`` on every sentence and
+summary, one call, one process): the ceiling of preprocessing.
 
 With BART's real files pass ``--gpt2-dir`` (encoder.json, vocab.bpe, dict.txt);
 otherwise a byte-level BPE of ``--bpe-vocab-size`` tokens is trained on the same text.
@@ -14,6 +20,7 @@ otherwise a byte-level BPE of ``--bpe-vocab-size`` tokens is trained on the same
 import argparse
 import json
 import logging
+import os
 import random
 import tempfile
 import time
@@ -22,10 +29,13 @@ from pathlib import Path
 import aclsum
 from tokenizers import ByteLevelBPETokenizer
 
+from benchmarks.commands import export, exported, installed, timed
 from pagesum_plugin.corpus.format import CorpusMeta
+from pagesum_plugin.corpus.readers import iter_records, parse_record
 from pagesum_plugin.corpus.sentences import split_sentences
-from pagesum_preprocess.cli import main as preprocess_main
+from pagesum_plugin.corpus.tokenizers import build_tokenizer
 
+ENTRY = "pagesum_preprocess.cli:main"
 PAPER_DIR = Path(aclsum.__file__).parent / "dataset" / "paper_jsons"
 WORDS_PER_DOCUMENT = 6000  # about 8,000 GPT-2 tokens of scientific English
 SECTIONS_PER_DOCUMENT = 8
@@ -85,21 +95,50 @@ def train_bpe(directory: Path, texts: list[str], vocab_size: int) -> Path:
     return directory
 
 
-def measure(corpus: Path, input_format: str, gpt2_dir: Path, workers: int, destdir: Path) -> float:
-    args = ["--input-format", input_format, "--trainpref", str(corpus), "--locality", "spatial",
-            "--num-pages", "8", "--destdir", str(destdir), "--workers", str(workers), "--no-progress",
-            "--tokenizer", "gpt2", "--gpt2-encoder-json", str(gpt2_dir / "encoder.json"),
-            "--gpt2-vocab-bpe", str(gpt2_dir / "vocab.bpe"), "--gpt2-dict", str(gpt2_dir / "dict.txt")]
-    start = time.perf_counter()
-    if preprocess_main(args) != 0:
-        raise RuntimeError("pagesum-preprocess failed")
-    return time.perf_counter() - start
+def measure(command: list[str], corpus: Path, input_format: str, gpt2_dir: Path, workers: int,
+            destdir: Path) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (the process and its workers) of one run."""
+    return timed(command + [
+        "--input-format", input_format, "--trainpref", str(corpus), "--locality", "spatial", "--num-pages", "8",
+        "--destdir", str(destdir), "--workers", str(workers), "--no-progress", "--tokenizer", "gpt2",
+        "--gpt2-encoder-json", str(gpt2_dir / "encoder.json"), "--gpt2-vocab-bpe", str(gpt2_dir / "vocab.bpe"),
+        "--gpt2-dict", str(gpt2_dir / "dict.txt")])
+
+
+def tokenizer_alone(corpus: Path, input_format: str, gpt2_dir: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of the tokenizer alone on every sentence and summary of the corpus."""
+    texts = []
+    for record in iter_records(corpus, input_format):
+        example = parse_record(record, input_format)
+        texts += [" " + sentence for unit in example.units for sentence in unit.sentence_list()]
+        texts.append(" ".join(example.summary.split()))
+    tokenizer = build_tokenizer("gpt2", encoder_json=gpt2_dir / "encoder.json", vocab_bpe=gpt2_dir / "vocab.bpe")
+    start, cpu = time.perf_counter(), time.process_time()
+    tokenizer.encode_ids(texts)
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+def text_megabytes(documents: list[dict]) -> float:
+    """Each document's text once: its sentences and its summary, UTF-8."""
+    return sum(len(" ".join(s for _, sentences in doc["sections"] for s in sentences).encode()) +
+               len(" ".join(doc["abstract"]).encode()) for doc in documents) / 1e6
+
+
+def row(name: str, workers, documents: int, tokens: float, megabytes: float, wall: float, cpu: float,
+        startup_cpu: float) -> str:
+    """``startup_cpu``: the imports' CPU seconds, paid once per run, left out of the last two columns."""
+    work = cpu - startup_cpu
+    return (f"| {name} | {workers} | {wall:.2f} | {documents / wall:.1f} | {tokens / wall / 1e3:,.0f} | "
+            f"{megabytes / wall:.2f} | {1e3 * cpu / documents:.1f} | {1e3 * work / documents:.1f} | "
+            f"{documents / work:.1f} |")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--documents", type=int, default=200)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each row; the best is kept")
+    parser.add_argument("--before", metavar="REV", help="also run this commit's pagesum-preprocess, alternating")
     parser.add_argument("--gpt2-dir", type=Path, help="folder with BART's encoder.json, vocab.bpe, dict.txt")
     parser.add_argument("--bpe-vocab-size", type=int, default=16000)
     args = parser.parse_args()
@@ -108,23 +147,43 @@ def main():
     body, abstracts = real_sentences()
     rng = random.Random(0)
     documents = [synthetic_document(rng, body, abstracts, i) for i in range(args.documents)]
+    megabytes = text_megabytes(documents)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         corpora = write_corpus(tmp, documents)
         gpt2_dir = args.gpt2_dir or train_bpe(tmp, body + abstracts, args.bpe_vocab_size)
-        measure(corpora["arxiv"], "arxiv", gpt2_dir, 1, tmp / "probe")  # warm-up: imports, page cache
+        codes = {"new": installed(ENTRY)}
+        if args.before:
+            codes = {args.before: exported(export(args.before, tmp / "before"), ENTRY), **codes}
+        measure(codes["new"], corpora["arxiv"], "arxiv", gpt2_dir, 1, tmp / "probe")  # warm-up: page cache
         stats = CorpusMeta.load(tmp / "probe").stats["train"]
-        tokens = stats["source_tokens"] / stats["examples"]
-        print(f"{args.documents} synthetic documents, {tokens:.0f} source tokens each on average, "
-              f"BPE: {'BART' if args.gpt2_dir else f'{args.bpe_vocab_size}-token byte-level, trained here'}")
-        print("| input format | workers | seconds | documents/s | MB/s |")
-        print("|---|---:|---:|---:|---:|")
+        tokens = stats["source_tokens"]
+        print(f"{args.documents} synthetic documents, {tokens / args.documents:.0f} source tokens each on average, "
+              f"{megabytes / args.documents * 1e3:.1f} kB of text each; BPE: "
+              f"{'BART' if args.gpt2_dir else f'{args.bpe_vocab_size}-token byte-level, trained here'}; "
+              f"best of {args.repeat}, codes alternating; load average {os.getloadavg()[0]:.2f} at the start")
+        startups = {code: min(timed(command + ["--help"]) for _ in range(args.repeat)) for code, command in codes.items()}
+        for code, (wall, cpu) in startups.items():
+            print(f"startup of {code} (--help, the imports): {wall:.2f} s wall, {cpu:.2f} s CPU")
+        print("| input format, code | workers | seconds | documents/s | k tokens/s | MB/s | CPU ms per document | "
+              "CPU ms per document, startup excluded | documents per CPU second, startup excluded |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for input_format, corpus in corpora.items():
-            megabytes = corpus.stat().st_size / 1e6
             for workers in args.workers:
-                seconds = measure(corpus, input_format, gpt2_dir, workers, tmp / f"out-{input_format}-{workers}")
-                print(f"| {input_format} | {workers} | {seconds:.1f} | {args.documents / seconds:.1f} | "
-                      f"{megabytes / seconds:.2f} |", flush=True)
+                best = {code: (float("inf"), float("inf")) for code in codes}
+                for run in range(args.repeat):
+                    for code, command in codes.items():
+                        wall, cpu = measure(command, corpus, input_format, gpt2_dir, workers,
+                                            tmp / f"out-{input_format}-{workers}-{code}-{run}")
+                        best[code] = (min(best[code][0], wall), min(best[code][1], cpu))
+                for code, (wall, cpu) in best.items():
+                    print(row(f"{input_format}, {code}", workers, args.documents, tokens, megabytes, wall, cpu,
+                              startups[code][1]), flush=True)
+            runs = [tokenizer_alone(corpus, input_format, gpt2_dir) for _ in range(args.repeat)]
+            wall, cpu = min(w for w, _ in runs), min(c for _, c in runs)
+            print(row(f"{input_format}, tokenizer alone", 1, args.documents, tokens, megabytes, wall, cpu, 0.0),
+                  flush=True)
+        print(f"load average at the end: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,11 @@ rouge-score loop is timed on the first ``--reference-pairs`` pairs only (it is
 slow); every path reports the largest difference from rouge-score on those pairs.
 All paths are timed in the same run, so the ratios compare like with like. A second
 table splits one process's time into the stages of ``rouge.score_pair``.
+
+The third table runs ``pagesum-score`` end to end as a user does, on ``--end-to-end-pairs``
+pairs written one summary per line: a fresh process that imports, reads, splits sentences,
+scores and bootstraps, best of ``--repeat``, alternating with ``--before REV`` (the command
+of that commit), against the rouge-score loop's rate on the same number of pairs.
 """
 
 import argparse
@@ -18,6 +23,7 @@ import platform
 import random
 import resource
 import sys
+import tempfile
 import time
 from collections import Counter
 from importlib import metadata
@@ -28,6 +34,7 @@ import numpy as np
 from rouge_score import rouge_scorer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.commands import export, exported, installed, timed  # noqa: E402
 from benchmarks.common import markdown_table  # noqa: E402
 from pagesum_plugin.evaluation import lcs, rouge  # noqa: E402
 
@@ -113,6 +120,37 @@ def stage_times(pairs):
     return [[name, f"{ms:.3f}", f"{100 * ms / total:.0f}%"] for name, ms in rows]
 
 
+def end_to_end(pairs, reference: dict, before: str | None, repeat: int) -> list:
+    """Rows of ``pagesum-score`` run as a command on ``pairs``, against the rouge-score loop."""
+    loop_wall = reference["seconds"] / reference["pairs"] * len(pairs)
+    loop_cpu = reference["cpu_seconds"] / reference["pairs"] * len(pairs)
+    rows = [[f"rouge-score loop (in process, {reference['pairs']} pairs scaled)", len(pairs), f"{loop_wall:.2f}",
+             f"{loop_cpu:.2f}", "1.0x", "1.0x"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        hyp, ref = tmp / "hyp.txt", tmp / "ref.txt"
+        ref.write_text("".join(" ".join(r.split()) + "\n" for r, _ in pairs), encoding="utf-8")
+        hyp.write_text("".join(" ".join(h.split()) + "\n" for _, h in pairs), encoding="utf-8")
+        commands = {"pagesum-score": installed("pagesum_commands:score")}
+        if before:
+            commands = {f"pagesum-score at {before}": exported(export(before, tmp / "before"),
+                                                              "pagesum_plugin.evaluation.score:main"), **commands}
+        best = {name: (float("inf"), float("inf")) for name in commands}
+        for _ in range(repeat):
+            for name, command in commands.items():
+                wall, cpu = timed(command + ["--hyp", str(hyp), "--ref", str(ref)])
+                best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+            for name, command in commands.items():
+                wall, cpu = timed(command + ["--help"])
+                best[f"{name} --help"] = tuple(min(old, new) for old, new in
+                                               zip(best.get(f"{name} --help", (float("inf"),) * 2), (wall, cpu)))
+    for name, (wall, cpu) in best.items():
+        help_row = name.endswith("--help")
+        rows.append([name, "" if help_row else len(pairs), f"{wall:.2f}", f"{cpu:.2f}",
+                     "" if help_row else f"{loop_wall / wall:.1f}x", "" if help_row else f"{loop_cpu / cpu:.1f}x"])
+    return rows
+
+
 def versions() -> str:
     packages = ", ".join(f"{name} {metadata.version(name)}" for name in ("rouge-score", "nltk", "numpy"))
     return f"Python {platform.python_version()}, {packages}"
@@ -122,6 +160,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=1000)
     parser.add_argument("--reference-pairs", type=int, default=100)
+    parser.add_argument("--end-to-end-pairs", type=int, default=973, help="pairs for the command, end to end")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each end-to-end command; the best is kept")
+    parser.add_argument("--before", metavar="REV", help="also run this commit's pagesum-score, alternating")
     args = parser.parse_args()
     pairs = make_pairs(args.pairs)
     cores = os.cpu_count() or 1
@@ -134,6 +175,7 @@ def main():
         time_path(f"pagesum-score, {cores} processes", pagesum_score(cores), pairs),
     ]
     stages = stage_times(pairs)
+    commands = end_to_end(pairs[: args.end_to_end_pairs], reference, args.before, args.repeat)
     load_after = os.getloadavg()[0]
 
     n_ref = args.reference_pairs
@@ -151,6 +193,9 @@ def main():
     print(markdown_table(header, rows))
     print(f"\nWhere pagesum-score's time goes, in one process ({args.pairs} pairs)\n")
     print(markdown_table(["stage", "CPU ms per pair", "share"], stages))
+    print(f"\npagesum-score as a command, end to end (imports, sentence splitting, bootstrap), best of {args.repeat}\n")
+    print(markdown_table(["path", "pairs", "seconds", "CPU seconds", "speed-up vs rouge-score (wall)",
+                          "speed-up vs rouge-score (CPU)"], commands))
 
 
 if __name__ == "__main__":

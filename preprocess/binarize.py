@@ -27,7 +27,7 @@ from tqdm import tqdm
 from pagesum_plugin.corpus.codec import TextCodec
 from pagesum_plugin.corpus.errors import BLANK_LINE, BlankLine, InputError
 from pagesum_plugin.corpus.format import META_FILE, CorpusFormatError, EncodedDocument, SplitStructure, SplitWriter
-from pagesum_plugin.corpus.readers import Record, iter_records, parse_record
+from pagesum_plugin.corpus.readers import Example, Record, iter_records, parse_record
 from pagesum_plugin.corpus.sentences import split_sentences
 from pagesum_plugin.corpus.tokenizers import build_tokenizer
 from pagesum_plugin.corpus.views import ViewConfig, plan_pages
@@ -141,32 +141,46 @@ def init_worker(settings: JobSettings) -> None:
     _WORKER["codec"] = TextCodec(tokenizer, Dictionary.load(settings.dict_path))
 
 
-def encode_record(record: Record) -> EncodedExample | Skipped:
+def parse(record: Record) -> Example | Skipped | InputError:
+    """The record's example, or why it is skipped, or (without --skip-invalid) its error, raised
+    by ``encode_chunk`` in input order."""
     settings: JobSettings = _WORKER["settings"]
-    codec: TextCodec = _WORKER["codec"]
     try:
-        example = parse_record(record, settings.input_format)
-        try:
-            document = codec.encode_document(example)
-        except ValueError:
-            raise InputError(record.path, record.line, None, "empty_document", "the document has no tokens") from None
+        return parse_record(record, settings.input_format)
     except BlankLine as blank:
         return Skipped(blank.reason, str(blank))
     except InputError as error:
-        if settings.skip_invalid:
+        return Skipped(error.reason, str(error)) if settings.skip_invalid else error
+
+
+def encode_chunk(records: list[Record]) -> list[EncodedExample | Skipped]:
+    """Parse every record of the chunk, then encode all of its examples in one batch. The first
+    bad record, in input order, stops the run, as when records were encoded one at a time."""
+    parsed = [parse(record) for record in records]
+    examples = [example for example in parsed if isinstance(example, Example)]
+    encoded = iter(_WORKER["codec"].encode_examples(examples))
+    results = []
+    for record, item in zip(records, parsed):
+        if isinstance(item, InputError):
+            raise item
+        results.append(_encoded(record, item, *next(encoded)) if isinstance(item, Example) else item)
+    return results
+
+
+def _encoded(record: Record, example: Example, document: EncodedDocument | None,
+             summary: np.ndarray) -> EncodedExample | Skipped:
+    if document is None:
+        error = InputError(record.path, record.line, None, "empty_document", "the document has no tokens")
+        if _WORKER["settings"].skip_invalid:
             return Skipped(error.reason, str(error))
-        raise
+        raise error
     return EncodedExample(
         id=example.id,
         reference=_WHITESPACE.sub(" ", example.summary).strip(),
         document=document,
-        summary=codec.encode_summary(example.summary),
+        summary=summary,
         assumed=example.assumed,
     )
-
-
-def encode_chunk(records: list[Record]) -> list[EncodedExample | Skipped]:
-    return [encode_record(record) for record in records]
 
 
 # --------------------------------------------------------------------------- ordered, bounded map

@@ -45,3 +45,18 @@ def test_the_benchmark_prints_a_table_of_every_system_it_compares(script):
     for name in names:
         assert name in result.stdout, f"{name!r} missing from {script}'s output"
     assert "|---:" in result.stdout and len(header.split("|")) > 3
+
+
+@pytest.mark.parametrize("script, arguments, names", [
+    ("preprocess_throughput", ["--documents", "4", "--repeat", "1", "--workers", "1", "--bpe-vocab-size", "500"],
+     ["arxiv, HEAD", "arxiv, new", "jsonl, HEAD", "jsonl, new", "tokenizer alone", "startup of new"]),
+    ("rouge_speed", ["--pairs", "6", "--reference-pairs", "2", "--end-to-end-pairs", "4", "--repeat", "1"],
+     ["rouge-score loop", "pagesum-score at HEAD", "pagesum-score --help"]),
+])
+def test_a_command_benchmark_times_old_and_new_in_one_table(script, arguments, names):
+    result = subprocess.run([sys.executable, "-m", f"benchmarks.{script}", *arguments, "--before", "HEAD"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in names:
+        assert name in result.stdout, f"{name!r} missing from {script}'s output"
+    assert "CPU" in result.stdout and "|---" in result.stdout

@@ -16,7 +16,7 @@ from builders.cli import REPO_ROOT
 REPO = Path(REPO_ROOT)
 # installed package -> its folder
 PACKAGES = {"pagesum_plugin": "pagesum_plugin", "pagesum_preprocess": "preprocess", "pagesum_recipes": "recipes",
-            "benchmarks": "benchmarks", "tests": "tests"}
+            "pagesum_commands": "commands", "benchmarks": "benchmarks", "tests": "tests"}
 # The library's layers, lowest first: a module imports from its own package and lower layers only.
 LIBRARY_LAYERS = [
     ("profiling", "atomic"),  # memory and time measured; files written whole

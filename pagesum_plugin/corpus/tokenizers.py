@@ -5,6 +5,10 @@
   decimal strings, which is what BART's ``dict.txt`` and fairseq's ``GPT2BPE`` use.
 * ``sentencepiece``: a model trained on the training split; symbols are its pieces,
   which is what fairseq's ``SentencepieceBPE`` produces.
+
+``encode_ids(texts)`` encodes a whole batch of texts in one call into the tokenizer's own
+ids, and ``symbol(i)`` names id ``i`` as the dictionary spells it: the codec maps a batch's
+ids to dictionary ids with one array lookup built from them.
 """
 
 import os
@@ -27,8 +31,13 @@ SENTENCEPIECE_FILE = "sentencepiece.model"
 
 class Tokenizer(Protocol):
     name: str
+    vocab_size: int  # every id that encode_ids can return is below it
 
     def encode(self, text: str) -> list[str]: ...
+
+    def encode_ids(self, texts: list[str]) -> list[list[int]]: ...
+
+    def symbol(self, token_id: int) -> str: ...
 
     def decode(self, symbols: list[str]) -> str: ...
 
@@ -47,9 +56,17 @@ class Gpt2Tokenizer:
         # fairseq's encoder applies GPT-2's regex to the raw text, with no prefix space.
         self._hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         self._hf.decoder = decoders.ByteLevel()
+        self.vocab_size = max(self._hf.get_vocab().values()) + 1
 
     def encode(self, text: str) -> list[str]:
         return [str(i) for i in self._hf.encode(text, add_special_tokens=False).ids]
+
+    def encode_ids(self, texts: list[str]) -> list[list[int]]:
+        # encode_batch_fast: the ids without the character offsets, which nothing here reads.
+        return [encoding.ids for encoding in self._hf.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def symbol(self, token_id: int) -> str:
+        return str(token_id)
 
     def decode(self, symbols: list[str]) -> str:
         # Dictionary specials such as "<unk>" have no GPT-2 id: they are kept as text.
@@ -81,9 +98,19 @@ class SentencePieceTokenizer:
     def __init__(self, model: str | Path):
         self.model_path = Path(model)
         self.sp = spm.SentencePieceProcessor(model_file=str(model))
+        self.vocab_size = self.sp.get_piece_size()
 
     def encode(self, text: str) -> list[str]:
         return self.sp.encode(text, out_type=str)
+
+    def encode_ids(self, texts: list[str]) -> list[list[int]]:
+        # One thread: each preprocessing worker is one process on one core.
+        return self.sp.encode(texts, num_threads=1)
+
+    def symbol(self, token_id: int) -> str:
+        # A character the model lacks is its unknown piece, which no dictionary holds: it
+        # becomes <unk> there, as the surface string that ``encode`` returns for it does.
+        return self.sp.id_to_piece(token_id)
 
     def decode(self, symbols: list[str]) -> str:
         # The same rule as fairseq's SentencepieceBPE.decode.

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 
 from pagesum_plugin.evaluation.rouge import tokenize
 
@@ -246,7 +245,8 @@ class NextSentenceScorer:
         if not os.path.isdir(model_dir):
             raise FileNotFoundError(f"{model_dir}: not a directory with a BERT next-sentence-prediction model")
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-        self.model = BertForNextSentencePrediction.from_pretrained(model_dir, local_files_only=True).to(device).eval()
+        model = BertForNextSentencePrediction.from_pretrained(model_dir, local_files_only=True)
+        self.model = model.to(device).eval().requires_grad_(False)  # no autograd graph: inference only
         self.device = device
         self.batch_size = batch_size
 
@@ -262,9 +262,9 @@ class NextSentenceScorer:
                 max_length=self.model.config.max_position_embeddings,
                 return_tensors="pt",
             ).to(self.device)
-            with torch.no_grad():
-                logits = self.model(**batch).logits  # (B, 2); label 0 = "is the next sentence"
-            out.append(torch.softmax(logits, dim=-1)[:, 0].cpu().numpy())
+            logits = self.model(**batch).logits.float().cpu().numpy()  # (B, 2); label 0 = "is the next sentence"
+            shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+            out.append(shifted[:, 0] / shifted.sum(axis=-1))
         return np.concatenate(out) if out else np.zeros(0)
 
 

@@ -13,8 +13,6 @@ from typing import Iterator, List, Optional
 
 import numpy as np
 
-from pagesum_plugin.corpus.codec import TextCodec
-from pagesum_plugin.corpus.format import META_FILE, CorpusSplit
 from pagesum_plugin.corpus.readers import read_examples
 
 
@@ -35,9 +33,7 @@ def iter_documents(path: str, split: Optional[str] = None, input_format: str = "
     ``input_format`` names the format of a dataset file or folder (any of
     ``preprocess.readers.INPUT_FORMATS``; ``aclsum`` reads a folder of S2ORC papers).
     """
-    if Path(path).is_dir() and (Path(path) / META_FILE).exists():
-        if not split:
-            raise ValueError(f"{path} is a data directory: give the split to read (--split)")
+    if Path(path).is_dir() and input_format != "aclsum":  # aclsum: the one format that is a folder
         yield from _stored_documents(path, split)
         return
     if split:
@@ -46,7 +42,16 @@ def iter_documents(path: str, split: Optional[str] = None, input_format: str = "
         yield Document(example.id, [unit.sentence_list() for unit in example.units], example.summary)
 
 
-def _stored_documents(data_dir: str, split: str) -> Iterator[Document]:
+def _stored_documents(data_dir: str, split: Optional[str]) -> Iterator[Document]:
+    # Text files are read without torch or fairseq (the text-only commands); a data directory
+    # needs them: optional, imported only here, for fairseq's binary format.
+    from pagesum_plugin.corpus.codec import TextCodec
+    from pagesum_plugin.corpus.format import META_FILE, CorpusFormatError, CorpusSplit
+
+    if not (Path(data_dir) / META_FILE).exists():
+        raise CorpusFormatError(f"{data_dir} is a folder without {META_FILE}: not a data directory")
+    if not split:
+        raise ValueError(f"{data_dir} is a data directory: give the split to read (--split)")
     codec = TextCodec.from_data_dir(data_dir)
     corpus = CorpusSplit(data_dir, split)
     for index, (example_id, reference) in enumerate(zip(corpus.example_ids(), corpus.references())):

@@ -1,0 +1,74 @@
+"""The text-only commands (pagesum_commands) import neither torch nor fairseq, on --help and on
+real work, each in a fresh interpreter, and print none of fairseq's import chatter; the plugin
+still registers everything when it is imported any other way."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from builders.corpora import acl_papers, write_jsonl
+from pagesum_commands import COMMANDS
+
+# Runs one command as its console script does, then reports which heavy modules it loaded.
+PROBE = textwrap.dedent("""
+    import json, sys
+    import pagesum_commands
+    command, argv = sys.argv[1], sys.argv[2:]
+    sys.argv = [command] + argv
+    try:
+        status = pagesum_commands.run(command)
+    except SystemExit as exit:
+        status = exit.code
+    loaded = [name for name in ("torch", "fairseq") if name in sys.modules]
+    print(json.dumps({"status": status or 0, "loaded": loaded}), file=sys.stderr)
+""")
+
+
+def _probe(command: str, *argv) -> tuple[dict, str, str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, command, *map(str, argv)], capture_output=True, text=True,
+                          timeout=300)
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    return report, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_imports_neither_torch_nor_fairseq_and_prints_no_chatter(command):
+    report, out, err = _probe(command, "--help")
+    assert report == {"status": 0, "loaded": []}
+    assert out.startswith("usage:") and "tensorboardX" not in out + err and "INFO" not in err
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("text")
+    papers = acl_papers(3)
+    (tmp / "ref.txt").write_text("".join(" ".join(p["summary"].split()) + "\n" for p in papers))
+    (tmp / "hyp.txt").write_text("".join(" ".join(p["summary"].split()[:40]) + "\n" for p in papers))
+    (tmp / "weights.jsonl").write_text(json.dumps({"id": 0, "hypothesis": "a b", "tokens": ["a", "b"],
+                                                   "page_weights": [[0.5, 0.5], [0.9, 0.1]]}) + "\n")
+    write_jsonl(tmp / "docs.jsonl", papers)
+    return tmp
+
+
+@pytest.mark.parametrize("command, argv", [
+    ("pagesum-score", lambda d: ["--hyp", d / "hyp.txt", "--ref", d / "ref.txt", "--json"]),
+    ("pagesum-baseline", lambda d: ["--input", d / "docs.jsonl", "--method", "lead", "--k", 3, "--out", d / "lead.txt"]),
+    ("pagesum-plot", lambda d: ["page-importance", "--weights", d / "weights.jsonl", "--id", 0, "--out", d / "w.png"]),
+    ("pagesum-decoding-flags", lambda d: ["arxiv"]),
+])
+def test_a_real_run_imports_neither_torch_nor_fairseq(inputs, command, argv):
+    report, out, err = _probe(command, *argv(inputs))
+    assert report == {"status": 0, "loaded": []}, err
+    assert "tensorboardX" not in out + err
+
+
+def test_importing_the_plugin_still_registers_everything():
+    check = ("import pagesum_plugin, sys; from fairseq.tasks import TASK_REGISTRY; from fairseq.models import "
+             "ARCH_MODEL_REGISTRY; from fairseq.criterions import CRITERION_REGISTRY; "
+             "print('paged_summarization' in TASK_REGISTRY, 'pagesum_tiny' in ARCH_MODEL_REGISTRY, "
+             "'paged_label_smoothed_cross_entropy' in CRITERION_REGISTRY, callable(pagesum_plugin.from_pretrained))")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["True"] * 4, done.stderr
