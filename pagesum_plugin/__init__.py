@@ -20,4 +20,5 @@ packages and what each owns: the README's Architecture section.
 
 from .checkpoints import safety  # noqa: F401  (first: fairseq-generate loads checkpoints)
 from . import criterions, models, tasks  # noqa: F401
+from . import optim  # noqa: F401  (registers --optimizer adamw_torch)
 from .hub_interface import PageSumHubInterface, from_pretrained  # noqa: F401
