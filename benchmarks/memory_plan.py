@@ -13,7 +13,6 @@ weights, master weights, gradients, optimizer state and activations.
 """
 
 import argparse
-import logging
 import sys
 import tempfile
 from dataclasses import dataclass, fields, replace
@@ -25,8 +24,8 @@ from fairseq import optim
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.fp16_optimizer import FP16Optimizer
 
-from benchmarks.common import (ModelSize, best_seconds, describe_device, label_smoothed_loss, make_dictionary,
-                               markdown_table, paged_source, summary_io)
+from benchmarks.common import (ModelSize, add_device_args, best_seconds, describe_device, label_smoothed_loss,
+                               make_dictionary, markdown_table, paged_source, start, summary_io)
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.memory_model import (ARCHITECTURES, COUNTS, Architecture, Counts, Step, activation_bytes,
                                          backward_gradients, predict, static_bytes)
@@ -161,10 +160,10 @@ def validation_table(device: torch.device, steps: Sequence[Step] = tuple(VALIDAT
                            "predicted MB", "error"], rows)
 
 
-def optimizer_table(device: torch.device, repeats: int) -> str:
+def optimizer_table(device: torch.device, repeats: int, arch: Architecture = ARCHITECTURES["base"]) -> str:
     """The update alone (gradients in place), adam against adamw_torch, alternating, best of
-    ``repeats``, on PageSum at bart.base's width and depth (vocabulary 50,265)."""
-    step = Step("pagesum", ARCHITECTURES["base"], 1, 64, 16)
+    ``repeats``, on PageSum at ``arch``'s dimensions (default bart.base's, vocabulary 50,265)."""
+    step = Step("pagesum", arch, 1, 64, 16)
     rows = []
     for dtype in ("fp32", "bf16"):
         built = {name: build(replace(step, dtype=dtype), device, optimizer=name) for name in ("adam", "adamw_torch")}
@@ -187,23 +186,24 @@ def goal_row() -> str:
             "(predicted; goal <= 12 GB):\n\n" + markdown_table(["decoder attention", "peak GB"], rows))
 
 
-def report(device: torch.device, repeats: int = 5) -> str:
-    """Every table of this module, as the memory-scaling benchmark prints them."""
+def report(device: torch.device, repeats: int = 5, quick: bool = False) -> str:
+    """Every table of this module, as the memory-scaling benchmark prints them (``quick``: one
+    validation size and a tiny model's update, for a smoke run)."""
+    steps, arch = (VALIDATION[:1], ARCHITECTURES["tiny"]) if quick else (VALIDATION, ARCHITECTURES["base"])
     return "\n\n".join([f"Memory model (pagesum_plugin/memory_model.py) on {describe_device(device)}:",
-                        validation_table(device), goal_row(),
-                        "Optimizer update, adam (fairseq's, no apex) against adamw_torch:",
-                        optimizer_table(device, repeats)])
+                        validation_table(device, steps), goal_row(),
+                        f"Optimizer update, adam (fairseq's, no apex) against adamw_torch, {arch.layers}+{arch.layers}"
+                        f" layers, d={arch.embed_dim}, vocabulary {arch.vocab}:",
+                        optimizer_table(device, repeats, arch)])
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    add_device_args(parser)
     parser.add_argument("--calibrate", action="store_true", help="refit the counts and print them")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    for name in ("fairseq", "pagesum_plugin"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    device = torch.device(args.device)
+    device, _ = start(args)
     if args.calibrate:
         measured = [measured_peak(step, device) for step in CALIBRATION]
         checkpointed = [measured_peak(step, device) for step in CHECKPOINTED_CALIBRATION]
@@ -212,7 +212,7 @@ def main(argv=None):
         for step, m in zip(CALIBRATION + CHECKPOINTED_CALIBRATION, measured + checkpointed):
             print(f"{describe(step)}: measured {m / MB:.1f} MB, error {error(step, m, counts):+.1%}")
         return
-    print(report(device, args.repeats))
+    print(report(device, args.repeats, args.quick))
 
 
 if __name__ == "__main__":
