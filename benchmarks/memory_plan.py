@@ -1,4 +1,4 @@
-"""The memory model (``pagesum_plugin.memory_model``) against measured peaks, and the optimizer
+"""The memory model (``pagesum_plugin.memory.model``) against measured peaks, and the optimizer
 step, ``adam`` against ``adamw_torch``.
 
 A measured step is fairseq's training step as its trainer runs it: the model built from its
@@ -27,7 +27,7 @@ from fairseq.optim.fp16_optimizer import FP16Optimizer
 from benchmarks.common import (ModelSize, add_device_args, best_seconds, describe_device, label_smoothed_loss,
                                make_dictionary, markdown_table, paged_source, start, summary_io)
 from pagesum_plugin.checkpoints import builder
-from pagesum_plugin.memory_model import (ARCHITECTURES, COUNTS, Architecture, Counts, Step, activation_bytes,
+from pagesum_plugin.memory.model import (ARCHITECTURES, COUNTS, Architecture, Counts, Step, activation_bytes,
                                          backward_gradients, predict, static_bytes)
 from pagesum_plugin.profiling import peak_memory
 
@@ -190,7 +190,7 @@ def report(device: torch.device, repeats: int = 5, quick: bool = False) -> str:
     """Every table of this module, as the memory-scaling benchmark prints them (``quick``: one
     validation size and a tiny model's update, for a smoke run)."""
     steps, arch = (VALIDATION[:1], ARCHITECTURES["tiny"]) if quick else (VALIDATION, ARCHITECTURES["base"])
-    return "\n\n".join([f"Memory model (pagesum_plugin/memory_model.py) on {describe_device(device)}:",
+    return "\n\n".join([f"Memory model (pagesum_plugin/memory/model.py) on {describe_device(device)}:",
                         validation_table(device, steps), goal_row(),
                         f"Optimizer update, adam (fairseq's, no apex) against adamw_torch, {arch.layers}+{arch.layers}"
                         f" layers, d={arch.embed_dim}, vocabulary {arch.vocab}:",

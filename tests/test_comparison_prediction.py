@@ -6,7 +6,7 @@ import os
 import pytest
 
 from builders.cli import REPO_ROOT
-from pagesum_plugin.memory_model import GB, predict
+from pagesum_plugin.memory.model import GB, predict
 from pagesum_recipes.comparison.prediction import at_length, model_step, predicted_units
 from pagesum_recipes.comparison.systems import Comparison
 

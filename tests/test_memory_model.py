@@ -1,16 +1,15 @@
-"""The memory model (``pagesum_plugin.memory_model``): its parameter count is the model's, it
+"""The memory model (``pagesum_plugin.memory.model``): its parameter count is the model's, it
 prices what each setting saves, and its peaks are within 15% of measured ones."""
 
 import pytest
 
-from pagesum_plugin.memory_model import ARCHITECTURES, Step, architecture, parameters, predict
+from benchmarks.memory_plan import VALIDATION, build, error, measured_peak
+from pagesum_plugin.memory.model import ARCHITECTURES, Step, architecture, parameters, predict
 
 LARGE = ARCHITECTURES["large"]
 
 
 def test_parameter_count_is_the_built_models():
-    from benchmarks.memory_plan import VALIDATION, build
-
     for step in VALIDATION[:1] + VALIDATION[3:4]:  # PageSum and full-attention BART
         model = build(step, "cpu").model
         assert parameters(step) == sum(p.numel() for p in model.parameters())
@@ -52,7 +51,5 @@ def test_a_bad_setting_is_named():
 def test_predicted_peak_is_within_15_percent_of_the_measured_one(index):
     """Sizes the counts were not fitted on: PageSum at three widths and depths, full-attention
     BART, bf16 under fairseq's wrapper, and activation checkpointing."""
-    from benchmarks.memory_plan import VALIDATION, error, measured_peak
-
     step = VALIDATION[index]
     assert abs(error(step, measured_peak(step, "cpu"))) <= 0.15

@@ -9,6 +9,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.fp16_optimizer import FP16Optimizer
 
 from builders.models import build_tiny
+from pagesum_plugin.optim.adamw_torch import build_adamw
 
 SETTINGS = ("--lr", "1e-3", "--weight-decay", "0.01", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-8")
 
@@ -102,8 +103,6 @@ def test_weight_decay_is_decoupled_as_in_fairseqs_adam(copy_task_dir, batch):
 
 
 def test_fused_kernel_where_the_device_has_one_and_foreach_elsewhere():
-    from pagesum_plugin.optim.adamw_torch import build_adamw
-
     on_cpu = build_adamw([torch.zeros(3, requires_grad=True)], lr=1e-3)
     assert on_cpu.defaults["fused"] and not on_cpu.defaults["foreach"]
     on_meta = build_adamw([torch.zeros(3, device="meta", requires_grad=True)], lr=1e-3)  # no fused kernel

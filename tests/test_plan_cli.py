@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from pagesum_plugin.memory_model import GB, SYSTEMS, Step, architecture, predict
-from pagesum_plugin.plan import SETTINGS, best_fit, main, parse_bytes, step_for
+from pagesum_plugin.memory.model import GB, SYSTEMS, Step, architecture, predict
+from pagesum_plugin.memory.plan import SETTINGS, best_fit, main, parse_bytes, step_for
 
 
 def test_budget_amounts_parse_in_decimal_and_binary_units():

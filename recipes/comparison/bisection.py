@@ -11,7 +11,7 @@ beyond the budget could exhaust the machine rather than fail cleanly. Every prob
 ``consistent`` says whether they agree with the assumption.
 
 With ``start_units``, a prediction of the answer (the memory model's,
-``pagesum_plugin.memory_model``), the search starts there instead: the prediction is measured,
+``pagesum_plugin.memory.model``), the search starts there instead: the prediction is measured,
 then its neighbour on the side the measurement points to, and the gap is widened by doubling
 steps away from the prediction until a probe lands on the other side, then bisected. A
 prediction within a unit or two costs two or three measurements; a wrong one costs about

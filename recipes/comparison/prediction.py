@@ -1,6 +1,6 @@
 """Where the fit's search starts: the memory model's longest input for a system.
 
-``pagesum_plugin.memory_model`` predicts a training step's peak from the shapes; the fit
+``pagesum_plugin.memory.model`` predicts a training step's peak from the shapes; the fit
 (``fit.py``) measures real steps, and starts its bisection (``bisection.py``) at the longest
 length the model predicts to fit, so that a good prediction costs two or three training steps
 instead of the eight or so of a search from one unit. A system the model does not know starts
@@ -13,7 +13,7 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from pagesum_plugin.memory_model import OPTIMIZERS, Step, architecture, predict
+from pagesum_plugin.memory.model import OPTIMIZERS, Step, architecture, predict
 
 from .systems import PAGE_VIEWS, Comparison
 from .systems import architecture as sized_architecture

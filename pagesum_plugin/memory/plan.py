@@ -4,7 +4,7 @@
 
 For each system at the architecture's size (PageSum, full-attention BART, HEPOS, HED, AWESOME)
 and each batch size, the longest input whose predicted training-step peak
-(``memory_model.predict``) is within the budget, and the cheapest settings that fit it: bf16
+(``model.predict``) is within the budget, and the cheapest settings that fit it: bf16
 rather than fp32, no activation checkpointing rather than checkpointing (which recomputes every
 layer in backward), ``adamw_torch`` rather than Adafactor (which changes the optimisation).
 Inputs are whole pages of ``--page-tokens`` (PageSum's pages, HED's documents, AWESOME's
@@ -21,7 +21,7 @@ import sys
 from dataclasses import replace
 from typing import Callable, List, Optional, Tuple
 
-from .memory_model import ARCHITECTURES, GB, KERNELS, SYSTEMS, Step, architecture, predict
+from .model import ARCHITECTURES, GB, KERNELS, SYSTEMS, Step, architecture, predict
 
 PROG = "pagesum-plan"
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
