@@ -16,7 +16,7 @@ import argparse
 import sys
 import tempfile
 from dataclasses import dataclass, fields, replace
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, List, Sequence
 
 import numpy as np
 import torch

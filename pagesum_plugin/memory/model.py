@@ -27,7 +27,7 @@ the largest single layer's, with the temporaries of its backward (a fitted multi
 Pure arithmetic: no torch, so that ``pagesum-plan`` answers at once.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Dict, Tuple
 
 GB = 10**9
@@ -225,7 +225,3 @@ def max_tensor_bytes(step: Step) -> float:
     """The largest weight in fp32 (the embedding): what a per-parameter optimizer loop
     allocates at once."""
     return 4 * step.arch.vocab * step.arch.embed_dim
-
-
-def with_settings(step: Step, **settings) -> Step:
-    return replace(step, **settings)

@@ -21,7 +21,7 @@ import sys
 from dataclasses import replace
 from typing import Callable, List, Optional, Tuple
 
-from .model import ARCHITECTURES, GB, KERNELS, SYSTEMS, Step, architecture, predict
+from .model import GB, KERNELS, SYSTEMS, Step, architecture, predict
 
 PROG = "pagesum-plan"
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -126,9 +126,9 @@ def main(argv=None) -> int:
     header = ["system", "batch", "largest input (pages x tokens)", "tokens", "settings", "predicted peak GB"]
     rows = table(args, args.arch)
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    print(f"Budget {args.budget / GB:.1f} GB, {args.arch.rpartition('_')[2]} size "
-          f"({ARCHITECTURES[args.arch.rpartition('_')[2]].layers} + {ARCHITECTURES[args.arch.rpartition('_')[2]].layers}"
-          f" layers), {args.summary_tokens}-token summaries, decoder attention {args.decoder_attention}:")
+    _, arch = architecture(args.arch)
+    print(f"Budget {args.budget / GB:.1f} GB, {args.arch} dimensions ({arch.layers} + {arch.layers} layers, "
+          f"d={arch.embed_dim}), {args.summary_tokens}-token summaries, decoder attention {args.decoder_attention}:")
     for row in [header] + rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     return 0

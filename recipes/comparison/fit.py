@@ -11,7 +11,7 @@ comparison's unit, up to its cap), started at the length the memory model predic
 memory: ``torch.cuda.max_memory_allocated`` on a GPU, torch's MemTracker on CPU.
 
 Writes ``OUT/<system>/fit.json`` per system (moved into place when complete): the tokens it
-reads (null when not one unit fits), the peak memory and speed of its training step at that
+reads (null when not one unit fits), the tokens the memory model predicted, the peak memory and speed of its training step at that
 length, every probe, and the budget and device they were measured on. Systems are fitted one
 after another; the recipe deals them over several processes when it may run several at once.
 """

@@ -8,6 +8,7 @@ from one unit, as before.
 """
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -35,7 +36,7 @@ def model_step(comparison: Comparison, key: str, data: str | Path, model_size: O
     optimizer = config.optimizer._name if config.optimizer._name in OPTIMIZERS else "adam"
     segment = int(comparison.awesome.get("max_input_tokens", 1024))
     page_tokens = segment if config.task.view == "segments" else comparison.unit
-    return Step(system, arch.__class__(**{**arch.__dict__, "vocab": vocab}), 1, page_tokens,
+    return Step(system, replace(arch, vocab=vocab), 1, page_tokens,
                 int(comparison.training.max_summary_tokens), batch=int(comparison.training.batch_size), dtype=dtype,
                 checkpointing=bool(config.model.get("checkpoint_activations", False)), optimizer=optimizer)
 
@@ -43,10 +44,10 @@ def model_step(comparison: Comparison, key: str, data: str | Path, model_size: O
 def at_length(step: Step, view: str, units: int, unit: int) -> Step:
     """``step`` reading ``units`` units of input through ``view``."""
     if view in PAGE_VIEWS or view == "documents":
-        return Step(**{**step.__dict__, "pages": units})
+        return replace(step, pages=units)
     if view == "segments":
-        return Step(**{**step.__dict__, "pages": max(1, units * unit // step.page_tokens)})
-    return Step(**{**step.__dict__, "pages": 1, "page_tokens": units * unit})
+        return replace(step, pages=max(1, units * unit // step.page_tokens))
+    return replace(step, pages=1, page_tokens=units * unit)
 
 
 def predicted_units(comparison: Comparison, key: str, data: str | Path, budget_bytes: float,
