@@ -99,6 +99,29 @@ def test_three_updates_on_the_same_gradients_equal_fairseqs_adam_as_its_epsilon_
     assert_same_weights(weights["adamw_torch"], weights["adam"], atol=1e-6)
 
 
+def test_a_resumed_optimizer_continues_the_epsilon_schedule_where_it_stopped(copy_task_dir):
+    """Two updates, a save and a load into a fresh optimizer, one more update: the same weights
+    as three updates in one go."""
+    def run(updates, state=None):
+        model, _, cfg = model_and_config(copy_task_dir, "adamw_torch")
+        if state is not None:
+            model.load_state_dict(state["model"])
+        params = list(model.parameters())
+        optimizer = optim.build_optimizer(cfg.optimizer, params)
+        if state is not None:
+            optimizer.load_state_dict(state["optimizer"])
+        for scale in updates:
+            for p in params:
+                p.grad = torch.full_like(p, scale)
+            optimizer.step()
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+
+    tiny = [1e-9, 1e-8, 1e-9]  # gradients the size of epsilon, where its schedule shows
+    straight = run(tiny)
+    resumed = run(tiny[2:], state=run(tiny[:2]))
+    assert_same_weights(resumed["model"], straight["model"], atol=1e-7)
+
+
 def test_weight_decay_is_decoupled_as_in_fairseqs_adam(copy_task_dir, batch):
     """Without the decay the weights land elsewhere: the test above sees the decay."""
     decayed, _ = one_update(copy_task_dir, batch, "adamw_torch")

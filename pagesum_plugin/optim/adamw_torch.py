@@ -17,7 +17,7 @@ The update is fairseq's ``adam`` (decoupled weight decay, as its docstring says)
 included: fairseq divides by ``sqrt(v) + eps`` and scales by ``sqrt(1 - beta2^t)``, torch by
 ``sqrt(v / (1 - beta2^t)) + eps``; so at update t torch is given ``eps / sqrt(1 - beta2^t)``,
 which makes the two the same function of the gradients (``--adam-eps`` keeps fairseq's
-meaning). t is the update count of the group, as torch's state keeps it.
+meaning). t is the group's update count, which the group keeps (and checkpoints save).
 """
 
 import ast
@@ -74,10 +74,16 @@ def regather_grads(params: List[torch.Tensor], flat: torch.nn.Parameter) -> None
         offset += numel
 
 
+UPDATES = "fairseq_adam_updates"  # a param group's update count, kept (and saved) in the group itself
+
+
 def updates_done(optimizer: torch.optim.Optimizer, group: dict) -> int:
-    """How many updates the group's parameters have had (torch's own per-parameter count)."""
-    steps = [optimizer.state[p]["step"] for p in group["params"] if "step" in optimizer.state.get(p, {})]
-    return int(max(float(step) for step in steps)) if steps else 0
+    """How many updates the group has had: its own count, or, in a state saved without one,
+    torch's per-parameter count (read once: on CUDA each read waits for the device)."""
+    if UPDATES not in group:
+        steps = [optimizer.state[p]["step"] for p in group["params"] if "step" in optimizer.state.get(p, {})]
+        group[UPDATES] = int(max(float(step) for step in steps)) if steps else 0
+    return group[UPDATES]
 
 
 def build_adamw(params, **config) -> torch.optim.AdamW:
@@ -121,7 +127,9 @@ class AdamWTorch(FairseqOptimizer):
     def step(self, closure=None, scale=1.0, groups=None):
         self._regather()
         for group in self.optimizer.param_groups:
-            group["eps"] = self.cfg.adam_eps / math.sqrt(1 - group["betas"][1] ** (updates_done(self.optimizer, group) + 1))
+            update = updates_done(self.optimizer, group) + 1
+            group["eps"] = self.cfg.adam_eps / math.sqrt(1 - group["betas"][1] ** update)
+            group[UPDATES] = update
         super().step(closure, scale, groups)
 
     @staticmethod
