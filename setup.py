@@ -62,6 +62,7 @@ setup(
             "pagesum-compare-fit = pagesum_recipes.comparison.fit:main",
             "pagesum-compare-report = pagesum_recipes.comparison.report:main",
             "pagesum-make-figures = pagesum_recipes.make_figures:main",
+            "pagesum-plan = pagesum_commands:plan",
         ]
     },
 )

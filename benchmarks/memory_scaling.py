@@ -50,6 +50,7 @@ from typing import Dict, List, Optional
 import torch
 from torch.nn.attention import sdpa_kernel
 
+from benchmarks import memory_plan
 from benchmarks.common import (
     ATTENTION_KERNELS,
     BART_LARGE,
@@ -180,6 +181,7 @@ def main(argv=None):
     with sdpa_kernel(ATTENTION_KERNELS[args.attention]):
         rows = measure(args, dictionary, models, device)
     print(render(rows, args, size, len(dictionary), device, dtype))
+    print("\n" + memory_plan.report(device, args.repeats, args.quick))  # the memory model and the optimizer step
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The console commands that read and write text only: ROUGE (``pagesum-score``), the
-baselines (``pagesum-baseline``), the plots (``pagesum-plot``) and the recipes' decoding flags
-(``pagesum-decoding-flags``).
+baselines (``pagesum-baseline``), the plots (``pagesum-plot``), the recipes' decoding flags
+(``pagesum-decoding-flags``), and the memory plan (``pagesum-plan``).
 
 Importing any module of ``pagesum_plugin`` runs the package's ``__init__``, which registers
 the plugin with fairseq and so imports torch and fairseq (seconds, and fairseq's import
@@ -21,6 +21,7 @@ COMMANDS = {
     "pagesum-baseline": "pagesum_plugin.evaluation.baselines",
     "pagesum-plot": "pagesum_plugin.evaluation.plots",
     "pagesum-decoding-flags": "pagesum_recipes.decoding",
+    "pagesum-plan": "pagesum_plugin.memory.plan",
 }
 
 
@@ -47,3 +48,7 @@ def plot():
 
 def decoding_flags():
     return run("pagesum-decoding-flags")
+
+
+def plan():
+    return run("pagesum-plan")

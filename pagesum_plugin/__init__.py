@@ -28,4 +28,5 @@ import os
 if os.environ.get("PAGESUM_TEXT_ONLY") != "1":  # pagesum_commands.TEXT_ONLY
     from .checkpoints import safety  # noqa: F401  (first: fairseq-generate loads checkpoints)
     from . import criterions, models, tasks  # noqa: F401
+    from . import optim  # noqa: F401  (registers --optimizer adamw_torch)
     from .hub_interface import PageSumHubInterface, from_pretrained  # noqa: F401

@@ -20,6 +20,8 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
                         "--memory-slots", "16"],
                        ["AWESOME (attentive)", "AWESOME (attentive, K=4)", "AWESOME (compressive)", "Se3", "PageSum",
                         "HEPOS"]),
+    "memory_plan": (["--device", "cpu", "--quick", "--repeats", "1"],
+                    ["Memory model", "error", "PageSum-large, 20 x 1024", "adamw_torch", "adam"]),
     "hed_memory": (["--docs", "2", "3", "--doc-len", "64", "--tgt-len", "16"],
                    ["HED block-sparse", "HED dense mask", "PageSum doc pages"]),
     "memory_scaling": (["--device", "cpu", "--quick", "--pages", "1", "2", "--page-len", "64", "--tgt-len", "16"],

@@ -113,3 +113,40 @@ def test_probes_that_contradict_memory_growing_with_the_input_are_flagged():
 def test_a_unit_or_range_below_one_is_refused():
     with pytest.raises(ValueError, match="at least 1"):
         longest_within(MemoryModel(fixed=0), budget_bytes=1.0, unit=UNIT, max_units=0)
+
+
+@pytest.mark.parametrize("budget_gb", [2.5, 3, 4, 7.5, 12, 27, 40, 80])
+@pytest.mark.parametrize("start_units", [1, 5, 17, 50, 70])
+def test_a_search_started_from_any_prediction_gets_the_same_answer(budget_gb, start_units):
+    model = MemoryModel(fixed=2e9, linear=2e5, quadratic=4.0)
+    fit = longest_within(model, budget_bytes=budget_gb * 2**30, unit=UNIT, max_units=MAX_UNITS,
+                         start_units=start_units)
+    assert fit.tokens == model.longest_within(budget_gb * 2**30)
+    assert len(set(model.measured)) == len(model.measured) and fit.consistent
+
+
+@pytest.mark.parametrize("budget_gb", [4, 7.5, 12, 27, 40])
+@pytest.mark.parametrize("prediction_error", [-0.15, 0.0, 0.15])
+def test_a_prediction_within_15_percent_of_the_peak_needs_fewer_training_steps(budget_gb, prediction_error):
+    """The memory model's stated accuracy: a predicted peak off by 15% either way."""
+    exact = MemoryModel(fixed=2e9, linear=2e5, quadratic=4.0)
+    predicted = [k for k in range(1, MAX_UNITS + 1) if exact.peak(k * UNIT) * (1 + prediction_error) <= budget_gb * 2**30]
+    from_one, from_prediction = (MemoryModel(fixed=2e9, linear=2e5, quadratic=4.0) for _ in range(2))
+    longest_within(from_one, budget_gb * 2**30, UNIT, MAX_UNITS)
+    longest_within(from_prediction, budget_gb * 2**30, UNIT, MAX_UNITS, start_units=max(predicted))
+    assert len(from_prediction.measured) < len(from_one.measured)
+
+
+def test_no_length_above_a_fitting_prediction_is_more_than_twice_a_measured_fit():
+    model = MemoryModel(fixed=2e9, linear=1e6)
+    longest_within(model, budget_bytes=1e15, unit=UNIT, max_units=MAX_UNITS, start_units=3)
+    fitting = [3 * UNIT]
+    for tokens in model.measured[1:]:
+        assert tokens <= 2 * max(fitting)
+        fitting.append(tokens)
+
+
+def test_a_prediction_above_the_answer_walks_down_to_nothing_when_one_unit_does_not_fit():
+    model = MemoryModel(fixed=2e9, linear=1e6)
+    fit = longest_within(model, budget_bytes=1e9, unit=UNIT, max_units=MAX_UNITS, start_units=4)
+    assert fit.tokens is None and model.measured[-1] == UNIT

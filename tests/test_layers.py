@@ -19,12 +19,12 @@ PACKAGES = {"pagesum_plugin": "pagesum_plugin", "pagesum_preprocess": "preproces
             "pagesum_commands": "commands", "benchmarks": "benchmarks", "tests": "tests"}
 # The library's layers, lowest first: a module imports from its own package and lower layers only.
 LIBRARY_LAYERS = [
-    ("profiling", "atomic"),  # memory and time measured; files written whole
+    ("profiling", "atomic", "memory"),  # memory and time measured, memory predicted; files written whole
     ("corpus",),  # the stored corpus
     ("evaluation",),  # ROUGE, baselines, analyses: text in, numbers out
     ("awesome",),  # AWESOME's derived data: Algorithm 1, targets, oracle labels, their files
     ("data", "modules"),  # datasets and batches; attention, memories, page mixing
-    ("models", "generation", "criterions"),
+    ("models", "generation", "criterions", "optim"),
     ("tasks",),
     ("checkpoints", "summaries"),  # checkpoints loaded, converted, built; what summarize() returns
     ("hub_interface",),

@@ -247,3 +247,12 @@ def test_pagesum_cuts_arxiv_pubmed_and_multinews_summaries_at_its_authors_400_to
                  "global_decoding_arxiv_page", "global_decoding_multinews_global"):
         assert OmegaConf.load(CONFIGS / f"{name}.yaml").task.max_summary_tokens == 400, name
         assert flag(experiments[name]["pagesum-preprocess"], "--max-summary-tokens") == "400", name
+
+
+@pytest.mark.parametrize("path", sorted(path for pattern in ("govreport*.yaml", "arxiv*.yaml")
+                                        for path in CONFIGS.glob(pattern)), ids=lambda path: path.stem)
+def test_govreport_and_arxiv_recipes_train_with_torchs_fused_adamw_or_the_papers_adafactor(path):
+    """Issue 22: the Adam recipes use ``adamw_torch`` (fairseq's adam update, fused without apex);
+    HEPOS keeps the paper's Adafactor."""
+    expected = "adafactor" if "hepos" in path.stem else "adamw_torch"
+    assert OmegaConf.load(path).optimizer._name == expected

@@ -9,6 +9,14 @@ not fit, nothing does), then the length doubles until one does not fit or the ca
 then the gap is bisected. No length is tried that is more than twice the answer: a step far
 beyond the budget could exhaust the machine rather than fail cleanly. Every probe is kept, and
 ``consistent`` says whether they agree with the assumption.
+
+With ``start_units``, a prediction of the answer (the memory model's,
+``pagesum_plugin.memory.model``), the search starts there instead: the prediction is measured,
+then its neighbour on the side the measurement points to, and the gap is widened by doubling
+steps away from the prediction until a probe lands on the other side, then bisected. A
+prediction within a unit or two costs two or three measurements; a wrong one costs about
+what the search from one unit costs. No length above the prediction is tried before the
+prediction has been measured to fit.
 """
 
 import math
@@ -41,9 +49,11 @@ class Fit(Generic[M]):
         return not fitting or not failing or max(fitting) < min(failing)
 
 
-def longest_within(measure: Callable[[int], M], budget_bytes: float, unit: int, max_units: int) -> Fit[M]:
+def longest_within(measure: Callable[[int], M], budget_bytes: float, unit: int, max_units: int,
+                   start_units: Optional[int] = None) -> Fit[M]:
     """The longest length in ``unit, 2 * unit, ..., max_units * unit`` whose measured peak is at
-    most ``budget_bytes``, in at most 1 + 2 * ceil(log2(max_units)) measurements."""
+    most ``budget_bytes``, in at most 1 + 2 * ceil(log2(max_units)) measurements from one unit,
+    or fewer from a good ``start_units``."""
     if unit < 1 or max_units < 1:
         raise ValueError(f"need a unit and a maximum of at least 1, got unit {unit}, max_units {max_units}")
     fit: Fit[M] = Fit(tokens=None, measurement=None, budget_bytes=budget_bytes)
@@ -54,15 +64,18 @@ def longest_within(measure: Callable[[int], M], budget_bytes: float, unit: int, 
         fit.probes.append((units * unit, results[units]))
         return fit.fits(results[units])
 
-    if not fits(1):
-        return fit
-    low, high = 1, max_units + 1  # low fits; high (max_units + 1: beyond the range) does not
-    while low < max_units:  # double while it fits
-        longer = min(2 * low, max_units)
-        if not fits(longer):
-            high = longer
-            break
-        low = longer
+    if start_units is None:
+        if not fits(1):
+            return fit
+        low, high = gallop_up(fits, 1, max_units)
+    else:
+        start = min(max(start_units, 1), max_units)
+        if fits(start):
+            low, high = gallop_up(fits, start, max_units)
+        else:
+            low, high = gallop_down(fits, start)
+            if low == 0:
+                return fit
     while high - low > 1:
         middle = (low + high) // 2
         if fits(middle):
@@ -71,3 +84,27 @@ def longest_within(measure: Callable[[int], M], budget_bytes: float, unit: int, 
             high = middle
     fit.tokens, fit.measurement = low * unit, results[low]
     return fit
+
+
+def gallop_up(fits: Callable[[int], bool], low: int, max_units: int) -> Tuple[int, int]:
+    """(fitting, failing) bounds from a fitting ``low``: steps of 1, 2, 4, ... up, never beyond
+    twice the last fitting length; ``max_units + 1`` stands for beyond the range."""
+    step = 1
+    while low < max_units:
+        longer = min(low + step, 2 * low, max_units)
+        if not fits(longer):
+            return low, longer
+        low, step = longer, 2 * step
+    return low, max_units + 1
+
+
+def gallop_down(fits: Callable[[int], bool], high: int) -> Tuple[int, int]:
+    """(fitting, failing) bounds from a failing ``high``: steps of 1, 2, 4, ... down; 0 when
+    not even one unit fits."""
+    step = 1
+    while high > 1:
+        shorter = max(high - step, 1)
+        if fits(shorter):
+            return shorter, high
+        high, step = shorter, 2 * step
+    return 0, 1

@@ -5,13 +5,13 @@
         --out-dir OUT [--device cuda] [--fp16] [--model-size tiny] [--dry-run]
 
 For each system, a bisection over input lengths (``bisection.py``: multiples of the
-comparison's unit, up to its cap) in which every probe is one training step of the system at
-that length, as ``fairseq-hydra-train`` would run it with the comparison's overrides
+comparison's unit, up to its cap), started at the length the memory model predicts to fit
+(``prediction.py``), in which every probe is one training step of the system at that length, as ``fairseq-hydra-train`` would run it with the comparison's overrides
 (``training_step.py``), on this machine's device. The budget is in MB (2^20 bytes) of tensor
 memory: ``torch.cuda.max_memory_allocated`` on a GPU, torch's MemTracker on CPU.
 
 Writes ``OUT/<system>/fit.json`` per system (moved into place when complete): the tokens it
-reads (null when not one unit fits), the peak memory and speed of its training step at that
+reads (null when not one unit fits), the tokens the memory model predicted, the peak memory and speed of its training step at that
 length, every probe, and the budget and device they were measured on. Systems are fitted one
 after another; the recipe deals them over several processes when it may run several at once.
 """
@@ -32,6 +32,7 @@ from pagesum_plugin.checkpoints.builder import PLUGIN_DIR
 from pagesum_plugin.profiling import describe_device
 
 from .bisection import longest_within
+from .prediction import predicted_units
 from .systems import MODEL_SIZES, Comparison, ComparisonError
 from .training_step import StepCost, step_cost
 
@@ -56,7 +57,9 @@ def fit_system(comparison: Comparison, key: str, args, budget_bytes: float) -> D
         overrides = base + comparison.training_overrides(key, tokens, args.model_size)
         return step_cost(comparison.config_dir, system.config, overrides)
 
-    fit = longest_within(measure, budget_bytes, comparison.unit, comparison.max_units_of(key))
+    dtype = "fp16" if args.device == "cuda" and args.fp16 else "fp32"
+    start = predicted_units(comparison, key, args.data, budget_bytes, args.model_size, dtype)
+    fit = longest_within(measure, budget_bytes, comparison.unit, comparison.max_units_of(key), start_units=start)
     best = fit.measurement
     return {
         "system": key,
@@ -69,6 +72,7 @@ def fit_system(comparison: Comparison, key: str, args, budget_bytes: float) -> D
         "model_size": args.model_size or "as the YAMLs",
         "dry_run": args.dry_run,
         "tokens": fit.tokens,
+        "predicted_tokens": start * comparison.unit if start else None,
         "peak_mb": best.peak_bytes / MB if best else None,
         "step_seconds": best.seconds if best else None,
         "train_tokens_per_second": best.tokens_per_second if best else None,

@@ -1,0 +1,227 @@
+"""How much memory one training step needs, predicted from the shapes alone.
+
+    peak = weights + optimizer state (+ fp32 master weights and their gradients)
+           + max(activations kept for backward + the first gradients of backward,
+                 every gradient + the optimizer's scratch)
+
+Activations are counted as tensors of the model's dtype per token and layer, in four kinds:
+``d``-wide tensors (layer inputs, projections, residuals, normalisations), ``ffn``-wide ones
+(the feed-forward hidden layer before and after its activation), attention score matrices
+(heads x queries x keys) where the kernel keeps them, and the output layer's vocabulary-wide
+logits. How many tensors of each kind a layer keeps was measured, not derived: the counts in
+``COUNTS`` are a least-squares fit of training-step peaks measured with torch's MemTracker
+(``pagesum_plugin.profiling.peak_memory``) on CPU, over models and inputs of several widths,
+depths and lengths (``python -m benchmarks.memory_plan --calibrate`` refits them), and
+``benchmarks/memory_plan.py`` prints the model's error at sizes the fit did not see.
+
+The attention kernel is a parameter, since the score matrices are where kernels differ:
+``bmm`` (batched matmul + softmax: the (heads, queries, keys) scores are kept in fp32, plus
+a copy in the model's dtype when that is 16-bit) or ``fused`` (SDPA's flash or
+memory-efficient kernels: only a log-sum-exp per query and head). The encoders already run
+SDPA; ``decoder_kernel`` is the decoder's self- and cross-attention.
+
+With activation checkpointing (``--checkpoint-activations``) every layer keeps only its
+input, and backward recomputes one layer at a time: the activations are the layer inputs plus
+the largest single layer's, with the temporaries of its backward (a fitted multiple of it).
+
+Pure arithmetic: no torch, so that ``pagesum-plan`` answers at once.
+"""
+
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+GB = 10**9
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+SYSTEMS = ("pagesum", "bart", "hepos", "hed", "awesome")
+KERNELS = ("bmm", "fused")
+OPTIMIZERS = ("adam", "adamw_torch", "adafactor")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    layers: int  # encoder layers = decoder layers, as in BART
+    embed_dim: int
+    ffn_dim: int
+    heads: int
+    vocab: int  # dictionary size, specials included
+    positions: int = 1024  # learned positions per sequence (BART: 1,024)
+
+
+ARCHITECTURES: Dict[str, Architecture] = {
+    "large": Architecture(layers=12, embed_dim=1024, ffn_dim=4096, heads=16, vocab=50265),
+    "base": Architecture(layers=6, embed_dim=768, ffn_dim=3072, heads=12, vocab=50265),
+    "tiny": Architecture(layers=2, embed_dim=64, ffn_dim=128, heads=4, vocab=64),
+}
+
+
+def architecture(name: str) -> Tuple[str, Architecture]:
+    """(system, dimensions) of a registered architecture name such as ``pagesum_bart_large``
+    (``bart_large`` is full-attention BART)."""
+    system, _, size = name.rpartition("_")
+    system = system.removesuffix("_bart") or "bart"
+    if system not in SYSTEMS or size not in ARCHITECTURES:
+        known = ", ".join(f"{s}_bart_{z}" if s != "bart" else f"bart_{z}" for s in SYSTEMS for z in ("large", "base"))
+        raise ValueError(f"unknown architecture {name!r}; known: {known} (and *_tiny)")
+    return system, ARCHITECTURES[size]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Tensors kept for backward per token and layer, in units of the kind's width."""
+
+    encoder_d: float  # per source token and encoder layer, d-wide
+    encoder_ffn: float  # per source token and encoder layer, ffn-wide
+    decoder_d: float  # per decoder token and decoder layer, d-wide
+    decoder_ffn: float  # per decoder token and decoder layer, ffn-wide
+    cross_kv: float  # per source token that a decoder row reads, per decoder layer, d-wide (keys, values)
+    logits: float  # per summary token, vocabulary-wide (logits, fp32 log-probabilities, their gradient)
+    checkpointed_d: float  # per token and layer with checkpointing, d-wide (the layer's input)
+    recomputed_layer: float  # with checkpointing, the largest layer's activations while backward recomputes it
+    #                          and holds its gradients' temporaries, in units of that layer's activations
+
+
+# Least-squares fit to MemTracker peaks on CPU (benchmarks/memory_plan.py --calibrate).
+COUNTS = Counts(encoder_d=10.53, encoder_ffn=2.0, decoder_d=15.69, decoder_ffn=2.0, cross_kv=2.0, logits=2.06,
+                checkpointed_d=1.0, recomputed_layer=1.57)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One training step's shapes and settings."""
+
+    system: str  # one of SYSTEMS
+    arch: Architecture
+    pages: int  # pages (PageSum), documents (HED), segments (AWESOME); 1 for a flat sequence
+    page_tokens: int  # tokens per page (PageSum, HED, AWESOME's segment) or of the whole input (BART, HEPOS)
+    summary_tokens: int
+    batch: int = 1
+    dtype: str = "fp32"  # fp32, or bf16 / fp16 (fairseq's wrapper: fp32 master weights)
+    checkpointing: bool = False
+    optimizer: str = "adamw_torch"
+    decoder_kernel: str = "bmm"  # bmm (today) or fused
+    encoder_kernel: str = "fused"  # the encoders' SDPA
+    hepos_window: int = 256  # HEPOS's encoder window (its sparse layers read about as many keys)
+    hepos_stride: int = 4  # HEPOS's cross-attention: each head reads every stride-th source token
+    memory_slots: int = 1024  # AWESOME's memory slots (m)
+
+    @property
+    def input_tokens(self) -> int:
+        return self.pages * self.page_tokens
+
+    def check(self) -> "Step":
+        if self.system not in SYSTEMS:
+            raise ValueError(f"system {self.system!r}: not one of {', '.join(SYSTEMS)}")
+        for name, value, allowed in (("dtype", self.dtype, DTYPE_BYTES), ("optimizer", self.optimizer, OPTIMIZERS),
+                                     ("decoder_kernel", self.decoder_kernel, KERNELS),
+                                     ("encoder_kernel", self.encoder_kernel, KERNELS)):
+            if value not in allowed:
+                raise ValueError(f"{name} {value!r}: not one of {', '.join(allowed)}")
+        if min(self.pages, self.page_tokens, self.summary_tokens, self.batch) < 1:
+            raise ValueError(f"pages, tokens, summary tokens and batch must be at least 1: {self}")
+        return self
+
+
+def parameters(step: Step) -> int:
+    """The model's parameter count (fairseq's BART: tied input and output embeddings, learned
+    positions of 1,024 + 2 entries per side, or the input's length for a flat input beyond it)."""
+    a = step.arch
+    d, f = a.embed_dim, a.ffn_dim
+    positions = max(a.positions, step.page_tokens if step.system in ("bart", "hepos") else 0) + 2
+    attention = 4 * d * d + 4 * d
+    ffn = 2 * d * f + f + d
+    encoder = a.layers * (attention + ffn + 4 * d)
+    decoder = a.layers * (2 * attention + ffn + 6 * d)
+    extra = {"pagesum": d + 1, "awesome": memory_parameters(step)}.get(step.system, 0)
+    return a.vocab * d + 2 * (positions * d + 2 * d) + encoder + decoder + extra
+
+
+def memory_parameters(step: Step) -> int:
+    """AWESOME's attentive memory in its last 3 layers: the initial slots and a write
+    attention per layer, and its gate."""
+    d = step.arch.embed_dim
+    return 3 * (step.memory_slots * d + 4 * d * d + 4 * d + 2 * d * d + d)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    weights: float  # bytes: weights, fp32 master copies and their gradients, optimizer state
+    activations: float  # bytes kept for backward at the start of backward
+    gradients: float  # bytes of the model's gradients
+    peak: float  # bytes
+
+    @property
+    def peak_gb(self) -> float:
+        return self.peak / GB
+
+
+def static_bytes(step: Step) -> Tuple[float, float]:
+    """(weights + masters + optimizer state, the model's gradients), in bytes."""
+    n = parameters(step)
+    size = DTYPE_BYTES[step.dtype]
+    state = {"adam": 8, "adamw_torch": 8, "adafactor": 0.01}[step.optimizer] * n  # fp32 moments; Adafactor: factored
+    masters = 8 * n if size < 4 else 0  # fp32 copy and its fp32 gradient
+    return size * n + state + masters, size * n
+
+
+def attention_sequences(step: Step) -> Tuple[int, int, int, int]:
+    """(encoder rows, tokens per encoder row, keys per encoder query, decoder rows): how the
+    system lays out one example."""
+    if step.system in ("pagesum", "hed"):
+        keys = step.page_tokens  # a page, or a document (HED's start tokens add a handful)
+        return step.pages, step.page_tokens, keys, (step.pages if step.system == "pagesum" else 1)
+    if step.system == "awesome":  # one segment in the graph at a time (K = 1 earlier write replayed)
+        return 1, step.page_tokens, step.page_tokens + step.memory_slots, 1
+    keys = min(step.page_tokens, 2 * step.hepos_window) if step.system == "hepos" else step.page_tokens
+    return 1, step.page_tokens, keys, 1
+
+
+def activation_bytes(step: Step, counts: Counts = COUNTS) -> float:
+    """What the forward pass keeps for backward, in bytes."""
+    a, size = step.arch, DTYPE_BYTES[step.dtype]
+    d, f, h = a.embed_dim, a.ffn_dim, a.heads
+    rows, tokens, keys, decoder_rows = attention_sequences(step)
+    rows, decoder_rows = rows * step.batch, decoder_rows * step.batch
+    source = rows * tokens  # encoder tokens in the batch
+    target = decoder_rows * step.summary_tokens  # decoder tokens (PageSum: one decoder per page)
+    cross_keys = tokens if step.system != "hepos" else -(-tokens // step.hepos_stride)
+    if step.system == "hed":
+        cross_keys = step.input_tokens
+    score_bytes = 4 + (size if size < 4 else 0)  # fp32 scores, and their 16-bit copy
+    encoder_scores = source * h * keys * score_bytes if step.encoder_kernel == "bmm" else 0
+    decoder_scores = (target * h * (step.summary_tokens + cross_keys) * score_bytes
+                      if step.decoder_kernel == "bmm" else 0)
+    encoder_layer = size * source * (counts.encoder_d * d + counts.encoder_ffn * f) + encoder_scores
+    decoder_layer = (size * target * (counts.decoder_d * d + counts.decoder_ffn * f)
+                     + size * decoder_rows * cross_keys * counts.cross_kv * d + decoder_scores)
+    logits = step.batch * step.summary_tokens * a.vocab * counts.logits * 4  # fp32 log-probabilities
+    if step.checkpointing:
+        kept = size * (source + target) * counts.checkpointed_d * d * a.layers
+        return kept + counts.recomputed_layer * max(encoder_layer, decoder_layer) + logits
+    return a.layers * (encoder_layer + decoder_layer) + logits
+
+
+def predict(step: Step, counts: Counts = COUNTS) -> Prediction:
+    """The peak memory of one training step of ``step`` (from the second step on: the
+    optimizer's state exists)."""
+    step.check()
+    static, gradients = static_bytes(step)
+    activations = activation_bytes(step, counts)
+    first_gradients = backward_gradients(step)
+    optimizer_scratch = {"adam": 2, "adamw_torch": 0, "adafactor": 1}[step.optimizer] * max_tensor_bytes(step)
+    peak = static + max(activations + first_gradients, gradients + optimizer_scratch)
+    return Prediction(weights=static, activations=activations, gradients=gradients, peak=peak)
+
+
+def backward_gradients(step: Step) -> float:
+    """The gradients backward has made by the time it reaches the encoder, whose activations
+    are freed last: the output layer's (the embedding) and the decoder's, in the model's dtype."""
+    a = step.arch
+    d, f = a.embed_dim, a.ffn_dim
+    decoder = a.layers * (8 * d * d + 2 * d * f)
+    return (a.vocab * d + decoder) * DTYPE_BYTES[step.dtype]
+
+
+def max_tensor_bytes(step: Step) -> float:
+    """The largest weight in fp32 (the embedding): what a per-parameter optimizer loop
+    allocates at once."""
+    return 4 * step.arch.vocab * step.arch.embed_dim

@@ -1,0 +1,138 @@
+"""``pagesum-plan``: what fits a GPU's memory, for every system, before training anything.
+
+    pagesum-plan --budget 24GB --arch pagesum_bart_large --summary-tokens 1024
+
+For each system at the architecture's size (PageSum, full-attention BART, HEPOS, HED, AWESOME)
+and each batch size, the longest input whose predicted training-step peak
+(``model.predict``) is within the budget, and the cheapest settings that fit it: bf16
+rather than fp32, no activation checkpointing rather than checkpointing (which recomputes every
+layer in backward), ``adamw_torch`` rather than Adafactor (which changes the optimisation).
+Inputs are whole pages of ``--page-tokens`` (PageSum's pages, HED's documents, AWESOME's
+segments) or, for a flat input (BART, HEPOS), multiples of 1,024 tokens.
+
+The budget is tensor memory as torch's allocator counts it: leave room for the CUDA context
+and the allocator's fragmentation (about 1 to 2 GB on a 24 GB card).
+"""
+
+import argparse
+import itertools
+import re
+import sys
+from dataclasses import replace
+from typing import Callable, List, Optional, Tuple
+
+from .model import GB, KERNELS, SYSTEMS, Step, architecture, predict
+
+PROG = "pagesum-plan"
+UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+FLAT_UNIT = 1024  # a flat input grows by this many tokens
+# (dtype, checkpointing, optimizer), cheapest to run first
+SETTINGS = sorted(itertools.product(("bf16", "fp32"), (False, True), ("adamw_torch", "adafactor")),
+                  key=lambda s: (s[1], s[2] == "adafactor", s[0] == "fp32"))
+
+
+def parse_bytes(text: str) -> float:
+    """``24GB``, ``24 GiB``, ``24000MB`` or a number of bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(2).upper() not in UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an amount such as 24GB, 24GiB or 24000MB")
+    return float(match.group(1)) * UNITS[match.group(2).upper()]
+
+
+def largest(fits: Callable[[int], bool], cap: int) -> int:
+    """The largest n in 1..cap with ``fits(n)`` (0 if none), for ``fits`` true on a prefix."""
+    if not fits(1):
+        return 0
+    low, high = 1, cap + 1
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def step_for(system: str, base: Step, units: int, page_tokens: int) -> Step:
+    """``base`` reading ``units`` pages (or, for a flat input, ``units`` x 1,024 tokens)."""
+    if system in ("bart", "hepos"):
+        return replace(base, system=system, pages=1, page_tokens=units * FLAT_UNIT)
+    return replace(base, system=system, pages=units, page_tokens=page_tokens)
+
+
+def best_fit(system: str, base: Step, budget: float, page_tokens: int, cap: int) -> Tuple[int, Optional[Step]]:
+    """(units, the cheapest settings' step) for the longest input within ``budget``."""
+    def fits_with(settings) -> Callable[[int], bool]:
+        dtype, checkpointing, optimizer = settings
+        configured = replace(base, dtype=dtype, checkpointing=checkpointing, optimizer=optimizer)
+        return lambda units: predict(step_for(system, configured, units, page_tokens)).peak <= budget
+
+    most = max(largest(fits_with(settings), cap) for settings in SETTINGS)
+    if most == 0:
+        return 0, None
+    for dtype, checkpointing, optimizer in SETTINGS:  # the cheapest that fits the longest input
+        configured = replace(base, dtype=dtype, checkpointing=checkpointing, optimizer=optimizer)
+        chosen = step_for(system, configured, most, page_tokens)
+        if predict(chosen).peak <= budget:
+            return most, chosen
+    raise AssertionError("the longest input fits some setting")
+
+
+def describe_input(step: Step, units: int, cap: int) -> str:
+    shape = f"{step.pages} x {step.page_tokens}" if step.system not in ("bart", "hepos") else f"{step.page_tokens}"
+    return shape + (" (the cap)" if units == cap else "")
+
+
+def table(args, arch_name: str) -> List[List[str]]:
+    _, arch = architecture(arch_name)
+    rows = []
+    for system in args.systems:
+        for batch in args.batches:
+            base = Step(system, arch, 1, args.page_tokens, args.summary_tokens, batch=batch,
+                        decoder_kernel=args.decoder_attention)
+            cap = args.max_tokens // (FLAT_UNIT if system in ("bart", "hepos") else args.page_tokens)
+            units, step = best_fit(system, base, args.budget, args.page_tokens, cap)
+            if step is None:
+                rows.append([system, str(batch), "nothing fits", "", "", "", ""])
+                continue
+            rows.append([system, str(batch), describe_input(step, units, cap), f"{step.input_tokens:,}",
+                         f"{step.dtype}, {'checkpointing' if step.checkpointing else 'no checkpointing'}, "
+                         f"{step.optimizer}", f"{predict(step).peak_gb:.1f}"])
+    return rows
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    parser.add_argument("--budget", type=parse_bytes, required=True, help="GPU memory for tensors, e.g. 24GB")
+    parser.add_argument("--arch", required=True, help="its size sets every system's: e.g. pagesum_bart_large")
+    parser.add_argument("--summary-tokens", type=int, default=1024)
+    parser.add_argument("--page-tokens", type=int, default=1024, help="tokens per page, document or segment")
+    parser.add_argument("--max-tokens", type=int, default=65536, help="the longest input tried")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--decoder-attention", choices=KERNELS, default="bmm",
+                        help="the decoder's attention kernel: bmm (scores kept) or fused (SDPA)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        architecture(args.arch)
+    except ValueError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    if min(args.summary_tokens, args.page_tokens, args.max_tokens, *args.batches) < 1:
+        print(f"{PROG}: error: token counts and batch sizes must be at least 1", file=sys.stderr)
+        return 2
+    header = ["system", "batch", "largest input (pages x tokens)", "tokens", "settings", "predicted peak GB"]
+    rows = table(args, args.arch)
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    _, arch = architecture(args.arch)
+    print(f"Budget {args.budget / GB:.1f} GB, {args.arch} dimensions ({arch.layers} + {arch.layers} layers, "
+          f"d={arch.embed_dim}), {args.summary_tokens}-token summaries, decoder attention {args.decoder_attention}:")
+    for row in [header] + rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

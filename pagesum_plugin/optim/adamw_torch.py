@@ -1,0 +1,159 @@
+"""``--optimizer adamw_torch``: ``torch.optim.AdamW`` with its fused kernel, for fairseq.
+
+fairseq's ``adam`` runs apex's ``FusedAdam`` when apex is installed and otherwise its own
+Adam, a Python loop over the parameters (several kernel launches per parameter tensor).
+torch's AdamW has a fused kernel (one launch for the whole update) on CUDA and CPU and a
+multi-tensor ``foreach`` path everywhere: ``fused=True`` where the parameters' device has
+the fused kernel, ``foreach=True`` otherwise.
+
+Under fairseq's mixed-precision wrapper (``FP16Optimizer``) the optimizer updates fp32
+master weights. With ``--fp16`` fairseq flattens them into one tensor itself; with
+``--bf16`` it keeps one fp32 copy per parameter, and this optimizer flattens those copies:
+each copy's data and gradient become views of two flat buffers, so the wrapper's copies in
+and out are unchanged and the update runs over one flat tensor. The saved state is then
+the same (one flat parameter) under ``--fp16`` and ``--bf16``.
+
+The update is fairseq's ``adam`` (decoupled weight decay, as its docstring says), epsilon
+included: fairseq divides by ``sqrt(v) + eps`` and scales by ``sqrt(1 - beta2^t)``, torch by
+``sqrt(v / (1 - beta2^t)) + eps``; so at update t torch is given ``eps / sqrt(1 - beta2^t)``,
+which makes the two the same function of the gradients (``--adam-eps`` keeps fairseq's
+meaning). t is the group's update count, which the group keeps (and checkpoints save).
+"""
+
+import ast
+import logging
+import math
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any, List
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+from fairseq.optim import FairseqOptimizer, register_optimizer
+from omegaconf import II, OmegaConf
+from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AdamWTorchConfig(FairseqDataclass):
+    adam_betas: Any = field(default=(0.9, 0.999), metadata={"help": "betas for Adam optimizer"})
+    adam_eps: float = field(default=1e-8, metadata={"help": "epsilon for Adam optimizer"})
+    weight_decay: float = field(default=0.0, metadata={"help": "decoupled weight decay, as fairseq's adam"})
+    lr: List[float] = II("optimization.lr")
+    bf16: bool = II("common.bf16")
+    memory_efficient_bf16: bool = II("common.memory_efficient_bf16")
+
+
+def flatten_master_weights(params: List[torch.Tensor]) -> torch.nn.Parameter:
+    """One flat fp32 parameter whose data and gradient hold every tensor of ``params``; each
+    tensor's ``data`` and ``grad`` become views into them, so writes through either side are
+    shared (``regather_grads`` restores a gradient that was replaced rather than written)."""
+    flat = torch.nn.Parameter(torch.cat([p.data.reshape(-1) for p in params]))  # (total,)
+    flat.grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    offset = 0
+    for p in params:
+        numel = p.numel()
+        p.data = flat.data[offset:offset + numel].view_as(p)
+        p.grad = flat.grad[offset:offset + numel].view_as(p)
+        offset += numel
+    return flat
+
+
+def regather_grads(params: List[torch.Tensor], flat: torch.nn.Parameter) -> None:
+    """Puts back the views that ``flatten_master_weights`` made: fairseq's wrapper gives a
+    parameter that received no gradient a fresh zero tensor instead of writing into its view."""
+    offset = 0
+    for p in params:
+        numel = p.numel()
+        view = flat.grad[offset:offset + numel].view_as(p)
+        if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+            view.copy_(p.grad if p.grad is not None else torch.zeros_like(view))
+            p.grad = view
+        offset += numel
+
+
+UPDATES = "fairseq_adam_updates"  # a param group's update count, kept (and saved) in the group itself
+
+
+def updates_done(optimizer: torch.optim.Optimizer, group: dict) -> int:
+    """How many updates the group has had: its own count, or, in a state saved without one,
+    torch's per-parameter count (read once: on CUDA each read waits for the device)."""
+    if UPDATES not in group:
+        steps = [optimizer.state[p]["step"] for p in group["params"] if "step" in optimizer.state.get(p, {})]
+        group[UPDATES] = int(max(float(step) for step in steps)) if steps else 0
+    return group[UPDATES]
+
+
+def build_adamw(params, **config) -> torch.optim.AdamW:
+    """AdamW with the fused kernel when every parameter's device has one, else ``foreach``.
+    torch checks the devices only at the first step, against the list it keeps in
+    ``_get_fused_kernels_supported_devices``; the same list decides here."""
+    params = list(params)
+    devices = _get_fused_kernels_supported_devices()
+    if all(p.device.type in devices and torch.is_floating_point(p) for p in params):
+        logger.info("adamw_torch: fused kernel")
+        return torch.optim.AdamW(params, fused=True, **config)
+    logger.info(f"adamw_torch: multi-tensor (foreach) kernel: no fused one on {sorted({p.device.type for p in params})}")
+    return torch.optim.AdamW(params, foreach=True, **config)
+
+
+@register_optimizer("adamw_torch", dataclass=AdamWTorchConfig)
+class AdamWTorch(FairseqOptimizer):
+    """fairseq's view of ``torch.optim.AdamW`` (fused or foreach)."""
+
+    def __init__(self, cfg: AdamWTorchConfig, params):
+        super().__init__(cfg)
+        params = list(params)
+        self._masters, self._flat = [], None
+        if self.flattens(cfg, params):
+            self._masters, self._flat = params, flatten_master_weights(params)
+            params = [self._flat]
+        self._optimizer = build_adamw(params, **self.optimizer_config)
+
+    def _regather(self):
+        if self._flat is not None:
+            regather_grads(self._masters, self._flat)
+
+    def multiply_grads(self, c):
+        self._regather()
+        super().multiply_grads(c)
+
+    def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
+        self._regather()
+        return super().clip_grad_norm(max_norm, aggregate_norm_fn)
+
+    def step(self, closure=None, scale=1.0, groups=None):
+        self._regather()
+        for group in self.optimizer.param_groups:
+            update = updates_done(self.optimizer, group) + 1
+            group["eps"] = self.cfg.adam_eps / math.sqrt(1 - group["betas"][1] ** update)
+            group[UPDATES] = update
+        super().step(closure, scale, groups)
+
+    @staticmethod
+    def flattens(cfg: AdamWTorchConfig, params) -> bool:
+        """Whether ``params`` are ``--bf16``'s per-parameter fp32 master copies (fairseq's
+        ``--fp16`` passes them already flat)."""
+        bf16 = getattr(cfg, "bf16", False) and not getattr(cfg, "memory_efficient_bf16", False)
+        return bf16 and len(params) > 1 and all(torch.is_tensor(p) and p.dtype == torch.float32 for p in params)
+
+    @property
+    def optimizer_config(self):
+        """The arguments that override those stored in a checkpoint (fairseq's convention)."""
+        betas = self.cfg.adam_betas
+        if isinstance(betas, str):
+            betas = ast.literal_eval(betas)  # "(0.9, 0.999)", as fairseq's adam reads it
+        elif OmegaConf.is_config(betas):
+            betas = OmegaConf.to_container(betas)
+        return {
+            "lr": self.cfg.lr[0] if isinstance(self.cfg.lr, Collection) else self.cfg.lr,
+            "betas": tuple(betas),
+            "eps": self.cfg.adam_eps,
+            "weight_decay": self.cfg.weight_decay,
+        }
+
+    @property
+    def supports_flat_params(self):
+        return True

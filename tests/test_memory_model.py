@@ -1,0 +1,55 @@
+"""The memory model (``pagesum_plugin.memory.model``): its parameter count is the model's, it
+prices what each setting saves, and its peaks are within 15% of measured ones."""
+
+import pytest
+
+from benchmarks.memory_plan import VALIDATION, build, error, measured_peak
+from pagesum_plugin.memory.model import ARCHITECTURES, Step, architecture, parameters, predict
+
+LARGE = ARCHITECTURES["large"]
+
+
+def test_parameter_count_is_the_built_models():
+    for step in VALIDATION[:1] + VALIDATION[3:4]:  # PageSum and full-attention BART
+        model = build(step, "cpu").model
+        assert parameters(step) == sum(p.numel() for p in model.parameters())
+
+
+def test_architecture_names_give_system_and_dimensions():
+    assert architecture("pagesum_bart_large") == ("pagesum", LARGE)
+    assert architecture("hepos_bart_base") == ("hepos", ARCHITECTURES["base"])
+    assert architecture("bart_large") == ("bart", LARGE)
+    with pytest.raises(ValueError, match="unknown architecture 'pagesum_huge'"):
+        architecture("pagesum_huge")
+
+
+def test_each_memory_setting_lowers_the_predicted_peak():
+    plain = Step("pagesum", LARGE, 7, 1024, 512)
+    peaks = [predict(plain).peak,
+             predict(Step("pagesum", LARGE, 7, 1024, 512, dtype="bf16")).peak,
+             predict(Step("pagesum", LARGE, 7, 1024, 512, dtype="bf16", checkpointing=True)).peak,
+             predict(Step("pagesum", LARGE, 7, 1024, 512, dtype="bf16", checkpointing=True,
+                          decoder_kernel="fused")).peak]
+    assert peaks == sorted(peaks, reverse=True) and len(set(peaks)) == 4
+
+
+def test_pagesum_memory_grows_linearly_with_pages_and_full_attention_quadratically():
+    def activations(system, pages, tokens):
+        return predict(Step(system, LARGE, pages, tokens, 256, decoder_kernel="fused", encoder_kernel="bmm")).activations
+
+    assert activations("pagesum", 8, 1024) / activations("pagesum", 4, 1024) == pytest.approx(2, rel=0.05)
+    assert activations("bart", 1, 8192) / activations("bart", 1, 4096) > 3
+
+
+def test_a_bad_setting_is_named():
+    with pytest.raises(ValueError, match="optimizer 'sgd'"):
+        predict(Step("pagesum", LARGE, 1, 1024, 256, optimizer="sgd"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(6))
+def test_predicted_peak_is_within_15_percent_of_the_measured_one(index):
+    """Sizes the counts were not fitted on: PageSum at three widths and depths, full-attention
+    BART, bf16 under fairseq's wrapper, and activation checkpointing."""
+    step = VALIDATION[index]
+    assert abs(error(step, measured_peak(step, "cpu"))) <= 0.15

@@ -1,0 +1,197 @@
+"""``--optimizer adamw_torch``: one update equals fairseq's ``adam`` with the same decoupled
+weight decay, in fp32 and under fairseq's fp16 and bf16 wrappers (whose fp32 master weights
+it keeps flat), with the fused kernel where the device has it and ``foreach`` elsewhere."""
+
+import re
+
+import pytest
+import torch
+from fairseq import optim
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.optim.fp16_optimizer import FP16Optimizer
+
+from builders.cli import TRAIN_FLAGS, run_cli
+from builders.models import build_tiny
+from pagesum_plugin.checkpoints.safety import load_checkpoint_file
+from pagesum_plugin.optim.adamw_torch import build_adamw
+
+SETTINGS = ("--lr", "1e-3", "--weight-decay", "0.01", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-8")
+
+
+@pytest.fixture(scope="module")
+def batch(copy_task_dir):
+    _, task, _ = build_tiny(copy_task_dir)
+    task.load_dataset("valid")
+    dataset = task.datasets["valid"]
+    return dataset.collater([dataset[i] for i in range(4)])
+
+
+def model_and_config(data_dir, optimizer, *flags):
+    """A tiny PageSum model (the same weights every call) and fairseq's configuration for it."""
+    args, task, model = build_tiny(data_dir, "--optimizer", optimizer, *SETTINGS, *flags)
+    return model, task.build_criterion(args), convert_namespace_to_omegaconf(args)
+
+
+def backward(model, criterion, batch, optimizer):
+    """Through the optimizer, as fairseq's trainer does: its wrappers scale the loss and copy
+    the gradients to the master weights only then."""
+    model.train()
+    torch.manual_seed(0)  # the same dropout masks for every model
+    loss, sample_size, _ = criterion(model, batch)
+    optimizer.backward(loss / sample_size)
+
+
+def updated_weights(model) -> dict:
+    return {name: p.detach().float().clone() for name, p in model.named_parameters()}
+
+
+def one_update(data_dir, batch, optimizer_name, *flags, dtype=torch.float32, wrapped=False):
+    """The model's weights after one update of ``optimizer_name``, and the optimizer."""
+    model, criterion, cfg = model_and_config(data_dir, optimizer_name, *flags)
+    model, criterion = model.to(dtype), criterion.to(dtype)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = (FP16Optimizer.build_optimizer(cfg, params) if wrapped else optim.build_optimizer(cfg.optimizer, params))
+    optimizer.zero_grad()
+    backward(model, criterion, batch, optimizer)
+    optimizer.step()
+    return updated_weights(model), optimizer
+
+
+def assert_same_weights(actual, expected, atol):
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], atol=atol, rtol=0, msg=name)
+
+
+def assert_moved_as_adam_moves(masters, reference, data_dir, dtype):
+    """The fp32 master weights (flat) equal ``reference`` to 1e-6 and moved away from the
+    model's starting weights by about the learning rate (so the gradients reached them)."""
+    torch.testing.assert_close(masters, reference, atol=1e-6, rtol=0)
+    model = model_and_config(data_dir, "adam")[0].to(dtype)
+    start = torch.cat([p.detach().float().reshape(-1) for p in model.parameters()])  # (n_params,)
+    assert (masters.detach() - start).abs().max() > 5e-4
+
+
+def test_one_update_equals_fairseqs_adam_with_decoupled_weight_decay_in_fp32(copy_task_dir, batch):
+    before = updated_weights(model_and_config(copy_task_dir, "adam")[0])
+    adam, _ = one_update(copy_task_dir, batch, "adam")
+    adamw, optimizer = one_update(copy_task_dir, batch, "adamw_torch")
+    assert isinstance(optimizer.optimizer, torch.optim.AdamW)
+    assert any((adamw[n] - before[n]).abs().max() > 1e-4 for n in before)  # the update moved the weights
+    assert_same_weights(adamw, adam, atol=1e-6)
+
+
+def test_three_updates_on_the_same_gradients_equal_fairseqs_adam_as_its_epsilon_moves(copy_task_dir):
+    """The same gradients every update (from 1e-10 to 1, where epsilon matters and where it
+    does not), so that any difference is the optimizers' own."""
+    weights = {}
+    for name in ("adam", "adamw_torch"):
+        model, _, cfg = model_and_config(copy_task_dir, name)
+        params = list(model.parameters())
+        optimizer = optim.build_optimizer(cfg.optimizer, params)
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(3):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=generator) * 10.0 ** -torch.randint(0, 11, p.shape,
+                                                                                            generator=generator)
+            optimizer.step()
+        weights[name] = updated_weights(model)
+    assert_same_weights(weights["adamw_torch"], weights["adam"], atol=1e-6)
+
+
+def test_a_resumed_optimizer_continues_the_epsilon_schedule_where_it_stopped(copy_task_dir):
+    """Two updates, a save and a load into a fresh optimizer, one more update: the same weights
+    as three updates in one go."""
+    def run(updates, state=None):
+        model, _, cfg = model_and_config(copy_task_dir, "adamw_torch")
+        if state is not None:
+            model.load_state_dict(state["model"])
+        params = list(model.parameters())
+        optimizer = optim.build_optimizer(cfg.optimizer, params)
+        if state is not None:
+            optimizer.load_state_dict(state["optimizer"])
+        for scale in updates:
+            for p in params:
+                p.grad = torch.full_like(p, scale)
+            optimizer.step()
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+
+    tiny = [1e-9, 1e-8, 1e-9]  # gradients the size of epsilon, where its schedule shows
+    straight = run(tiny)
+    resumed = run(tiny[2:], state=run(tiny[:2]))
+    assert_same_weights(resumed["model"], straight["model"], atol=1e-7)
+
+
+def test_weight_decay_is_decoupled_as_in_fairseqs_adam(copy_task_dir, batch):
+    """Without the decay the weights land elsewhere: the test above sees the decay."""
+    decayed, _ = one_update(copy_task_dir, batch, "adamw_torch")
+    plain, _ = one_update(copy_task_dir, batch, "adamw_torch", "--weight-decay", "0")
+    assert max((decayed[n] - plain[n]).abs().max() for n in plain) > 1e-6
+
+
+def test_fused_kernel_where_the_device_has_one_and_foreach_elsewhere():
+    on_cpu = build_adamw([torch.zeros(3, requires_grad=True)], lr=1e-3)
+    assert on_cpu.defaults["fused"] and not on_cpu.defaults["foreach"]
+    on_meta = build_adamw([torch.zeros(3, device="meta", requires_grad=True)], lr=1e-3)  # no fused kernel
+    assert on_meta.defaults["foreach"] and not on_meta.defaults["fused"]
+
+
+def test_fp16_wrapper_keeps_flat_master_weights_and_updates_them_as_adam(copy_task_dir, batch, monkeypatch):
+    # fairseq keys its flat master weights by torch.cuda.current_device() and matches them to the
+    # model's parameters by device index, which is None on the CPU
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
+    _, adam = one_update(copy_task_dir, batch, "adam", "--fp16", dtype=torch.float16, wrapped=True)
+    _, adamw = one_update(copy_task_dir, batch, "adamw_torch", "--fp16", dtype=torch.float16, wrapped=True)
+    assert adamw.has_flat_params and adam.has_flat_params
+    assert_moved_as_adam_moves(adamw.fp32_params[None], adam.fp32_params[None], copy_task_dir, torch.float16)
+    assert len(adamw.optimizer.param_groups[0]["params"]) == 1
+
+
+def test_bf16_wrapper_flattens_the_master_weights_and_updates_them_as_adam(copy_task_dir, batch):
+    adam_weights, adam = one_update(copy_task_dir, batch, "adam", "--bf16", dtype=torch.bfloat16, wrapped=True)
+    adamw_weights, adamw = one_update(copy_task_dir, batch, "adamw_torch", "--bf16", dtype=torch.bfloat16,
+                                      wrapped=True)
+    (flat,) = adamw.optimizer.param_groups[0]["params"]  # one flat fp32 tensor
+    assert flat.dtype == torch.float32 and flat.numel() == sum(p.numel() for p in adamw.fp32_params)
+    assert all(p.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr() for p in adamw.fp32_params)
+    assert_moved_as_adam_moves(flat, torch.cat([p.reshape(-1) for p in adam.fp32_params]), copy_task_dir,
+                               torch.bfloat16)
+    assert_same_weights(adamw_weights, {n: w.bfloat16().float() for n, w in adamw_weights.items()}, atol=0)
+
+
+def test_bf16_master_weight_that_once_had_no_gradient_is_updated_as_adam(copy_task_dir, batch):
+    """fairseq's wrapper replaces a master's gradient with a fresh tensor when the model parameter
+    got none, and copies later gradients into that tensor: the update must still read them."""
+    results = {}
+    for name in ("adam", "adamw_torch"):
+        model, criterion, cfg = model_and_config(copy_task_dir, name, "--bf16")
+        model, criterion = model.to(torch.bfloat16), criterion.to(torch.bfloat16)
+        names, params = zip(*[(n, p) for n, p in model.named_parameters() if p.requires_grad])
+        skipped = names.index("decoder.layers.0.fc1.weight")
+        optimizer = FP16Optimizer.build_optimizer(cfg, list(params))
+        for update in range(2):
+            optimizer.zero_grad()
+            backward(model, criterion, batch, optimizer)
+            if update == 0:
+                params[skipped].grad = None  # as if it took no part in the first step
+            optimizer.step()
+        results[name] = optimizer.fp32_params[skipped].detach().clone()
+    torch.testing.assert_close(results["adamw_torch"], results["adam"], atol=1e-6, rtol=0)
+
+
+@pytest.mark.slow
+def test_fairseq_train_with_adamw_torch_learns_saves_and_resumes(copy_task_dir, tmp_path):
+    """``fairseq-train --optimizer adamw_torch`` end to end on CPU (fairseq's trainer takes
+    ``--bf16`` on a CPU for a TPU, and its flat ``--fp16`` masters need CUDA: the wrappers are
+    tested above): it trains as ``adam`` does (the same logged losses), and a second run resumes
+    from the saved optimizer state."""
+    reference = [copy_task_dir, *TRAIN_FLAGS, "--save-dir", str(tmp_path / "adam"), "--max-update", "12"]
+    flags = [copy_task_dir, *TRAIN_FLAGS, "--save-dir", str(tmp_path)]
+    flags[flags.index("adam")] = "adamw_torch"
+    first = run_cli(["fairseq-train", *flags, "--max-update", "12"])
+    losses = re.findall(r"\| train \| .*?\| loss ([0-9.]+) \|", first)
+    assert losses and losses == re.findall(r"\| train \| .*?\| loss ([0-9.]+) \|", run_cli(["fairseq-train", *reference]))
+    state = load_checkpoint_file(str(tmp_path / "checkpoint_last.pt"))["last_optimizer_state"]
+    assert all(float(s["step"]) == 12 for s in state["state"].values())  # AdamW's own state, saved
+    resumed = run_cli(["fairseq-train", *flags, "--max-update", "16"])
+    assert re.search(r"Loaded checkpoint .*@ 12 updates", resumed) and re.search(r"num_updates 16\b", resumed)
