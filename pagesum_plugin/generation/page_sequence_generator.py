@@ -16,7 +16,8 @@ adds what summarization with PageSum needs on top:
 * optionally, only the k most confident pages are decoded (``top_pages``); their
   encoder output is taken from the pass that scored them, not computed again;
 * the model is told the beam size for every search, beam 1 included, so that a
-  PageSum model keeps one copy of each page's encoder output per example, never per beam.
+  PageSum model keeps one copy of each page's encoder output per example, never per beam,
+  and the search's length, to which the decoder preallocates its self-attention cache.
 
 What it asks of a model is ``generation/contract.py``'s ``SummaryModel``, checked when the
 generator is built: a model that cannot prune its pages is refused ``top_pages`` there.
@@ -28,6 +29,7 @@ import torch
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
+from ..modules.decoder_self_attention import set_cache_beams, set_cache_length
 from ..modules.page_mixing import real_pages
 from .contract import check_models
 from .ngram_blocking import NoRepeatNGramBlocker
@@ -89,10 +91,15 @@ class PageSumSequenceGenerator(SequenceGenerator):
         self.max_len_a = 0
         self.max_len_b = int(settings[0] * source_tokens + settings[1]) + 1
         self.min_len = settings[2] + 1
+        # the decoder runs one step per output position: at most max_len + 1 of them
+        for model in self.model.models:
+            set_cache_length(model, min(self.max_len_b, self.max_len - 1) + 2)
         try:
             return super()._generate(sample, prefix_tokens, constraints, bos_token)
         finally:
             self.max_len_a, self.max_len_b, self.min_len = settings
+            for model in self.model.models:  # the next search's caller tells its own beams
+                set_cache_beams(model, None)
 
     def _most_confident_pages(self, src_tokens: Tensor, k: int) -> Tuple[Tensor, Dict[str, List[Tensor]]]:
         """Score pages by their mean weight over the first two summary positions
