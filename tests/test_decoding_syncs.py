@@ -4,27 +4,12 @@ shape), and the search's own waits are the ones listed in BENCHMARKS.md."""
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from builders.hepos import SMALL_PATTERNS, build_hepos
 from builders.models import build_tiny, make_source_sensitive, paged_batch, random_pages, vocab
 from builders.hed import build_hed
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
-
-# operators whose result the host must wait for: a value, or a shape that depends on values
-SYNCING = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "item", "is_nonzero"}
-
-
-class Syncs(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func._schema.name.split("::")[-1] in SYNCING:
-            self.seen.append(str(func))
-        return func(*args, **(kwargs or {}))
-
+from pagesum_plugin.profiling import HostSyncs
 
 def steps(model, src, beam=3, n_steps=5, seed=0):
     """Decode ``n_steps`` steps by hand as beam search does; returns the syncs of each step's
@@ -40,7 +25,7 @@ def steps(model, src, beam=3, n_steps=5, seed=0):
         for _ in range(n_steps):
             order = (torch.arange(rows) // beam) * beam + torch.randint(beam, (rows,), generator=rng)
             tokens = torch.cat([tokens[order], torch.randint(4, 20, (rows, 1), generator=rng)], dim=1)
-            with Syncs() as syncs:
+            with HostSyncs() as syncs:
                 model.decoder.reorder_incremental_state_scripting(state, order)
                 model.decoder(tokens, encoder_out=encoder_out, incremental_state=state)
             counts.append(syncs.seen)
@@ -65,6 +50,6 @@ def test_a_decoder_step_reads_nothing_back_from_the_device(system, copy_task_dir
 
 def test_the_ngram_blocker_reads_nothing_back_from_the_device():
     history = torch.randint(4, 9, (6, 30), generator=torch.Generator().manual_seed(2))
-    with Syncs() as syncs:
+    with HostSyncs() as syncs:
         ban_repeated_ngrams(history, torch.zeros(6, 12), 3)
     assert syncs.seen == []

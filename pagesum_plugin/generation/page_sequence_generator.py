@@ -15,6 +15,7 @@ adds what summarization with PageSum needs on top:
   pages); other systems decode with the same rules and ``page_weights`` None;
 * optionally, only the k most confident pages are decoded (``top_pages``); their
   encoder output is taken from the pass that scored them, not computed again;
+* optionally (``compile_decoder``), every decoder layer runs compiled by ``torch.compile``;
 * the model is told the beam size for every search, beam 1 included, so that a
   PageSum model keeps one copy of each page's encoder output per example, never per beam,
   and the search's length, to which the decoder preallocates its self-attention cache.
@@ -36,8 +37,11 @@ from .ngram_blocking import NoRepeatNGramBlocker
 
 
 class PageSumSequenceGenerator(SequenceGenerator):
-    def __init__(self, models, tgt_dict, top_pages: int = 0, **kwargs):
+    def __init__(self, models, tgt_dict, top_pages: int = 0, compile_decoder: bool = False, **kwargs):
         check_models(models, top_pages)
+        if compile_decoder:
+            for model in models:
+                compile_decoder_layers(model)
         # fairseq suppresses these tokens at every step after the prefix (the forced <s>)
         kwargs["tokens_to_suppress"] = tuple(kwargs.get("tokens_to_suppress") or ()) + (tgt_dict[tgt_dict.bos()],)
         super().__init__(models, tgt_dict, **kwargs)
@@ -112,3 +116,14 @@ class PageSumSequenceGenerator(SequenceGenerator):
         scores = extra["page_weights"].mean(dim=2)  # (batch, max_pages), 0 for missing pages
         kept = scores.topk(k, dim=1).indices.sort(dim=1).values  # (batch, k)
         return kept, model.keep_pages(encoder_out, kept)
+
+
+def compile_decoder_layers(model) -> None:
+    """Compile each decoder layer with ``torch.compile`` (in place; once per model): a
+    decoding step's attention and feed-forward run as fused kernels, with the cache's length
+    a symbolic size, so that a search compiles each layer once rather than once per step.
+    The decoder's bookkeeping around the layers (page layout, mixing, beam reordering) stays
+    eager. The first search pays the compilation (BENCHMARKS.md)."""
+    for layer in model.decoder.layers:
+        if getattr(layer, "_compiled_call_impl", None) is None:
+            layer.compile(dynamic=True)
