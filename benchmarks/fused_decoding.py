@@ -82,6 +82,8 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=6, help="timed steps per run of the step rows (default: 6)")
     parser.add_argument("--step-layers", type=int, default=2, help="decoder layers of the step rows (default: 2)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tables", nargs="+", choices=("one-page", "steps"), default=["one-page", "steps"],
+                        help="which tables to run (default: both)")
     args = parser.parse_args(argv)
     if args.quick:
         args.short, args.lengths, args.batches, args.page_len, args.steps, args.repeats = 8, [16], [1], 32, 2, 1
@@ -294,21 +296,20 @@ def main(argv=None):
     args = parse_args(argv)
     device, dtype = start(args)
     size = BART_LARGE if device.type == "cuda" else BART_BASE
-    one_page = one_page_rows(args, size, device, dtype)
-    steps = step_rows(args, size, device, dtype)
-    setup = (f"Machine: {describe_device(device)}. Dimensions: bart.base (d={size.embed_dim}, {size.heads} heads, "
-             f"vocab {size.vocab_words + 4}) in {dtype_name(dtype)}, random weights, beam {args.beam}.")
-    print("\n\n".join([
-        setup,
-        f"One page of {args.page_len} tokens, {size.layers}+{size.layers} layers, a {args.short}-token summary, "
-        f"batch 1 (best of {args.repeats}, taking turns):",
-        markdown_table(["decoder", "s / summary", "vs fairseq"], one_page),
-        f"A step at {args.pages} pages x {args.page_len} tokens, {args.step_layers} decoder layers (median of "
-        f"{args.steps} steps, best of {args.repeats} runs, alternating); MB moved: the bytes of every operator's "
-        f"arguments and results; MB must read: the step_bytes formula:",
-        markdown_table(["batch", "cache positions", "today ms", "fused ms", "speed-up", "today peak MB",
-                        "fused peak MB", "peak ratio", "today MB moved", "fused MB moved", "MB must read"], steps),
-    ]))
+    print(f"Machine: {describe_device(device)}. Dimensions: bart.base (d={size.embed_dim}, {size.heads} heads, "
+          f"vocab {size.vocab_words + 4}) in {dtype_name(dtype)}, random weights, beam {args.beam}.", flush=True)
+    if "one-page" in args.tables:
+        print(f"\nOne page of {args.page_len} tokens, {size.layers}+{size.layers} layers, a {args.short}-token "
+              f"summary, batch 1 (best of {args.repeats}, taking turns):\n", flush=True)
+        print(markdown_table(["decoder", "s / summary", "vs fairseq"], one_page_rows(args, size, device, dtype)),
+              flush=True)
+    if "steps" in args.tables:
+        print(f"\nA step at {args.pages} pages x {args.page_len} tokens, {args.step_layers} decoder layers (median of "
+              f"{args.steps} steps, best of {args.repeats} runs, alternating); MB moved: the bytes of every "
+              f"operator's arguments and results; MB must read: the step_bytes formula:\n", flush=True)
+        print(markdown_table(["batch", "cache positions", "today ms", "fused ms", "speed-up", "today peak MB",
+                              "fused peak MB", "peak ratio", "today MB moved", "fused MB moved", "MB must read"],
+                             step_rows(args, size, device, dtype)), flush=True)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ What it asks of a model is ``generation/contract.py``'s ``SummaryModel``, checke
 generator is built: a model that cannot prune its pages is refused ``top_pages`` there.
 """
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 from fairseq.sequence_generator import SequenceGenerator
@@ -37,11 +37,11 @@ from .ngram_blocking import NoRepeatNGramBlocker
 
 
 class PageSumSequenceGenerator(SequenceGenerator):
-    def __init__(self, models, tgt_dict, top_pages: int = 0, compile_decoder: bool = False, **kwargs):
+    def __init__(self, models, tgt_dict, top_pages: int = 0, compile_decoder: Union[bool, str] = False, **kwargs):
         check_models(models, top_pages)
-        if compile_decoder:
+        if compile_decoder:  # True: torch.compile's default backend; a string: that backend
             for model in models:
-                compile_decoder_layers(model)
+                compile_decoder_layers(model, "inductor" if compile_decoder is True else compile_decoder)
         # fairseq suppresses these tokens at every step after the prefix (the forced <s>)
         kwargs["tokens_to_suppress"] = tuple(kwargs.get("tokens_to_suppress") or ()) + (tgt_dict[tgt_dict.bos()],)
         super().__init__(models, tgt_dict, **kwargs)
@@ -118,7 +118,7 @@ class PageSumSequenceGenerator(SequenceGenerator):
         return kept, model.keep_pages(encoder_out, kept)
 
 
-def compile_decoder_layers(model) -> None:
+def compile_decoder_layers(model, backend: str = "inductor") -> None:
     """Compile each decoder layer with ``torch.compile`` (in place; once per model): a
     decoding step's attention and feed-forward run as fused kernels, with the cache's length
     a symbolic size, so that a search compiles each layer once rather than once per step.
@@ -126,4 +126,4 @@ def compile_decoder_layers(model) -> None:
     eager. The first search pays the compilation (BENCHMARKS.md)."""
     for layer in model.decoder.layers:
         if getattr(layer, "_compiled_call_impl", None) is None:
-            layer.compile(dynamic=True)
+            layer.compile(dynamic=True, backend=backend)
