@@ -74,7 +74,8 @@ class DecoderSelfAttention(MultiheadAttention):
         plain = (self.self_attention and not before_softmax and self.bias_k is None and not self.add_zero_attn
                  and not self.onnx_trace and not self.reference)
         if incremental_state is None:
-            if plain and not (need_weights or need_head_weights) and (attn_mask is None or attn_mask.is_floating_point()):
+            if (plain and key is query and not (need_weights or need_head_weights)
+                    and (attn_mask is None or attn_mask.is_floating_point())):
                 return self._full_forward(query, key_padding_mask, attn_mask), None
             return super().forward(*args)
         buffer = self._get_input_buffer(incremental_state)
