@@ -33,6 +33,7 @@ One run, three tables.
 """
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -229,7 +230,7 @@ def measure_step_rows(model, dictionary, encoder_out, batch: int, length: int, a
                       best: Dict) -> Dict:
     """One run of ``args.steps`` steps of the search state at ``length``: the median step time,
     kept if better than ``best``, plus the peak memory and the bytes of one more step."""
-    context = reference_attention(model) if today else _nothing()
+    context = reference_attention(model) if today else contextlib.nullcontext()
     with context:
         search = StepState(model, dictionary, encoder_out, batch, args.beam, length, args.steps + 2, args.seed)
         search.step()  # warm-up
@@ -260,14 +261,6 @@ def model_size(model) -> ModelSize:
     layer = model.decoder.layers[0]
     return ModelSize(model.decoder.embed_dim, layer.fc1.out_features, len(model.decoder.layers),
                      layer.self_attn.num_heads, len(model.decoder.dictionary) - 4)
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 class OperatorBytes(TorchDispatchMode):
