@@ -25,7 +25,9 @@ Self-attention cache. The decoder's self-attention keeps keys and values for eve
 row and grows them by one position per step. fairseq's attention grows them by
 concatenation (a fresh copy of the whole cache) after beam search has reordered them (a
 second fresh copy); PageSum's decoder self-attention (``modules/decoder_self_attention.py``)
-writes the reordered cache and the new position in one copy. Two copies of one model, the
+writes each new position in place into a cache preallocated to the search's length and
+reorders beams through a beam table (``benchmarks/fused_decoding.py`` compares it with the
+one-copy cache it replaced). Two copies of one model, the
 same weights, one with each attention, decode a ``--long``-token summary in lockstep, driven
 as beam search drives a decoder: at every step the beams are reordered (each continues a
 random beam of its example) and extended by one token, and the two models take turns, so

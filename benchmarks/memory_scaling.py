@@ -7,7 +7,10 @@ For every page count n (1, 2, 4, 8, 16 by default) the script runs one training 
   is encoded on its own, and the decoder runs once per page;
 * **full-attention BART** of the same size on the same tokens concatenated into one
   sequence of ``n * page_len`` tokens, its learned positions extended to that length
-  (fresh position embeddings: cost does not depend on their values).
+  (fresh position embeddings: cost does not depend on their values). It is built as the
+  plugin's ``hepos`` model with full encoder and full cross-attention, which is BART
+  (``tests/test_hepos_model.py``) with every attention, cross-attention included, through
+  SDPA, so that both models run their best fused kernels.
 
 Both decode the same summary of ``--tgt-len`` tokens. Weights are random: memory and
 time do not depend on them.
@@ -25,21 +28,27 @@ What is measured
 * growth ratios: each value divided by its value at the smallest page count. Linear
   growth doubles when the pages double; quadratic growth quadruples.
 
-Sizes: on CPU a small BART (2+2 layers, d=256, fp32, pages of 256 tokens); on CUDA the
-``bart.large`` dimensions (12+12 layers, d=1024, 16 heads, ~50k vocabulary) in bf16
-with pages of 1024 tokens. A configuration that runs out of GPU memory is reported as
+Sizes: on CPU the ``bart.base`` dimensions (6+6 layers, d=768, 12 heads, ~50k vocabulary)
+in fp32 with pages of 512 tokens (``--size small``: 2+2 layers, d=256, pages of 256); on
+CUDA the ``bart.large`` dimensions (12+12 layers, d=1024, 16 heads) in bf16 with pages of
+1024 tokens.
+
+Today's attention against the fused one. A second table runs PageSum at ``--compare-pages``
+pages (7) with a summary of ``--compare-tgt-len`` tokens (512) twice, taking turns: with
+the attention of before (``reference_attention``: cross-attention as fairseq's bmm +
+softmax, its score matrix kept in fp32 for backward) and with fused attention. A configuration that runs out of GPU memory is reported as
 OOM, and its model is not tried on more pages.
 
 Attention kernels (``--attention``). fairseq's attention calls
 ``F.scaled_dot_product_attention`` whenever no attention weights are requested.
-``math`` (default) restricts it to the reference kernel, which materialises the
-(heads, length, length) score matrix and keeps it for backward, as BART's original
-attention does; ``fused`` lets torch pick a fused kernel (flash / memory-efficient)
-that never stores that matrix: its time is still quadratic in the length, its memory
-is not. Both models run under the same setting.
+``math`` restricts it to the reference kernel, which materialises the (heads, length,
+length) score matrix and keeps it for backward, as BART's original attention does;
+``fused`` (default) lets torch pick a fused kernel (flash / memory-efficient) that never
+stores that matrix: its time is still quadratic in the length, its memory is not. Both
+models run under the same setting.
 
     python -m benchmarks.memory_scaling --device cpu
-    python -m benchmarks.memory_scaling --device cpu --attention fused
+    python -m benchmarks.memory_scaling --device cpu --attention math --size small
     python -m benchmarks.memory_scaling --device cuda
 """
 
@@ -51,6 +60,7 @@ import torch
 from torch.nn.attention import sdpa_kernel
 
 from benchmarks import memory_plan
+from benchmarks.beam_cache import BART_BASE
 from benchmarks.common import (
     ATTENTION_KERNELS,
     BART_LARGE,
@@ -67,6 +77,7 @@ from benchmarks.common import (
     summary_io,
     training_step,
 )
+from pagesum_plugin.modules.fused_attention import reference_attention
 
 MODELS = ("PageSum", "BART")
 
@@ -81,14 +92,20 @@ def parse_args(argv=None):
     parser.add_argument(
         "--attention",
         choices=ATTENTION_KERNELS,
-        default="math",
+        default="fused",
         help="math: the score matrix is materialised (as in BART's original attention); "
-        "fused: flash / memory-efficient kernels",
+        "fused: flash / memory-efficient kernels (default)",
     )
+    parser.add_argument("--size", choices=("base", "small"), default="base",
+                        help="CPU dimensions: bart.base (default) or 2+2 layers of d=256")
+    parser.add_argument("--compare-pages", type=int, help="pages of the today-against-fused table (default: 7)")
+    parser.add_argument("--compare-tgt-len", type=int, help="summary tokens of that table (default: 512)")
     args = parser.parse_args(argv)
     on_cuda = args.device == "cuda"
     args.pages = args.pages or ([1, 2, 4] if args.quick else [1, 2, 4, 8, 16])
-    args.page_len = args.page_len or (1024 if on_cuda else (128 if args.quick else 256))
+    args.page_len = args.page_len or (1024 if on_cuda else (128 if args.quick else (512 if args.size == "base" else 256)))
+    args.compare_pages = args.compare_pages or (2 if args.quick else 7)
+    args.compare_tgt_len = args.compare_tgt_len or (16 if args.quick else 512)
     args.tgt_len = args.tgt_len or (256 if on_cuda else 64)
     args.repeats = args.repeats or (1 if args.quick else 3)
     return args
@@ -97,12 +114,14 @@ def parse_args(argv=None):
 def build_pair(args, device: torch.device, dtype: torch.dtype, size: Optional[ModelSize] = None):
     """PageSum and full-attention BART of the same ``size`` (default: the device's); BART's
     positions cover all pages."""
-    size = size or (BART_LARGE if device.type == "cuda" else CPU_SMALL)
+    size = size or (BART_LARGE if device.type == "cuda" else BART_BASE if args.size == "base" else CPU_SMALL)
     total = max(args.pages) * args.page_len
     torch.manual_seed(args.seed)
-    task, pagesum = build_model("pagesum_bart_large", size, "--max-source-positions", str(args.page_len))
+    task, pagesum = build_model("pagesum_bart_large", size, "--max-source-positions", str(args.page_len),
+                                "--max-target-positions", str(max(1024, args.compare_tgt_len)))
     torch.manual_seed(args.seed)
-    _, bart = build_model("bart_large", size, "--max-source-positions", str(total))
+    _, bart = build_model("hepos_bart_large", size, "--max-source-positions", str(total), "--encoder-attention", "full",
+                          "--cross-attention", "full")
     models = {"PageSum": pagesum, "BART": bart}
     for model in models.values():
         model.to(device=device, dtype=dtype).train()
@@ -174,13 +193,43 @@ def render(rows, args, size, vocab: int, device, dtype) -> str:
     )
 
 
+def today_against_fused(args, dictionary, pagesum, device) -> str:
+    """PageSum's training step with the attention of before and with fused attention, taking
+    turns: peak MB and seconds of each, and their ratios."""
+    generator = torch.Generator().manual_seed(args.seed + 1)
+    target, prev_output_tokens = (t.to(device) for t in summary_io(dictionary, 1, args.compare_tgt_len, generator))
+    src = paged_source(dictionary, 1, args.compare_pages, args.page_len, generator).to(device)
+    step = training_step(pagesum, src, target, prev_output_tokens, dictionary.pad())
+    results = {}
+    for name in ("today", "fused", "today", "fused")[: 2 if args.quick else 4]:
+        if name == "today":
+            with reference_attention(pagesum):
+                result = measure_step(step, device, args.repeats, [pagesum])
+        else:
+            result = measure_step(step, device, args.repeats, [pagesum])
+        best = results.get(name)
+        results[name] = result if best is None else {"mb": min(best["mb"], result["mb"]), "s": min(best["s"], result["s"])}
+        print(f"{name} attention done", file=sys.stderr, flush=True)
+    old, new = results["today"], results["fused"]
+    rows = [["today (bmm + softmax cross-attention)", f"{old['mb']:.0f}", f"{old['s']:.2f}"],
+            ["fused (SDPA everywhere)", f"{new['mb']:.0f}", f"{new['s']:.2f}"],
+            ["fused / today", f"{new['mb'] / old['mb']:.2f}x", f"{new['s'] / old['s']:.2f}x"]]
+    return "\n\n".join([
+        f"PageSum at {args.compare_pages} pages x {args.page_len} tokens, a {args.compare_tgt_len}-token summary, "
+        f"attention of before against fused (kernel setting: {args.attention}; runs taking turns, best of each):",
+        markdown_table(["attention", "peak MB", "step s"], rows)])
+
+
 def main(argv=None):
     args = parse_args(argv)
     device, dtype = start(args)
     dictionary, models, size = build_pair(args, device, dtype)
     with sdpa_kernel(ATTENTION_KERNELS[args.attention]):
         rows = measure(args, dictionary, models, device)
+        comparison = today_against_fused(args, dictionary, models["PageSum"], device)
     print(render(rows, args, size, len(dictionary), device, dtype))
+    print()
+    print(comparison)
     print("\n" + memory_plan.report(device, args.repeats, args.quick))  # the memory model and the optimizer step
 
 

@@ -139,6 +139,7 @@ class PageSumHubInterface(nn.Module):
         extractor=None,
         salient: Optional[Sequence[SalientLabels]] = None,
         skip_invalid: bool = False,
+        compile: bool = False,
     ) -> Summaries:
         """Summaries of ``documents``, in order. A single ``str`` document may be passed alone.
 
@@ -159,7 +160,11 @@ class PageSumHubInterface(nn.Module):
         ``.skipped`` every empty document skipped with ``skip_invalid=True`` (its place holds
         None) to the reason; without ``skip_invalid`` an empty document raises
         ``EmptyDocument`` naming it. Documents are paged one batch at a time, so memory
-        follows ``batch_size``, not the number of documents."""
+        follows ``batch_size``, not the number of documents.
+
+        ``compile=True`` runs every decoder layer compiled by ``torch.compile`` (as
+        ``--compile-decoder``): the same summaries, after a first batch that pays the
+        compilation."""
         if isinstance(documents, str):
             documents = [documents]
             salient = None if salient is None else [salient]
@@ -169,7 +174,7 @@ class PageSumHubInterface(nn.Module):
                      no_repeat_ngram_size=no_repeat_ngram_size, top_pages=top_pages)
         settings = replace(self.task.generation_defaults, **{k: v for k, v in given.items() if v is not None})
         generator_cls = getattr(self.task, "sequence_generator_cls", PageSumSequenceGenerator)
-        generator = generator_cls([self.model], self.dictionary, **settings.generator_kwargs())
+        generator = generator_cls([self.model], self.dictionary, compile_decoder=compile, **settings.generator_kwargs())
         results = Summaries([None] * len(documents))
         paging = dict(locality=locality, num_pages=num_pages, max_pages=max_pages, extractor=extractor)
         for start in range(0, len(documents), batch_size):  # paged a batch at a time: memory follows the batch

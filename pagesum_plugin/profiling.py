@@ -1,4 +1,5 @@
-"""What a call costs on a device: its wall time and its peak tensor memory.
+"""What a call costs on a device: its wall time, its peak tensor memory, and where it waits
+for the device (``HostSyncs``).
 
 Shared by the benchmarks (``benchmarks/``) and the fit stage of the side-by-side comparison
 (``recipes/comparison/fit.py``), which must measure memory the same way.
@@ -6,11 +7,14 @@ Shared by the benchmarks (``benchmarks/``) and the fit stage of the side-by-side
 
 import gc
 import time
+import traceback
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 
 def describe_device(device) -> str:
@@ -148,3 +152,36 @@ def device_nearly_full(device) -> bool:
         return False
     free, total = torch.cuda.mem_get_info(device)
     return (total - free) >= NEARLY_FULL * total
+
+
+# operators whose result the host must wait for: a value read back, or a shape that depends on values
+SYNCING_OPERATORS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "is_nonzero",
+                     "repeat_interleave"}
+INDEXING_OPERATORS = {"index", "index_put", "index_put_"}  # sync when an index is a boolean mask
+
+
+class HostSyncs(TorchDispatchMode):
+    """Records every operator run inside it that makes the host wait for the device (on CUDA,
+    a stream stall), with the innermost caller outside torch: ``seen`` is a list of
+    (operator, "package/file.py:line")."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: List[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name.split("::")[-1]
+        if name in SYNCING_OPERATORS or (name in INDEXING_OPERATORS and any(
+                isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in tree_leaves(args[1:2]))):
+            frames = [f for f in traceback.extract_stack()
+                      if "/torch/" not in f.filename and not f.filename.endswith("profiling.py")]
+            place = "?"
+            if frames:
+                path = frames[-1].filename.replace("\\", "/")
+                for root in ("site-packages/", "pagesum_plugin/", "benchmarks/"):
+                    if root in path:
+                        path = (root if root != "site-packages/" else "") + path.split(root)[-1]
+                        break
+                place = f"{path}:{frames[-1].lineno}"
+            self.seen.append((name, place))
+        return func(*args, **(kwargs or {}))

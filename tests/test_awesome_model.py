@@ -60,7 +60,8 @@ def test_without_memory_one_segment_equals_fairseq_bart(plain):
     target, prev = decoder_input([s[0] for s in summaries], task.dictionary)
     ours, _ = model(src, None, prev)
     theirs, _ = bart(src, src.ne(task.dictionary.pad()).sum(1), prev)
-    assert torch.equal(ours, theirs)
+    # the decoder attends through SDPA, fairseq's BART through bmm + softmax: equal to rounding
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
     assert len(model.state_dict()) == len(bart.state_dict())  # nothing added to BART
 
 

@@ -1,68 +1,150 @@
-"""The decoder self-attention that reorders its cache while extending it computes fairseq's
-attention bit for bit, through beam reordering, dropped rows and padded prefixes."""
+"""The decoder self-attention computes fairseq's attention (to rounding) while its cache is
+written once per position and beams reorder through its index table, through beam
+reordering, dropped examples, padded prefixes and the full (training) pass."""
 
+import pytest
 import torch
 from fairseq.modules import MultiheadAttention
 
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention
 
+EMBED, HEADS = 16, 4
 
-def twins(embed_dim=16, heads=4):
+
+def twins(beams=None, cache_length=4):
     torch.manual_seed(0)
-    ours = DecoderSelfAttention(embed_dim, heads, self_attention=True)
-    stock = MultiheadAttention(embed_dim, heads, self_attention=True)
+    ours = DecoderSelfAttention(EMBED, HEADS, self_attention=True)
+    stock = MultiheadAttention(EMBED, HEADS, self_attention=True)
     stock.load_state_dict(ours.state_dict())
+    ours.beams, ours.cache_length = beams, cache_length
     return ours.eval(), stock.eval()
 
 
-def test_steps_with_reordered_duplicated_and_dropped_rows_equal_fairseqs_attention_exactly():
-    ours, stock = twins()
-    rng = torch.Generator().manual_seed(1)
-    rows = 6
+def within_blocks(rows: int, beams: int, rng) -> torch.Tensor:
+    """A beam-search order: every row continues a random beam of its own block."""
+    blocks = torch.arange(rows // beams).repeat_interleave(beams)
+    return blocks * beams + torch.randint(beams, (rows,), generator=rng)
+
+
+def decode(ours, stock, rows, orders, rng, steps=9):
+    """Run both modules step by step; ``orders(step, rows)`` gives each reorder (or None)."""
     ours_state, stock_state = {}, {}
+    storages = set()
     with torch.no_grad():
-        for step in range(8):
-            if step > 0:
-                # beams continue other beams (some twice); at step 4 two rows are dropped
-                new_rows = rows - 2 if step == 4 else rows
-                order = torch.randint(rows, (new_rows,), generator=rng)
+        for step in range(steps):
+            order = orders(step, rows) if step else None
+            if order is not None:
                 ours.reorder_incremental_state(ours_state, order)
-                if step == 2:  # two reorders between writes compose
-                    again = torch.randint(new_rows, (new_rows,), generator=rng)
-                    ours.reorder_incremental_state(ours_state, again)
-                    order = order[again]
                 stock.reorder_incremental_state(stock_state, order)
-                rows = new_rows
-            x = torch.randn(1, rows, 16, generator=rng)  # (tgt_len, rows, dim): one new position
+                rows = order.numel()
+            x = torch.randn(1, rows, EMBED, generator=rng)  # (tgt_len, rows, dim): one new position
             out, _ = ours(x, x, x, incremental_state=ours_state, need_weights=False)
             expected, _ = stock(x, x, x, incremental_state=stock_state, need_weights=False)
-            assert torch.equal(out, expected), step
-            cached = ours._get_input_buffer(ours_state)["prev_key"]
-            assert torch.equal(cached, stock._get_input_buffer(stock_state)["prev_key"])
-            assert cached.shape == (rows, 4, step + 1, 4)
+            torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6, msg=f"step {step}")
+            storages.add(ours._get_input_buffer(ours_state)["cache_key"].data_ptr())
+    return storages
 
 
-def test_a_step_with_padding_in_the_prefix_takes_fairseqs_path_after_the_pending_reorder():
-    ours, stock = twins()
+def test_beams_reordered_within_their_blocks_read_through_the_table_and_equal_fairseqs_attention():
+    ours, stock = twins(beams=3, cache_length=16)
+    rng = torch.Generator().manual_seed(1)
+    storages = decode(ours, stock, 12, lambda step, rows: within_blocks(rows, 3, rng), rng)
+    assert len(storages) == 1, "the cache was written in place, never copied"
+
+
+def test_dropped_blocks_leave_the_cache_and_the_rest_still_reads_through_the_table():
+    ours, stock = twins(beams=2, cache_length=16)
     rng = torch.Generator().manual_seed(2)
+
+    def orders(step, rows):
+        order = within_blocks(rows, 2, rng)
+        if step == 4:  # the 2nd of the remaining examples finished
+            order = order.view(-1, 2)[torch.tensor([0, 2, 3])].view(-1)
+        return order
+
+    decode(ours, stock, 8, orders, rng)
+
+
+def test_two_reorders_between_writes_compose():
+    ours, stock = twins(beams=4, cache_length=16)
+    rng = torch.Generator().manual_seed(3)
     ours_state, stock_state = {}, {}
     with torch.no_grad():
-        x = torch.randn(1, 3, 16, generator=rng)
-        ours(x, x, x, incremental_state=ours_state)
-        stock(x, x, x, incremental_state=stock_state)
-        order = torch.tensor([2, 2, 0])
-        ours.reorder_incremental_state(ours_state, order)
-        stock.reorder_incremental_state(stock_state, order)
-        x = torch.randn(1, 3, 16, generator=rng)
+        for step in range(5):
+            if step:
+                for _ in range(2):
+                    order = within_blocks(8, 4, rng)
+                    ours.reorder_incremental_state(ours_state, order)
+                    stock.reorder_incremental_state(stock_state, order)
+            x = torch.randn(1, 8, EMBED, generator=rng)
+            out = ours(x, x, x, incremental_state=ours_state, need_weights=False)[0]
+            torch.testing.assert_close(out, stock(x, x, x, incremental_state=stock_state, need_weights=False)[0],
+                                       atol=1e-6, rtol=1e-6)
+
+
+def test_without_known_blocks_any_order_moves_the_rows_and_equals_fairseqs_attention():
+    ours, stock = twins(beams=None, cache_length=16)
+    rng = torch.Generator().manual_seed(4)
+
+    def orders(step, rows):
+        return torch.randint(rows, (rows - 2 if step == 4 else rows,), generator=rng)
+
+    decode(ours, stock, 6, orders, rng)
+
+
+def test_a_search_longer_than_the_preallocated_cache_grows_it():
+    ours, stock = twins(beams=2, cache_length=3)
+    rng = torch.Generator().manual_seed(5)
+    storages = decode(ours, stock, 4, lambda step, rows: within_blocks(rows, 2, rng), rng, steps=10)
+    assert len(storages) == 3, "3 -> 6 -> 12 positions: two rare copies in ten steps"
+
+
+def test_a_step_with_padding_in_the_prefix_masks_it_as_fairseq_does():
+    ours, stock = twins(beams=3, cache_length=8)
+    rng = torch.Generator().manual_seed(6)
+    ours_state, stock_state = {}, {}
+    with torch.no_grad():
+        for _ in range(3):
+            order = within_blocks(3, 3, rng)
+            x = torch.randn(1, 3, EMBED, generator=rng)
+            ours(x, x, x, incremental_state=ours_state)
+            stock(x, x, x, incremental_state=stock_state)
+            ours.reorder_incremental_state(ours_state, order)
+            stock.reorder_incremental_state(stock_state, order)
+        x = torch.randn(1, 3, EMBED, generator=rng)
         padding = torch.tensor([[False], [True], [False]])  # (rows, tgt_len)
         out, weights = ours(x, x, x, key_padding_mask=padding, incremental_state=ours_state)
         expected, expected_weights = stock(x, x, x, key_padding_mask=padding, incremental_state=stock_state)
-    assert torch.equal(out, expected)
-    assert torch.equal(weights, expected_weights)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-6)
 
 
-def test_without_an_incremental_state_it_is_fairseqs_attention():
+def test_a_cached_step_gives_its_weights_when_asked():
+    ours, stock = twins(beams=2, cache_length=8)
+    rng = torch.Generator().manual_seed(7)
+    ours_state, stock_state = {}, {}
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(1, 4, EMBED, generator=rng)
+            out, weights = ours(x, x, x, incremental_state=ours_state, need_weights=True)
+            expected, expected_weights = stock(x, x, x, incremental_state=stock_state, need_weights=True)
+    torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_full_pass_through_sdpa_equals_fairseqs_attention_and_its_gradients(padded):
     ours, stock = twins()
-    x = torch.randn(5, 2, 16, generator=torch.Generator().manual_seed(3))
+    x = torch.randn(5, 3, EMBED, generator=torch.Generator().manual_seed(8), requires_grad=True)
     causal = torch.triu(torch.full((5, 5), float("-inf")), 1)
-    torch.testing.assert_close(ours(x, x, x, attn_mask=causal)[0], stock(x, x, x, attn_mask=causal)[0], atol=0, rtol=0)
+    padding = torch.zeros(3, 5, dtype=torch.bool)
+    if padded:
+        padding[1, 3:] = True  # a shorter summary, right-padded
+    mask = padding if padded else None
+    out = ours(x, x, x, key_padding_mask=mask, attn_mask=causal, need_weights=False)[0]
+    expected = stock(x, x, x, key_padding_mask=mask, attn_mask=causal, need_weights=False)[0]
+    real = ~padding.t()[:, :, None]  # (tgt_len, rows, 1): positions a loss reads
+    torch.testing.assert_close(out * real, expected * real, atol=1e-6, rtol=1e-6)
+    grads = torch.autograd.grad((out * real).sum(), [x] + list(ours.parameters()))
+    expected_grads = torch.autograd.grad((expected * real).sum(), [x] + list(stock.parameters()))
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-4)

@@ -185,18 +185,32 @@ class LargestTensor(TorchDispatchMode):
         return out
 
 
-def test_hepos_scores_hold_n_over_s_keys_per_head_not_n():
-    """Section 3: a head scores only its n / s_h source positions, so the largest tensor of a
-    training pass (the scores) is (batch, heads, m, n / s_h), a quarter of full
-    cross-attention's (batch, heads, m, n) at s_h = 4, with no dense mask or per-head copy."""
+def largest_training_tensors(reference: bool) -> dict:
+    """The number of elements of the largest tensor a training pass of HEPOS and of full
+    cross-attention creates (heads 4, stride 4, 2,048 source and 64 target positions)."""
     heads, stride, src_len, tgt_len = 4, 4, 2048, 64
     query, memory, padding = inputs(batch=1, src_len=src_len, tgt_len=tgt_len)
     largest = {}
     for name, module in (("hepos", hepos(heads, stride)), ("full", attention_like(
             stock_attention(DIM, heads, 0, encoder_decoder_attention=True), CrossAttention))):
         module.train()
+        module.reference = reference
         with LargestTensor() as record:
             module(query, memory, memory, key_padding_mask=padding, static_kv=True, need_weights=False)
         largest[name] = record.numel
-    assert largest["hepos"] == heads * tgt_len * src_len // stride
-    assert largest["full"] == heads * tgt_len * src_len
+    return largest
+
+
+def test_hepos_scores_hold_n_over_s_keys_per_head_not_n():
+    """Section 3: a head scores only its n / s_h source positions, so the largest tensor of a
+    training pass with the scores materialised is (batch, heads, m, n / s_h), a quarter of full
+    cross-attention's (batch, heads, m, n) at s_h = 4, with no dense mask or per-head copy."""
+    largest = largest_training_tensors(reference=True)
+    assert largest["hepos"] == 4 * 64 * 2048 // 4
+    assert largest["full"] == 4 * 64 * 2048
+
+
+def test_through_sdpa_neither_attention_materialises_a_score_matrix():
+    largest = largest_training_tensors(reference=False)
+    assert largest["hepos"] < 4 * 64 * 2048 // 4
+    assert largest["full"] < 4 * 64 * 2048 // 4

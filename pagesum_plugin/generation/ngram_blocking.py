@@ -3,11 +3,12 @@
 fairseq's Python fallback compares the last n-1 columns of the whole token buffer,
 which is still full of padding while a hypothesis grows, so on CPU it never bans
 anything. This blocker looks only at the tokens generated so far, and does the
-comparison for all hypotheses at once with tensor ops.
+comparison for all hypotheses at once with tensor ops, none of which waits for the device.
 """
 
 import math
 
+import torch
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 from torch import Tensor
 
@@ -35,6 +36,6 @@ def ban_repeated_ngrams(history: Tensor, lprobs: Tensor, n: int) -> Tensor:
     suffix = history[:, length - n + 1 :]  # (rows, n-1): what the next token would extend
     matches = (windows == suffix.unsqueeze(1)).all(dim=-1)  # (rows, length-n+1)
     followers = history[:, n - 1 :]  # (rows, length-n+1): the token after each window
-    row_idx, start_idx = matches.nonzero(as_tuple=True)
-    lprobs[row_idx, followers[row_idx, start_idx]] = -math.inf
-    return lprobs
+    # count the matching windows each token follows, without asking the device how many there are
+    hits = torch.zeros_like(lprobs).scatter_add_(1, followers, matches.to(lprobs.dtype))  # (rows, vocab)
+    return lprobs.masked_fill_(hits > 0, -math.inf)

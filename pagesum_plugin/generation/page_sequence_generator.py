@@ -15,27 +15,33 @@ adds what summarization with PageSum needs on top:
   pages); other systems decode with the same rules and ``page_weights`` None;
 * optionally, only the k most confident pages are decoded (``top_pages``); their
   encoder output is taken from the pass that scored them, not computed again;
+* optionally (``compile_decoder``), every decoder layer runs compiled by ``torch.compile``;
 * the model is told the beam size for every search, beam 1 included, so that a
-  PageSum model keeps one copy of each page's encoder output per example, never per beam.
+  PageSum model keeps one copy of each page's encoder output per example, never per beam,
+  and the search's length, to which the decoder preallocates its self-attention cache.
 
 What it asks of a model is ``generation/contract.py``'s ``SummaryModel``, checked when the
 generator is built: a model that cannot prune its pages is refused ``top_pages`` there.
 """
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
+from ..modules.decoder_self_attention import set_cache_beams, set_cache_length
 from ..modules.page_mixing import real_pages
 from .contract import check_models
 from .ngram_blocking import NoRepeatNGramBlocker
 
 
 class PageSumSequenceGenerator(SequenceGenerator):
-    def __init__(self, models, tgt_dict, top_pages: int = 0, **kwargs):
+    def __init__(self, models, tgt_dict, top_pages: int = 0, compile_decoder: Union[bool, str] = False, **kwargs):
         check_models(models, top_pages)
+        if compile_decoder:  # True: torch.compile's default backend; a string: that backend
+            for model in models:
+                compile_decoder_layers(model, "inductor" if compile_decoder is True else compile_decoder)
         # fairseq suppresses these tokens at every step after the prefix (the forced <s>)
         kwargs["tokens_to_suppress"] = tuple(kwargs.get("tokens_to_suppress") or ()) + (tgt_dict[tgt_dict.bos()],)
         super().__init__(models, tgt_dict, **kwargs)
@@ -89,10 +95,15 @@ class PageSumSequenceGenerator(SequenceGenerator):
         self.max_len_a = 0
         self.max_len_b = int(settings[0] * source_tokens + settings[1]) + 1
         self.min_len = settings[2] + 1
+        # the decoder runs one step per output position: at most max_len + 1 of them
+        for model in self.model.models:
+            set_cache_length(model, min(self.max_len_b, self.max_len - 1) + 2)
         try:
             return super()._generate(sample, prefix_tokens, constraints, bos_token)
         finally:
             self.max_len_a, self.max_len_b, self.min_len = settings
+            for model in self.model.models:  # the next search's caller tells its own beams
+                set_cache_beams(model, None)
 
     def _most_confident_pages(self, src_tokens: Tensor, k: int) -> Tuple[Tensor, Dict[str, List[Tensor]]]:
         """Score pages by their mean weight over the first two summary positions
@@ -105,3 +116,14 @@ class PageSumSequenceGenerator(SequenceGenerator):
         scores = extra["page_weights"].mean(dim=2)  # (batch, max_pages), 0 for missing pages
         kept = scores.topk(k, dim=1).indices.sort(dim=1).values  # (batch, k)
         return kept, model.keep_pages(encoder_out, kept)
+
+
+def compile_decoder_layers(model, backend: str = "inductor") -> None:
+    """Compile each decoder layer with ``torch.compile`` (in place; once per model): a
+    decoding step's attention and feed-forward run as fused kernels, with the cache's length
+    a symbolic size, so that a search compiles each layer once rather than once per step.
+    The decoder's bookkeeping around the layers (page layout, mixing, beam reordering) stays
+    eager. The first search pays the compilation (BENCHMARKS.md)."""
+    for layer in model.decoder.layers:
+        if getattr(layer, "_compiled_call_impl", None) is None:
+            layer.compile(dynamic=True, backend=backend)

@@ -36,7 +36,9 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 
 from .bart_args import as_bart_args, tiny_dimensions
-from .long_input_bart import LongInputBARTModel
+from .long_input_bart import LongInputBARTModel, wrap_layer
+from ..modules.decoder_self_attention import set_cache_beams
+from ..modules.fused_layer import FusedDecoderLayer, as_config
 from ..modules.memory import (
     MEMORY_KINDS,
     MemoryDecoderLayer,
@@ -164,6 +166,8 @@ class AwesomeEncoder(TransformerEncoder):
 class AwesomeDecoder(TransformerDecoder):
     """BART's decoder with memories of earlier segments' summaries in some layers."""
 
+    reference: bool = False  # benchmark-only (``reference_attention``): the padding check as before
+
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         self.memory_layer_ids = memory_layer_ids(args, "decoder", args.decoder_layers)
         self._layers_built = 0
@@ -172,7 +176,7 @@ class AwesomeDecoder(TransformerDecoder):
     def build_decoder_layer(self, args, no_encoder_attn=False):
         index, self._layers_built = self._layers_built, self._layers_built + 1
         if index not in self.memory_layer_ids:
-            return super().build_decoder_layer(args, no_encoder_attn)
+            return wrap_layer(FusedDecoderLayer(as_config(args), no_encoder_attn), args)
         return MemoryDecoderLayer(
             TransformerConfig.from_namespace(args),
             _new_memory(args, args.decoder_embed_dim, args.decoder_attention_heads),
@@ -223,7 +227,9 @@ class AwesomeDecoder(TransformerDecoder):
         x = x.transpose(0, 1)  # (tgt_len, rows, dim)
 
         self_attn_padding_mask = None
-        if prev_output_tokens.eq(self.padding_idx).any():
+        # a decoding step always passes the mask on (the self-attention keeps it with its cache),
+        # so that it does not wait for the device to say whether there is any padding
+        if (incremental_state is not None and not self.reference) or prev_output_tokens.eq(self.padding_idx).any():
             self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)  # (rows, tgt_len)
 
         attn: Optional[Tensor] = None
@@ -364,7 +370,9 @@ class AwesomeModel(LongInputBARTModel):
 
     def set_beam_size(self, beam):
         """BART's beamable-attention shortcut makes encoder reordering a no-op; the decoder
-        memory travels with the encoder output and must be reordered, so keep it off."""
+        memory travels with the encoder output and must be reordered, so keep it off. The
+        decoder self-attention's cache still reorders within each example's beams."""
+        set_cache_beams(self.decoder, beam)
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)

@@ -45,7 +45,8 @@ from fairseq.modules import LearnedPositionalEmbedding
 from fairseq.modules.transformer_layer import TransformerDecoderLayer, TransformerEncoderLayer
 
 from .bart_args import tiny_dimensions
-from .long_input_bart import LongInputBARTModel, wrap_layer
+from .long_input_bart import LongInputBARTModel, SyncFreeDecoder, wrap_layer
+from ..modules.fused_layer import FusedAttentionLayer
 from ..modules.hed_attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossAttention
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class HEDEncoderLayer(TransformerEncoderLayer):
         )
 
 
-class HEDDecoderLayer(TransformerDecoderLayer):
+class HEDDecoderLayer(FusedAttentionLayer, TransformerDecoderLayer):
     """BART's decoder layer whose cross-attention is hierarchical (Eq. 3-5)."""
 
     def build_encoder_attention(self, embed_dim, args):
@@ -149,7 +150,7 @@ class HEDEncoder(TransformerEncoder):
         }
 
 
-class HEDDecoder(TransformerDecoder):
+class HEDDecoder(SyncFreeDecoder, TransformerDecoder):
     """BART's decoder with hierarchical cross-attention; reports the documents' weights."""
 
     def build_decoder_layer(self, args, no_encoder_attn=False):

@@ -30,7 +30,8 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from torch import Tensor
 
 from .bart_args import as_bart_args, tiny_dimensions
-from .long_input_bart import LongInputBARTModel, wrap_layer
+from .long_input_bart import LongInputBARTModel, SyncFreeDecoder, wrap_layer
+from ..modules.fused_layer import FusedAttentionLayer
 from ..modules.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 from ..modules.hepos_attention import CrossAttention, HeposAttention, LinformerCrossAttention
 
@@ -142,7 +143,7 @@ class HeposEncoderLayer(TransformerEncoderLayerBase):
         return build_encoder_self_attention(cfg, embed_dim, self.layer_index)
 
 
-class HeposDecoderLayer(TransformerDecoderLayerBase):
+class HeposDecoderLayer(FusedAttentionLayer, TransformerDecoderLayerBase):
     def build_encoder_attention(self, embed_dim, cfg):
         return build_cross_attention(cfg, embed_dim)
 
@@ -168,7 +169,7 @@ class HeposEncoder(TransformerEncoderBase):
         return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
 
 
-class HeposDecoder(TransformerDecoderBase):
+class HeposDecoder(SyncFreeDecoder, TransformerDecoderBase):
     """BART's decoder with the chosen encoder-decoder attention."""
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):

@@ -5,7 +5,8 @@ A model names its two classes; fairseq's ``build_encoder`` / ``build_decoder`` h
 them with BART's arguments, and ``forward`` runs them as BART does. The encoder's input is
 the view the model reads (pages, documents, one flat sequence, a segment per row): only the
 encoder knows its layout. Layers a model builds itself go through ``wrap_layer``, as
-fairseq's own do.
+fairseq's own do. Their decoder layers take ``modules/fused_layer.FusedAttentionLayer``, and
+their decoders ``SyncFreeDecoder``.
 """
 
 import argparse
@@ -18,6 +19,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from torch import Tensor, nn
 
 from .bart_args import as_bart_args
+from ..modules.decoder_self_attention import set_cache_beams
 
 
 class LongInputBARTModel(BARTModel):
@@ -35,6 +37,12 @@ class LongInputBARTModel(BARTModel):
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         return cls.decoder_class(args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False))
+
+    def set_beam_size(self, beam: int):
+        """BART's beamable encoder-decoder attention, and the beam blocks that the decoder
+        self-attention's cache reorders within."""
+        super().set_beam_size(beam)
+        set_cache_beams(self.decoder, beam)
 
     def forward(
         self,
@@ -59,3 +67,29 @@ def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
     if cfg.checkpoint_activations:
         layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+
+
+
+class SyncFreeDecoder:
+    """Put before a fairseq decoder class: a decoding step does not ask the device whether the
+    summary prefix holds padding.
+
+    fairseq's decoder computes the self-attention padding mask only if
+    ``prev_output_tokens.eq(pad).any()``, which makes the host wait for the device at every
+    step; with ``cross_self_attention`` set it computes the mask unconditionally. During a
+    decoding step that flag is set on the decoder alone (the layers keep their own, which is
+    what changes their attention), so the mask of the new position always goes to the
+    self-attention, which keeps it with its cache."""
+
+    reference: bool = False  # benchmark-only (``reference_attention``): fairseq's check, as before
+
+    def extract_features_scriptable(self, prev_output_tokens, encoder_out, incremental_state=None, *args, **kwargs):
+        if incremental_state is None or self.cross_self_attention or self.reference:
+            return super().extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state,
+                                                       *args, **kwargs)
+        self.cross_self_attention = True
+        try:
+            return super().extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state,
+                                                       *args, **kwargs)
+        finally:
+            self.cross_self_attention = False

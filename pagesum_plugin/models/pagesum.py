@@ -18,8 +18,8 @@ output and its cross-attention keys and values are stored once and read by all t
 example's beams; only the self-attention states are kept per beam. ``set_beam_size(beam,
 share_pages=False)`` keeps one copy per beam instead, the reference the shared layout is
 tested and benchmarked against. The self-attention states grow by one position per step
-for every page row; ``modules/decoder_self_attention.py`` extends and reorders them with
-one copy per step instead of fairseq's two.
+for every page row; ``modules/decoder_self_attention.py`` writes each position once into a
+preallocated cache that beams reorder through an index table.
 
 Global decoding (Table 6 ablation). The page encodings of an example are concatenated
 and one decoder cross-attends to all of them; it is page decoding with one "page".
@@ -36,11 +36,11 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
 from .bart_args import tiny_dimensions
-from .long_input_bart import LongInputBARTModel, wrap_layer
-from ..modules.decoder_self_attention import DecoderSelfAttention
+from .long_input_bart import LongInputBARTModel, SyncFreeDecoder, wrap_layer
+from ..modules.fused_layer import FusedDecoderLayer
+from ..modules.decoder_self_attention import set_cache_beams
 from ..modules.page_mixing import PageLayout, real_pages, rows_of_pages, unpack_pages
 
 logger = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 PAGE_DECODING_CHOICES = ("page", "global")
 CONFIDENCE_KEYS = ("decoder.page_confidence.weight", "decoder.page_confidence.bias")
 PAGE_STATE_KEY = "pagesum_pages"  # where the decoder keeps its page bookkeeping
+NO_ALIGNMENT = -1  # an alignment layer that no layer index matches
 
 
 class PageSumEncoder(TransformerEncoder):
@@ -156,25 +157,10 @@ def concatenate_pages(encoder_out: Dict[str, List[Tensor]]) -> Dict[str, List[Te
     }
 
 
-class PageSumDecoderLayer(TransformerDecoderLayerBase):
-    """BART's decoder layer; its self-attention cache is extended and reordered in one copy."""
-
-    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
-        return DecoderSelfAttention(
-            embed_dim,
-            cfg.decoder.attention_heads,
-            dropout=cfg.attention_dropout,
-            add_bias_kv=add_bias_kv,
-            add_zero_attn=add_zero_attn,
-            self_attention=not cfg.cross_self_attention,
-            q_noise=self.quant_noise,
-            qn_block_size=self.quant_noise_block_size,
-            xformers_att_config=cfg.decoder.xformers_att_config,
-        )
-
-
-class PageSumDecoder(TransformerDecoder):
+class PageSumDecoder(SyncFreeDecoder, TransformerDecoder):
     """BART's decoder run on every page, mixed by learned page confidences."""
+
+    beams_share_pages: bool = False  # set with the encoder's by PageSumModel.set_beam_size
 
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn, output_projection)
@@ -183,7 +169,7 @@ class PageSumDecoder(TransformerDecoder):
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         """fairseq's layer construction (activation checkpointing, FSDP) with PageSum's layer."""
-        return wrap_layer(PageSumDecoderLayer(cfg, no_encoder_attn), cfg)
+        return wrap_layer(FusedDecoderLayer(cfg, no_encoder_attn), cfg)
 
     def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, features_only: bool = False,
@@ -199,7 +185,8 @@ class PageSumDecoder(TransformerDecoder):
             encoder_out=encoder_out,
             incremental_state=incremental_state,
             full_context_alignment=full_context_alignment,
-            alignment_layer=alignment_layer,
+            # PageSum's alignment is its page weights: no layer computes token weights unless asked
+            alignment_layer=NO_ALIGNMENT if alignment_layer is None else alignment_layer,
             alignment_heads=alignment_heads,
         )  # hidden: (page rows, tgt_len, dim)
         confidences = self.page_confidence(hidden).squeeze(-1)  # (page rows, tgt_len)
@@ -229,6 +216,9 @@ class PageSumDecoder(TransformerDecoder):
         layout = PageLayout(page_counts, hypotheses // groups, n_pages)
         if incremental_state is not None:
             incremental_state[PAGE_STATE_KEY] = layout
+            # page rows are (group x page x beam): with shared pages, the beams of a page are
+            # consecutive rows that beam search reorders among themselves
+            set_cache_beams(self, layout.beams if self.beams_share_pages else None)
         return layout
 
     def reorder_incremental_state_scripting(
@@ -302,6 +292,7 @@ class PageSumModel(LongInputBARTModel):
         layout of a model without this hook. Either layout decodes any beam size: the
         decoder reads the number of beams per encoder row from the shapes it is given."""
         self.encoder.beams_share_pages = share_pages
+        self.decoder.beams_share_pages = share_pages
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)

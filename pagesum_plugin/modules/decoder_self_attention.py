@@ -1,35 +1,188 @@
-"""Decoder self-attention whose incremental cache costs one copy per step, not two.
+"""Decoder self-attention through SDPA, with a cache written once per position.
 
-fairseq's attention grows its cached keys and values by concatenation, a fresh copy of
-the whole cache at every decoding step, and beam search reorders the cache before that
-with a second fresh copy. PageSum keeps this cache for every page of every beam, so over
-a long summary (hundreds of tokens) the two copies and their allocations take as long as
-the step's own computation (``benchmarks/beam_cache.py``). Here reordering only records
-the order; the next step writes the reordered cache and the new position into one new
-buffer. The cache keeps fairseq's layout, (rows, heads, length, head_dim), and the
-attention is computed with the same operations on the same values, so the results are
-those of fairseq's attention exactly.
+fairseq's attention grows its cached keys and values by concatenation, a fresh copy of the
+whole cache at every decoding step, and beam search reorders the cache before that with a
+second fresh copy: over a summary of T tokens the traffic grows as T², for every page of
+every beam. Here the cache is preallocated to the search's length (``set_cache_length``;
+it doubles if a search runs past it) and each step writes only its new position, in place.
+
+Beams reorder through an index table, never by moving the cache. The rows of the cache
+form blocks of ``beams`` consecutive rows (the beams of one example, or of one page of
+it), and beam search only ever moves a beam within its block. The cache is stored
+(blocks, heads, beams, capacity, head_dim), and ``beam_of_position`` (rows, capacity) says,
+for every row and position, which beam of the row's block wrote the key that the row
+reads there. A reorder only re-indexes that small table (and, when examples finish,
+drops their blocks). Attention reads the cache through the table without gathering it:
+each query is scored against the keys of every beam of its block (one batched matmul,
+which reads each key once), the score of the beam it follows is picked at each position,
+and the softmax weights are scattered back so that one more matmul reads each value once.
+That is ``beams`` times the arithmetic of a plain read, on a step that is bound by memory
+traffic, not arithmetic.
+
+A module whose block size is not known (``beams`` None) keeps one row per block and moves
+its rows on a reorder (one copy), which is correct for any order. The full (training)
+forward pass runs through ``scaled_dot_product_attention``. A padding mask of the new
+positions is kept per row and position like the table. Steps that fairseq's attention would
+handle differently (an attention mask, bias or zero-attention keys, a cache filled by
+someone else) take the one-copy path below, which computes fairseq's attention exactly. ``reference = True`` selects that path for every step (benchmarks only).
 """
 
+import math
 from typing import Dict, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from fairseq import utils
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-PENDING_ORDER = "pending_order"  # rows still to be reordered: (rows,) indices into the cached rows
+from .fused_attention import attention_dropout
+
+PENDING_ORDER = "pending_order"  # one-copy path: rows still to be reordered, (rows,) indices into the cached rows
+DEFAULT_CACHE_LENGTH = 64  # positions preallocated when no search length was set
+
+
+def set_cache_length(model: torch.nn.Module, length: int) -> None:
+    """Tell every decoder self-attention of ``model`` how many positions the next search decodes."""
+    for module in model.modules():
+        if isinstance(module, DecoderSelfAttention):
+            module.cache_length = length
+
+
+def set_cache_beams(model: torch.nn.Module, beams: Optional[int]) -> None:
+    """Tell every decoder self-attention of ``model`` that its rows come in blocks of ``beams``
+    consecutive rows that beam search reorders only among themselves (None: not so)."""
+    for module in model.modules():
+        if isinstance(module, DecoderSelfAttention):
+            module.beams = beams
 
 
 class DecoderSelfAttention(MultiheadAttention):
-    """fairseq's decoder self-attention with reordering deferred to the next step's write.
+    """fairseq's decoder self-attention: SDPA in training, an in-place cache in decoding."""
 
-    Steps that fairseq's attention would handle differently (padding in the summary
-    prefix, an attention mask, bias or zero-attention keys) take fairseq's own path once
-    the pending order is applied."""
+    reference: bool = False  # benchmark-only: the one-copy cache and bmm + softmax of before
+    cache_length: int = DEFAULT_CACHE_LENGTH
+    beams: Optional[int] = None
+
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, need_weights: bool = True,
+                static_kv: bool = False, attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+        args = (query, key, value, key_padding_mask, incremental_state, need_weights, static_kv, attn_mask,
+                before_softmax, need_head_weights)
+        plain = (self.self_attention and not before_softmax and self.bias_k is None and not self.add_zero_attn
+                 and not self.onnx_trace and not self.reference)
+        if incremental_state is None:
+            if (plain and key is query and not (need_weights or need_head_weights)
+                    and (attn_mask is None or attn_mask.is_floating_point())):
+                return self._full_forward(query, key_padding_mask, attn_mask), None
+            return super().forward(*args)
+        buffer = self._get_input_buffer(incremental_state)
+        if plain and attn_mask is None and "prev_key" not in buffer and (
+                key_padding_mask is None or key_padding_mask.shape == query.shape[1::-1]):
+            return self._cached_step(query, key_padding_mask, buffer, incremental_state,
+                                     need_weights or need_head_weights, need_head_weights)
+        if "cache_key" in buffer:  # an unusual step after fused ones: continue in fairseq's layout
+            buffer = self._to_fairseq_layout(buffer)
+            self._set_input_buffer(incremental_state, buffer)
+        return self._one_copy_forward(buffer, *args)
+
+    # ------------------------------------------------------------------ training
+
+    def _project(self, query: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """(tgt_len, rows, dim) -> q (scaled), k, v: (rows, heads, tgt_len, head_dim)."""
+        tgt_len, rows, _ = query.shape
+
+        def heads(x: Tensor) -> Tensor:
+            return x.view(tgt_len, rows, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
+        return heads(self.q_proj(query) * self.scaling), heads(self.k_proj(query)), heads(self.v_proj(query))
+
+    def _full_forward(self, query: Tensor, key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor]) -> Tensor:
+        """The whole prefix at once: attn_mask (tgt_len, tgt_len) additive (fairseq's causal mask),
+        key_padding_mask (rows, tgt_len) True at padding."""
+        tgt_len, rows, embed_dim = query.shape
+        q, k, v = self._project(query)
+        mask = None if attn_mask is None else attn_mask.to(q.dtype)[None, None]  # (1, 1, tgt_len, tgt_len)
+        if key_padding_mask is not None:
+            padding = key_padding_mask.bool()[:, None, None, :]  # (rows, 1, 1, tgt_len)
+            mask = (q.new_zeros(()) if mask is None else mask).masked_fill(padding, -math.inf)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=attention_dropout(self), scale=1.0)
+        return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, rows, embed_dim))
+
+    # ------------------------------------------------------------------ decoding
+
+    def _cached_step(self, query: Tensor, padding: Optional[Tensor], buffer: Dict, incremental_state,
+                     need_weights: bool, need_head_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
+        """One step: padding (rows, tgt_len) True where a new position is padding, or None."""
+        tgt_len, rows, embed_dim = query.shape
+        q, k, v = self._project(query)  # (rows, heads, tgt_len, head_dim)
+        if "cache_key" not in buffer:
+            beams = self.beams if self.beams and rows % self.beams == 0 else 1
+            buffer = self._allocate(buffer, rows, beams, max(self.cache_length, tgt_len), q)
+            buffer["trusted"] = self.beams is not None and rows % self.beams == 0
+        start, beams = buffer["length"], buffer["beams"]
+        end = start + tgt_len
+        if end > buffer["cache_key"].size(3):
+            buffer = self._grow(buffer, max(2 * buffer["cache_key"].size(3), end))
+        blocks = rows // beams
+        cache_k, cache_v, table = buffer["cache_key"], buffer["cache_value"], buffer["beam_of_position"]
+        # write the new positions in place: (rows, heads, tgt, hd) -> (blocks, heads, beams, tgt, hd)
+        cache_k[:, :, :, start:end] = k.view(blocks, beams, self.num_heads, tgt_len, self.head_dim).transpose(1, 2)
+        cache_v[:, :, :, start:end] = v.view(blocks, beams, self.num_heads, tgt_len, self.head_dim).transpose(1, 2)
+        table[:, start:end] = buffer["own_beam"][:, None]
+        if padding is not None and "padding" not in buffer:  # (rows, capacity), reordered like the table
+            buffer["padding"] = table.new_zeros(table.shape, dtype=torch.bool)
+        if "padding" in buffer:
+            buffer["padding"][:, start:end] = False if padding is None else padding
+        buffer["length"] = end
+        self._set_input_buffer(incremental_state, buffer)
+
+        masked = buffer["padding"][:, :end] if "padding" in buffer else None
+        out, probs = read_through_table(q, cache_k[:, :, :, :end], cache_v[:, :, :, :end], table[:, :end], start,
+                                        self.dropout_module, masked)
+        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, rows, embed_dim))
+        weights: Optional[Tensor] = None
+        if need_weights:
+            weights = probs.transpose(0, 1)  # (heads, rows, tgt_len, length)
+            if not need_head_weights:
+                weights = weights.mean(dim=0)
+        return out, weights
+
+    @staticmethod
+    def _allocate(buffer: Dict, rows: int, beams: int, capacity: int, like: Tensor) -> Dict:
+        blocks, heads, head_dim = rows // beams, like.size(1), like.size(3)
+        own_beam = torch.arange(rows, device=like.device) % beams  # (rows,)
+        buffer.update(
+            cache_key=like.new_empty(blocks, heads, beams, capacity, head_dim),
+            cache_value=like.new_empty(blocks, heads, beams, capacity, head_dim),
+            beam_of_position=own_beam.new_zeros(rows, capacity),
+            own_beam=own_beam, length=0, beams=beams,
+        )
+        return buffer
+
+    @staticmethod
+    def _grow(buffer: Dict, capacity: int) -> Dict:
+        """A search that runs past the preallocated length: double it (one copy, rarely)."""
+        length = buffer["length"]
+        for name in ("cache_key", "cache_value", "beam_of_position", "padding"):
+            if name not in buffer:
+                continue
+            old = buffer[name]
+            new = old.new_zeros(old.shape[:-2] + (capacity, old.size(-1))) if old.dim() == 5 else \
+                old.new_zeros(old.size(0), capacity)
+            if old.dim() == 5:
+                new[:, :, :, :length] = old[:, :, :, :length]
+            else:
+                new[:, :length] = old[:, :length]
+            buffer[name] = new
+        return buffer
 
     def reorder_incremental_state(self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]], new_order: Tensor):
         buffer = self._get_input_buffer(incremental_state)
+        if "cache_key" in buffer:
+            return self._set_input_buffer(incremental_state, reorder_cache(buffer, new_order))
         if "prev_key" not in buffer:
             return incremental_state
         pending = buffer.get(PENDING_ORDER)
@@ -37,15 +190,22 @@ class DecoderSelfAttention(MultiheadAttention):
         buffer[PENDING_ORDER] = new_order if pending is None else pending.index_select(0, new_order)
         return self._set_input_buffer(incremental_state, buffer)
 
-    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
-                key_padding_mask: Optional[Tensor] = None,
-                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, need_weights: bool = True,
-                static_kv: bool = False, attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
-                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
-        if incremental_state is None:
-            return super().forward(query, key, value, key_padding_mask, incremental_state, need_weights,
-                                   static_kv, attn_mask, before_softmax, need_head_weights)
-        buffer = self._get_input_buffer(incremental_state)
+    def _to_fairseq_layout(self, buffer: Dict) -> Dict:
+        """The cache as fairseq keeps it: prev_key/prev_value (rows, heads, length, head_dim)."""
+        length = buffer["length"]
+        table = buffer["beam_of_position"][:, :length]
+        keys, values = (gather_rows(buffer[name][:, :, :, :length], table) for name in ("cache_key", "cache_value"))
+        padding = buffer["padding"][:, :length] if "padding" in buffer else None
+        return {"prev_key": keys, "prev_value": values, "prev_key_padding_mask": padding}
+
+    # ------------------------------------------------------------------ one copy per step
+
+    def _one_copy_forward(self, buffer: Dict, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                          key_padding_mask: Optional[Tensor], incremental_state, need_weights: bool, static_kv: bool,
+                          attn_mask: Optional[Tensor], before_softmax: bool,
+                          need_head_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
+        """The cache in fairseq's layout, the reorder applied while extending it (one copy per
+        step); anything unusual through fairseq's own attention."""
         plain = (self.self_attention and key_padding_mask is None and attn_mask is None and not before_softmax
                  and self.bias_k is None and not self.add_zero_attn and not self.onnx_trace
                  and buffer.get("prev_key_padding_mask") is None)
@@ -94,6 +254,76 @@ class DecoderSelfAttention(MultiheadAttention):
             if cached is not None:
                 buffer[name] = cached.index_select(0, order)
         self._set_input_buffer(incremental_state, buffer)
+
+
+def read_through_table(q: Tensor, keys: Tensor, values: Tensor, table: Tensor, start: int,
+                       dropout, masked: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """Attention of each row over the positions its table points at.
+
+    q:      (rows, heads, tgt_len, head_dim), scaled; query i sits at position start + i
+    keys, values: (blocks, heads, beams, length, head_dim), rows == blocks * beams
+    table:  (rows, length) the beam of the row's block whose key the row reads at each position
+    masked: (rows, length) True where the row's key is padding, or None
+    returns the output (rows, heads, tgt_len, head_dim) and the weights (rows, heads, tgt_len, length), fp32
+    """
+    blocks, heads, beams, length, head_dim = keys.shape
+    tgt_len = q.size(2)
+    # (blocks, heads, 1, beams * tgt_len, head_dim): every query of the block against every beam's keys
+    q_block = q.view(blocks, beams, heads, tgt_len, head_dim).transpose(1, 2).reshape(
+        blocks, heads, 1, beams * tgt_len, head_dim)
+    scores = torch.matmul(q_block, keys.transpose(-1, -2))  # (blocks, heads, beams, beams * tgt_len, length)
+    # the key each query follows: (blocks, heads, 1, beams * tgt_len, length)
+    index = table.view(blocks, 1, beams, 1, length).expand(blocks, heads, beams, tgt_len, length).reshape(
+        blocks, heads, 1, beams * tgt_len, length)
+    picked = scores.gather(2, index)
+    if tgt_len > 1:  # query start + i reads positions up to start + i
+        future = torch.arange(length, device=q.device)[None, :] > torch.arange(start, start + tgt_len,
+                                                                            device=q.device)[:, None]
+        picked = picked.masked_fill(future.repeat(beams, 1), -math.inf)
+    if masked is not None:  # (rows, length) -> (blocks, 1, 1, beams * tgt_len, length)
+        picked = picked.masked_fill(masked.view(blocks, 1, 1, beams, 1, length).expand(
+            -1, -1, -1, -1, tgt_len, -1).reshape(blocks, 1, 1, beams * tgt_len, length), -math.inf)
+    probs = torch.softmax(picked.float(), dim=-1)  # (blocks, heads, 1, beams * tgt_len, length)
+    spread = torch.zeros_like(scores).scatter_(2, index, dropout(probs.type_as(scores)))
+    out = torch.matmul(spread, values).sum(dim=2)  # (blocks, heads, beams * tgt_len, head_dim)
+    out = out.view(blocks, heads, beams, tgt_len, head_dim).transpose(1, 2).reshape(-1, heads, tgt_len, head_dim)
+    probs = probs.view(blocks, heads, beams, tgt_len, length).transpose(1, 2).reshape(-1, heads, tgt_len, length)
+    return out, probs
+
+
+def reorder_cache(buffer: Dict, new_order: Tensor) -> Dict:
+    """Follow beam search (``new_order``: (new rows,) the row each new row continues).
+
+    Trusted blocks: only the table is re-indexed, and the blocks of finished examples are
+    dropped. Blocks of unknown structure (one row each): the rows themselves move."""
+    beams = buffer["beams"]
+    rows = buffer["beam_of_position"].size(0)
+    if not buffer["trusted"]:  # one row per block: move rows, any order
+        for name in ("cache_key", "cache_value"):
+            buffer[name] = buffer[name].index_select(0, new_order)
+    elif new_order.size(0) != rows:  # examples finished: drop their blocks
+        kept_blocks = new_order.view(-1, beams)[:, 0] // beams
+        for name in ("cache_key", "cache_value"):
+            buffer[name] = buffer[name].index_select(0, kept_blocks)
+    if buffer["trusted"] and beams > 1:
+        buffer["beam_of_position"] = buffer["beam_of_position"].index_select(0, new_order)
+    elif new_order.size(0) != rows:
+        buffer["beam_of_position"] = buffer["beam_of_position"][: new_order.size(0)]
+    if "padding" in buffer:  # per row, whatever the blocks
+        buffer["padding"] = buffer["padding"].index_select(0, new_order)
+    buffer["own_beam"] = buffer["own_beam"][: new_order.size(0)]
+    return buffer
+
+
+def gather_rows(cache: Tensor, table: Tensor) -> Tensor:
+    """(blocks, heads, beams, length, head_dim) read through ``table`` (rows, length) ->
+    (rows, heads, length, head_dim), each row's own keys."""
+    blocks, heads, beams, length, head_dim = cache.shape
+    rows = cache.permute(0, 2, 1, 3, 4)  # (blocks, beams, heads, length, head_dim)
+    block_of_row = torch.arange(table.size(0), device=table.device) // beams  # (rows,)
+    positions = torch.arange(length, device=table.device)
+    picked = rows[block_of_row[:, None], table, :, positions[None, :]]  # (rows, length, heads, head_dim)
+    return picked.transpose(1, 2).contiguous()
 
 
 def extend(cached: Tensor, order: Optional[Tensor], new: Tensor) -> Tensor:

@@ -42,6 +42,19 @@ def masked_softmax(scores: Tensor, masked: Tensor) -> Tensor:
     return probs.masked_fill(masked, 0.0)
 
 
+def fused_masked_attention(q: Tensor, k: Tensor, v: Tensor, masked: Tensor, dropout: Callable[[Tensor], Tensor]) -> Tensor:
+    """softmax(q k^T) v over the unmasked keys through SDPA, without a score matrix, equal to
+    ``masked_softmax``'s: a query whose every key is masked gets zero output. q is scaled.
+
+    q: (*batch, queries, head_dim); k, v: (*batch, keys, head_dim); masked: broadcastable to
+    (*batch, queries, keys), True where a key may not be attended."""
+    bias = torch.zeros(masked.shape, dtype=q.dtype, device=q.device).masked_fill(masked, torch.finfo(q.dtype).min)
+    p = getattr(dropout, "p", 0.0)
+    active = getattr(dropout, "training", False) or getattr(dropout, "apply_during_inference", False)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p if active else 0.0, scale=1.0)
+    return out * (~masked).any(dim=-1, keepdim=True).to(out.dtype)
+
+
 def padding_mask(key_padding_mask: Optional[Tensor], batch: int, length: int, padded_length: int, device) -> Tensor:
     """(batch, padded_length) bool: the input's padding, then True for the extra positions."""
     if key_padding_mask is None:
@@ -72,12 +85,14 @@ def sliding_window_attention(
     global_tokens: int = 0,
     stride: int = 0,
     dropout: Callable[[Tensor], Tensor] = lambda p: p,
+    fused: bool = True,
 ) -> Tensor:
     """Query ``i`` attends, in one softmax, to the union of
     ``{j : |i - j| <= half_window}``, the first ``global_tokens`` keys, and, with ``stride``,
     ``{j : (i - j) mod stride == 0}``; the first ``global_tokens`` queries attend to every key.
 
-    q, k, v: (batch, heads, len, head_dim); returns (batch, heads, len, head_dim).
+    q, k, v: (batch, heads, len, head_dim); returns (batch, heads, len, head_dim). A window
+    alone (no global or strided tokens) is one SDPA call per block (``fused``).
     """
     batch, heads, length, head_dim = q.shape
     block = half_window  # blocks of w/2 queries: every key a query may see lies in its block or a neighbour
@@ -95,11 +110,14 @@ def sliding_window_attention(
     k_windows = F.pad(k, (0, 0, block, block)).unfold(2, 3 * block, block).transpose(-1, -2)
     v_windows = F.pad(v, (0, 0, block, block)).unfold(2, 3 * block, block).transpose(-1, -2)
     # k_windows, v_windows: (batch, heads, n_blocks, 3 * block, head_dim)
-    window_scores = torch.einsum("bhnqd,bhnkd->bhnqk", q_blocks, k_windows)  # (batch, heads, n_blocks, block, 3 * block)
     distance = torch.arange(3 * block, device=q.device)[None, :] - block - torch.arange(block, device=q.device)[:, None]
     outside = distance.abs() > half_window  # (block, 3 * block): j - i of every (query, window key) pair
     window_padding = F.pad(padding, (block, block), value=True).unfold(1, 3 * block, block)  # (batch, n_blocks, 3 * block)
     window_masked = outside[None, None] | window_padding[:, :, None, :]  # (batch, n_blocks, block, 3 * block)
+    if fused and not n_globals and not stride:
+        out = fused_masked_attention(q_blocks, k_windows, v_windows, window_masked[:, None], dropout)
+        return out.reshape(batch, heads, padded, head_dim)[:, :, :length]
+    window_scores = torch.einsum("bhnqd,bhnkd->bhnqk", q_blocks, k_windows)  # (batch, heads, n_blocks, block, 3 * block)
     scores.append(window_scores.reshape(batch, heads, padded, 3 * block))
     masks.append(window_masked.reshape(batch, 1, padded, 3 * block))
 
@@ -289,6 +307,7 @@ def sinkhorn_attention(
     noise: bool,
     dropout: Callable[[Tensor], Tensor] = lambda p: p,
     block_sort: Optional[Tensor] = None,
+    fused: bool = True,
 ) -> Tensor:
     """Each block of ``block_size`` queries attends to its own block's keys and to the keys of
     its sorted block ``sum_j R_ij K_j`` (R: the sorting network's soft permutation, or
@@ -317,6 +336,9 @@ def sinkhorn_attention(
     values = torch.cat([v_blocks, v_sorted], dim=3)
     own_masked = padding.view(batch, 1, n_blocks, block_size).expand(-1, heads, -1, -1)
     masked = torch.cat([own_masked, sorted_real <= 0], dim=-1)  # (batch, heads, n_blocks, 2 * block)
+    if fused:
+        out = fused_masked_attention(q_blocks, keys, values, masked[:, :, :, None, :], dropout)
+        return out.reshape(batch, heads, padded, head_dim)[:, :, :length]
     scores = torch.einsum("bhnqd,bhnkd->bhnqk", q_blocks, keys)  # (batch, heads, n_blocks, block, 2 * block)
     probs = dropout(masked_softmax(scores, masked[:, :, :, None, :])).type_as(v)
     out = torch.einsum("bhnqk,bhnkd->bhnqd", probs, values).reshape(batch, heads, padded, head_dim)
@@ -328,6 +350,8 @@ def sinkhorn_attention(
 
 class EfficientSelfAttention(MultiheadAttention):
     """BART's self-attention projections around a sparse attention pattern (``attend``)."""
+
+    reference: bool = False  # benchmark-only: every block's score matrix materialised, as before
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, q_noise: float = 0.0, qn_block_size: int = 8):
         super().__init__(embed_dim, num_heads, dropout=dropout, self_attention=True, q_noise=q_noise,
@@ -374,7 +398,7 @@ class SlidingWindowAttention(EfficientSelfAttention):
 
     def attend(self, q, k, v, key_padding_mask):
         return sliding_window_attention(q, k, v, key_padding_mask, self.half_window, self.global_tokens, self.stride,
-                                        self.dropout_module)
+                                        self.dropout_module, fused=not self.reference)
 
 
 class LSHAttention(EfficientSelfAttention):
@@ -450,4 +474,4 @@ class SinkhornAttention(EfficientSelfAttention):
 
     def attend(self, q, k, v, key_padding_mask):
         return sinkhorn_attention(q, k, v, key_padding_mask, self.block_size, self.iterations, self.temperature,
-                                  noise=self.training, dropout=self.dropout_module)
+                                  noise=self.training, dropout=self.dropout_module, fused=not self.reference)

@@ -296,7 +296,7 @@ class HierarchicalCrossAttention(MultiheadAttention):
             if incremental_state is not None:
                 saved = {"prev_key": k, "prev_value": v, "document_map": document_map,
                          "document_lengths": lengths,
-                         "beam": torch.full_like(lengths[:, 0], rows // clusters)}
+                         "beam": rows // clusters}  # a Python int: reordering reads nothing back
                 self._set_input_buffer(incremental_state, saved)
         clusters, src_len = document_map.shape
         beam = rows // clusters  # query rows per cluster: example-major (cluster, beam)
@@ -341,11 +341,11 @@ class HierarchicalCrossAttention(MultiheadAttention):
         if "prev_key" not in saved:
             return incremental_state
         clusters = saved["prev_key"].size(0)
-        beam = int(saved["beam"][0])
+        beam = saved["beam"]
         if clusters * beam == new_order.numel():  # beams move within their clusters only
             return incremental_state
         cluster_order = new_order.view(-1, beam)[:, 0] // beam
         for name, value in saved.items():
-            if value is not None:
+            if isinstance(value, Tensor):
                 saved[name] = value.index_select(0, cluster_order)
         return self._set_input_buffer(incremental_state, saved)

@@ -23,16 +23,21 @@ from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from .efficient_attention import masked_softmax
+from .efficient_attention import MASKED_SCORE, masked_softmax
+from .fused_attention import attention_dropout
 
 Memory = Tuple[Tensor, Tensor, Optional[Tensor]]
 
 
 class CrossAttention(MultiheadAttention):
-    """Full encoder-decoder attention with BART's projections, computed from a per-head memory."""
+    """Full encoder-decoder attention with BART's projections, computed from a per-head memory,
+    through SDPA unless attention weights are asked for."""
+
+    reference: bool = False  # benchmark-only: the score matrix materialised, as before
 
     def __init__(self, embed_dim: int, num_heads: int, kdim: Optional[int] = None, vdim: Optional[int] = None,
                  dropout: float = 0.0, q_noise: float = 0.0, qn_block_size: int = 8):
@@ -81,8 +86,9 @@ class CrossAttention(MultiheadAttention):
             k, v, mask = self.encode_memory(key, key_padding_mask)
             if incremental_state is not None:
                 # rows of the decoder that share each memory row: the beams of a sentence when
-                # the encoder output was not repeated per beam (fairseq's set_beam_size)
-                beams = k.new_full((k.size(0),), bsz // k.size(0), dtype=torch.long)
+                # the encoder output was not repeated per beam (fairseq's set_beam_size); a Python
+                # int, so that reordering never reads it back from the device
+                beams = bsz // k.size(0)
                 self._set_input_buffer(
                     incremental_state,
                     {"prev_key": k, "prev_value": v, "prev_key_padding_mask": mask, "beams_per_row": beams},
@@ -94,23 +100,46 @@ class CrossAttention(MultiheadAttention):
         q = self.q_proj(query) * self.scaling
         q = q.view(tgt_len, kv_bsz, beams, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4)
         # q: (kv_bsz, beams, heads, tgt_len, head_dim)
-        scores = torch.einsum("bxhtd,bhsd->bxhts", q, k)  # (kv_bsz, beams, heads, tgt_len, mem_len)
-        if mask is None:
-            probs = torch.softmax(scores.float(), dim=-1)
+        wants_weights = (need_weights or need_head_weights) and not self.training and key is not None
+        if wants_weights or self.reference:
+            attn, probs = self._attend_with_weights(q, k, v, mask)
         else:
-            probs = masked_softmax(scores, mask[:, None, :, None, :])
-        attn = torch.einsum("bxhts,bhsd->bxhtd", self.dropout_module(probs).type_as(v), v)
+            attn, probs = self._attend_fused(q, k, v, mask), None
         attn = attn.reshape(bsz, self.num_heads, tgt_len, self.head_dim).permute(2, 0, 1, 3)
         attn = self.out_proj(attn.reshape(tgt_len, bsz, self.embed_dim))
 
         weights: Optional[Tensor] = None
-        if (need_weights or need_head_weights) and not self.training and key is not None:
+        if wants_weights:
             weights = self.source_weights(probs.reshape(bsz, self.num_heads, tgt_len, -1), key.size(0))
             if weights is not None:
                 weights = weights.transpose(0, 1)  # (heads, bsz, tgt_len, src_len)
                 if not need_head_weights:
                     weights = weights.mean(dim=0)
         return attn, weights
+
+    def _attend_with_weights(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        """The score matrix, materialised: q (kv_bsz, beams, heads, tgt_len, head_dim), k, v
+        (kv_bsz, heads, mem_len, head_dim), mask (kv_bsz, heads, mem_len) or None. Returns the
+        output (kv_bsz, beams, heads, tgt_len, head_dim) and the weights, fp32."""
+        scores = torch.einsum("bxhtd,bhsd->bxhts", q, k)  # (kv_bsz, beams, heads, tgt_len, mem_len)
+        if mask is None:
+            probs = torch.softmax(scores.float(), dim=-1)
+        else:
+            probs = masked_softmax(scores, mask[:, None, :, None, :])
+        return torch.einsum("bxhts,bhsd->bxhtd", self.dropout_module(probs).type_as(v), v), probs
+
+    def _attend_fused(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
+        """The same through SDPA, no score matrix. A head whose every key is masked gets zero
+        weights, as ``masked_softmax`` gives it: its output is zeroed."""
+        kv_bsz, beams, heads, tgt_len, head_dim = q.shape
+        q = q.permute(0, 2, 1, 3, 4).reshape(kv_bsz, heads, beams * tgt_len, head_dim)
+        bias = None if mask is None else torch.zeros_like(mask, dtype=q.dtype).masked_fill(
+            mask, MASKED_SCORE if q.dtype == torch.float32 else torch.finfo(q.dtype).min)[:, :, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=attention_dropout(self), scale=1.0)
+        if mask is not None:
+            out = out * (~mask).any(dim=-1)[:, :, None, None].to(out.dtype)
+        # (kv_bsz, heads, beams * tgt_len, head_dim) -> (kv_bsz, beams, heads, tgt_len, head_dim)
+        return out.view(kv_bsz, heads, beams, tgt_len, head_dim).transpose(1, 2)
 
     def reorder_incremental_state(
         self, incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]], new_order: Tensor
@@ -120,12 +149,12 @@ class CrossAttention(MultiheadAttention):
         buffer = self._get_input_buffer(incremental_state)
         if "prev_key" not in buffer:
             return incremental_state
-        beams = int(buffer["beams_per_row"][0])
+        beams = buffer["beams_per_row"]
         rows = new_order if beams == 1 else new_order.view(-1, beams)[:, 0] // beams
         if beams > 1 and rows.numel() == buffer["prev_key"].size(0):
             return incremental_state  # no sentence finished: nothing to move
         for name, value in buffer.items():
-            if value is not None:
+            if isinstance(value, Tensor):
                 buffer[name] = value.index_select(0, rows)
         return self._set_input_buffer(incremental_state, buffer)
 

@@ -40,6 +40,9 @@ from torch import Tensor
 from fairseq.modules import LayerNorm, MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
+from .fused_attention import FusedCrossAttention
+from .fused_layer import FusedAttentionLayer
+
 MEMORY_KINDS = ("attentive", "compressive", "none")
 
 
@@ -169,7 +172,7 @@ class GatedMemoryUpdate(nn.Module):
 
     def __init__(self, embed_dim: int, heads: int, attention_dropout: float = 0.0):
         super().__init__()
-        self.attn = MultiheadAttention(embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True)
+        self.attn = FusedCrossAttention(embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True)
         self.w_u1 = nn.Linear(embed_dim, embed_dim, bias=False)
         self.w_u2 = nn.Linear(embed_dim, embed_dim)
         self.w_g1 = nn.Linear(embed_dim, embed_dim, bias=False)
@@ -207,7 +210,7 @@ class AttentiveMemory(nn.Module):
         self.initial = nn.Parameter(torch.empty(slots, embed_dim))
         nn.init.normal_(self.initial, mean=0.0, std=embed_dim ** -0.5)
         self.update = GatedMemoryUpdate(embed_dim, heads, attention_dropout)
-        self.read_attn = MultiheadAttention(embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True)
+        self.read_attn = FusedCrossAttention(embed_dim, heads, dropout=attention_dropout, encoder_decoder_attention=True)
         nn.init.zeros_(self.read_attn.out_proj.weight)
         nn.init.zeros_(self.read_attn.out_proj.bias)
         self.read_layer_norm = LayerNorm(embed_dim)
@@ -371,7 +374,7 @@ class MemoryEncoderLayer(TransformerEncoderLayerBase):
         return x, written
 
 
-class MemoryDecoderLayer(TransformerDecoderLayerBase):
+class MemoryDecoderLayer(FusedAttentionLayer, TransformerDecoderLayerBase):
     """A BART decoder layer with an external memory of the summaries of earlier segments.
 
     attentive:   self-attention -> memory cross-attention -> encoder attention -> FFN;

@@ -84,6 +84,11 @@ class PagedSummarizationConfig(OneDictionaryConfig):
         metadata={"help": "decode with only the k pages of highest confidence (0: all pages); summarize() "
                   "reads it too"},
     )
+    compile_decoder: bool = field(
+        default=False,
+        metadata={"help": "decode with every decoder layer compiled by torch.compile (the first batch pays the "
+                  "compilation; on CUDA it opens CUDA graphs); summarize(compile=True) is the same"},
+    )
     seed: int = II("common.seed")
     gen_subset: str = II("dataset.gen_subset")  # the split whose outputs fairseq-generate writes
 
@@ -153,6 +158,7 @@ class PagedSummarizationTask(OneDictionaryTask):
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         extra = dict(extra_gen_cls_kwargs or {})
         extra.setdefault("top_pages", self.generation_defaults.top_pages)
+        extra.setdefault("compile_decoder", getattr(self.cfg, "compile_decoder", False))
         return super().build_generator(
             models, args, seq_gen_cls=seq_gen_cls or PageSumSequenceGenerator, extra_gen_cls_kwargs=extra, **kwargs
         )

@@ -1,0 +1,99 @@
+"""Encoder-decoder attention through torch's fused kernel (``scaled_dot_product_attention``).
+
+fairseq's ``MultiheadAttention`` computes encoder-decoder attention as bmm + softmax: it keeps
+the whole (rows x heads x tgt_len x src_len) score matrix in fp32, and a second copy in the
+model's precision, in training and at every decoding step, and it averages the weights over
+the heads whenever a caller might want them. This subclass keeps its projections (BART's
+weights load unchanged), its incremental cache layout (so beam reordering, batch pruning and
+BART's ``set_beam_size`` work as before) and its beams-share-the-source layout (fewer key rows
+than query rows), and computes the attention with SDPA, which never materialises the scores
+on the flash and memory-efficient kernels. Attention weights are computed only when a caller
+asks for them (``need_weights`` / ``need_head_weights``), and then by fairseq's own path.
+
+``reference = True`` (a class or instance attribute) restores fairseq's path: the benchmarks
+and the equivalence tests compare the two (``reference_attention``).
+"""
+
+import contextlib
+from typing import Dict, Optional, Tuple
+
+import torch.nn.functional as F
+from fairseq.modules import MultiheadAttention
+from torch import Tensor, nn
+
+
+def attention_dropout(module: MultiheadAttention) -> float:
+    """The dropout probability SDPA should apply: fairseq's, in training (or when asked to at inference)."""
+    dropout = module.dropout_module
+    return dropout.p if (module.training or dropout.apply_during_inference) else 0.0
+
+
+class FusedCrossAttention(MultiheadAttention):
+    """fairseq's encoder-decoder attention with SDPA in place of bmm + softmax."""
+
+    reference: bool = False  # benchmark-only: fairseq's bmm + softmax path
+
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, need_weights: bool = True,
+                static_kv: bool = False, attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+        fused = (not self.reference and self.encoder_decoder_attention and not self.self_attention
+                 and not (need_weights or need_head_weights) and attn_mask is None and not before_softmax
+                 and self.bias_k is None and not self.add_zero_attn and not self.onnx_trace
+                 and (incremental_state is None or static_kv))
+        if not fused:
+            return super().forward(query, key, value, key_padding_mask, incremental_state, need_weights,
+                                   static_kv, attn_mask, before_softmax, need_head_weights)
+        tgt_len, bsz, embed_dim = query.shape
+        heads, head_dim = self.num_heads, self.head_dim
+        saved = self._get_input_buffer(incremental_state) if incremental_state is not None else {}
+        if "prev_key" in saved:  # computed at the first step of this source
+            k, v, padding = saved["prev_key"], saved["prev_value"], saved.get("prev_key_padding_mask")
+        else:
+            k, v, padding = self._keys_and_values(key, key_padding_mask, bsz)
+            if incremental_state is not None:
+                saved.update(prev_key=k, prev_value=v, prev_key_padding_mask=padding)
+                self._set_input_buffer(incremental_state, saved)
+        # k, v: (kv_bsz, heads, src_len, head_dim); padding: (kv_bsz, src_len) True at padding, or None
+        kv_bsz = k.size(0)
+        beams = bsz // kv_bsz  # query rows per key row: 1, or the beams that share a source
+        q = self.q_proj(query) * self.scaling  # (tgt_len, bsz, dim)
+        # (tgt_len, kv_bsz, beams, heads, head_dim) -> (kv_bsz, heads, beams * tgt_len, head_dim)
+        q = q.view(tgt_len, kv_bsz, beams, heads, head_dim).permute(1, 3, 2, 0, 4).reshape(
+            kv_bsz, heads, beams * tgt_len, head_dim)
+        allowed = None if padding is None or padding.dim() == 0 else ~padding.bool()[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=attention_dropout(self), scale=1.0)
+        # (kv_bsz, heads, beams, tgt_len, head_dim) -> (tgt_len, bsz, dim)
+        out = out.view(kv_bsz, heads, beams, tgt_len, head_dim).permute(3, 0, 2, 1, 4).reshape(tgt_len, bsz, embed_dim)
+        return self.out_proj(out), None
+
+    def _keys_and_values(self, key: Optional[Tensor], key_padding_mask: Optional[Tensor],
+                         bsz: int) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        """Project the encoder output (src_len, kv_bsz, dim) into (kv_bsz, heads, src_len, head_dim),
+        reduced to one row per source when BART's ``set_beam_size`` repeated it per beam."""
+        if key is None:
+            raise ValueError("encoder-decoder attention needs the encoder output at its first step")
+        if self.beam_size > 1 and bsz == key.size(1):  # (src_len, bsz * beam, dim) -> (src_len, bsz, dim)
+            key = key.view(key.size(0), -1, self.beam_size, key.size(2))[:, :, 0, :]
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.view(-1, self.beam_size, key_padding_mask.size(1))[:, 0, :]
+        src_len, kv_bsz, _ = key.shape
+        k = self.k_proj(key).view(src_len, kv_bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        v = self.v_proj(key).view(src_len, kv_bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        return k, v, key_padding_mask
+
+
+@contextlib.contextmanager
+def reference_attention(model: nn.Module):
+    """Benchmarks and equivalence tests only: run ``model`` with every attention of this plugin
+    on its path from before fused kernels (fairseq's bmm + softmax, score matrices
+    materialised, the self-attention cache copied once per step)."""
+    modules = [m for m in model.modules() if hasattr(m, "reference")]
+    for module in modules:
+        module.reference = True
+    try:
+        yield model
+    finally:
+        for module in modules:
+            del module.reference  # back to the class default: fused

@@ -1,0 +1,160 @@
+"""Every system trains and decodes through fused attention as it did through the attention
+it replaced (``reference_attention``): the loss to 1e-5 and the gradients to 1e-4 (relative)
+in fp32, bf16 to its precision, and beam search gives the same hypotheses with scores to
+1e-5, with padding pages, padded summaries, beams and examples finishing at different
+steps, --top-pages, trigram blocking, and batches against one document at a time."""
+
+import pytest
+import torch
+
+from builders.awesome import build_awesome, segment_sample
+from builders.hed import build_hed
+from builders.hepos import SMALL_PATTERNS, build_hepos, flat_batch, random_texts
+from builders.models import build_tiny, decoder_input, make_source_sensitive, paged_batch, random_pages, vocab
+from builders.stock import assert_same_hypotheses
+from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.modules.fused_attention import reference_attention
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
+
+SUMMARIES = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15], [16]]  # padded to the longest
+
+
+def pages(task, counts, seed=0):
+    rng = torch.Generator().manual_seed(seed)
+    low, high = vocab(task.dictionary)
+    return paged_batch([random_pages(rng, n, low, high) for n in counts], task.dictionary)
+
+
+def pagesum_source(task):
+    return pages(task, (3, 1, 4, 2))  # (4, 4, len): padding pages after the 1st, 2nd and 4th examples
+
+
+def flat_source(task):
+    return flat_batch(random_texts(torch.Generator().manual_seed(1), [40, 17, 33, 9], task.dictionary), task.dictionary)
+
+
+def hed_source(task):
+    return pages(task, (2, 3, 1, 2), seed=2)  # documents as pages
+
+
+SYSTEMS = {
+    # name: (build(data_dir) -> (args, task, model), source(task) -> src_tokens)
+    "pagesum": (lambda d: build_tiny(d), pagesum_source),
+    "pagesum-global": (lambda d: build_tiny(d, "--page-decoding", "global"), pagesum_source),
+    "hepos": (lambda d: build_hepos(d, "--encoder-attention", "window", *SMALL_PATTERNS), flat_source),
+    "hepos-sinkhorn-full": (lambda d: build_hepos(d, "--encoder-attention", "sinkhorn", "--encoder-layout", "uniform",
+                                                  "--cross-attention", "full", *SMALL_PATTERNS), flat_source),
+    "hed": (lambda d: build_hed(d), hed_source),
+    "awesome": (lambda d: build_awesome(d, "--memory", "attentive"), flat_source),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(SYSTEMS))
+def system(request, copy_task_dir):
+    build, source = SYSTEMS[request.param]
+    args, task, model = build(copy_task_dir)
+    src = source(task)
+    if src.dim() == 3 and request.param == "awesome":
+        src = src[:, 0]
+    return request.param, task, model, src
+
+
+def loss_and_grads(model, src, prev, target, pad):
+    torch.manual_seed(0)  # the same noise for Sinkhorn's sorting network in training
+    model.zero_grad()
+    logits, _ = model(src, None, prev)
+    lprobs = torch.log_softmax(logits.float(), dim=-1)
+    nll = -lprobs.gather(2, target.unsqueeze(2)).squeeze(2)
+    loss = nll.masked_fill(target.eq(pad), 0.0).sum()
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def test_training_loss_and_gradients_equal_the_unfused_attentions_in_fp32(system):
+    name, task, model, src = system
+    target, prev = decoder_input(SUMMARIES, task.dictionary)
+    model.train()
+    try:
+        loss, grads = loss_and_grads(model, src, prev, target, task.dictionary.pad())
+        with reference_attention(model):
+            expected_loss, expected_grads = loss_and_grads(model, src, prev, target, task.dictionary.pad())
+    finally:
+        model.eval()
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-6)
+    assert grads.keys() == expected_grads.keys()
+    scale = max(float(g.abs().max()) for g in expected_grads.values())  # gradients that are 0 in theory are noise
+    for key, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[key], rtol=1e-4, atol=1e-4 * scale, msg=key)
+
+
+def test_bf16_training_loss_equals_the_unfused_attentions_to_bf16_precision(system):
+    name, task, model, src = system
+    target, prev = decoder_input(SUMMARIES, task.dictionary)
+    half = model.to(torch.bfloat16).train()
+    try:
+        loss, _ = loss_and_grads(half, src, prev, target, task.dictionary.pad())
+        with reference_attention(half):
+            expected_loss, _ = loss_and_grads(half, src, prev, target, task.dictionary.pad())
+    finally:
+        model.float().eval()
+    torch.testing.assert_close(loss, expected_loss, atol=0, rtol=2e-2)
+
+
+def generate(model, task, src, **settings):
+    options = {"beam_size": 4, "max_len_b": 12, "min_len": 1, **settings}
+    generator = PageSumSequenceGenerator([model], task.dictionary, **options)
+    sample = {"id": torch.arange(src.size(0)),
+              "net_input": {"src_tokens": src, "src_lengths": src.ne(task.dictionary.pad()).view(src.size(0), -1).sum(1)}}
+    return generator.generate([model], sample)
+
+
+def assert_decodes_as_before(model, task, src, **settings):
+    if task.__class__.__name__.startswith("Segmented"):
+        src = src.unsqueeze(1) if src.dim() == 2 else src
+    fused = generate(model, task, src, **settings)
+    with reference_attention(model):
+        expected = generate(model, task, src, **settings)
+    assert_same_hypotheses(fused, expected)
+    return fused
+
+
+@pytest.fixture(scope="module")
+def sensitive(system):
+    """The system made to end its beams and examples at different steps."""
+    name, task, model, src = system
+    if name == "awesome":  # a one-segment document per row: (batch, 1, len)
+        src = src.unsqueeze(1)
+    return name, task, make_source_sensitive(model, task.dictionary), src
+
+
+def test_beam_search_gives_the_same_hypotheses_and_scores_as_the_unfused_attentions(sensitive):
+    name, task, model, src = sensitive
+    hypos = assert_decodes_as_before(model, task, src)
+    if name != "awesome":  # AWESOME joins its segments' hypotheses into one
+        lengths = [[len(h["tokens"]) for h in n_best] for n_best in hypos]
+        assert any(len(set(n_best)) > 1 for n_best in lengths), "beams finished at different steps"
+        if name != "hed":  # its tiny clusters end together
+            assert len({max(n_best) for n_best in lengths}) > 1, "examples finished at different steps"
+
+
+def test_trigram_blocking_decodes_as_before(sensitive):
+    name, task, model, src = sensitive
+    assert_decodes_as_before(model, task, src, no_repeat_ngram_size=3, max_len_b=20)
+
+
+def test_a_batch_decodes_as_each_document_alone(sensitive):
+    name, task, model, src = sensitive
+    batched = generate(model, task, src)
+    for i in range(src.size(0)):
+        alone = src[i : i + 1]
+        alone = alone[..., : int(alone.ne(task.dictionary.pad()).view(-1, alone.size(-1)).any(0).nonzero().max()) + 1]
+        if alone.dim() == 3:
+            alone = alone[:, : int(alone[0, :, 0].ne(task.dictionary.pad()).sum())]
+        assert_same_hypotheses([batched[i]], generate(model, task, alone), atol=1e-4)
+
+
+def test_top_pages_decodes_as_before(copy_task_dir):
+    _, task, model = build_tiny(copy_task_dir)
+    model = make_source_sensitive(model, task.dictionary)
+    assert_decodes_as_before(model, task, pages(task, (4, 2, 3), seed=3), top_pages=2)
