@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,13 @@ def test_a_wheelhouse_over_the_limit_stops_with_one_line():
     with pytest.raises(SystemExit) as stop:
         wheelhouse.check_size(65 * wheelhouse.MIB, 64, "the wheelhouse would be")
     assert str(stop.value).count("\n") == 0 and "65.0 MiB, over the 64 MiB" in str(stop.value)
+
+
+def test_the_projects_wheel_builds_offline_with_every_package_setup_py_installs(tmp_path):
+    wheel = wheelhouse.project_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as archive:
+        packages = {name.split("/")[0] for name in archive.namelist() if name.endswith("/__init__.py")}
+    assert {"pagesum_plugin", "pagesum_preprocess", "pagesum_recipes", "pagesum_commands"} <= packages
 
 
 def test_the_locked_wheels_fit_the_limit():

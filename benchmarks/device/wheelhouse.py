@@ -19,6 +19,7 @@ what it downloads. A build reuses the files of an earlier build that match the l
 """
 
 import argparse
+import ast
 import hashlib
 import importlib.metadata as metadata
 import json
@@ -49,9 +50,15 @@ TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "implementa
           "platform_machine": "x86_64", "os_name": "posix", "extra": ""}
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")
-# Everything that would end up in the project's wheel, copied out of the checkout to build it
-# (setuptools leaves a build/ folder beside the sources it builds, stale files and all).
-PROJECT_SOURCES = ("setup.py", "pagesum_plugin", "preprocess", "recipes")
+def project_sources(setup_py: Path) -> tuple:
+    """Everything that ends up in the project's wheel, copied out of the checkout to build it
+    (setuptools leaves a build/ folder beside the sources it builds, stale files and all):
+    setup.py and every folder it installs a package from, ``pagesum_plugin`` and the values of
+    its ``package_dir``, read from setup.py itself so that a package added there is carried too."""
+    call = next(node for node in ast.walk(ast.parse(setup_py.read_text(encoding="utf-8")))
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setup")
+    package_dir = next(ast.literal_eval(k.value) for k in call.keywords if k.arg == "package_dir")
+    return ("setup.py", "pagesum_plugin", *sorted(package_dir.values()))
 
 
 @dataclass(frozen=True)
@@ -142,7 +149,7 @@ def pip(*arguments: str, check: bool = True) -> bool:
 def project_wheel(dest: Path) -> Path:
     """A wheel of this project, built from a copy of the checkout's package sources (offline)."""
     with tempfile.TemporaryDirectory() as scratch:
-        for name in PROJECT_SOURCES:
+        for name in project_sources(REPO_ROOT / "setup.py"):
             source, copy = REPO_ROOT / name, Path(scratch) / name
             if source.is_dir():
                 shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
