@@ -128,7 +128,7 @@ def test_the_device_command_rehearsed_on_the_cpu_leaves_its_logs_and_results_whe
     assert steps["wheelhouse (dry run)"]["status"] == "passed" and steps["install"]["status"] == "passed"
     assert steps["import check"]["status"] == "passed" and record["environment"]["torch"]
     assert (tmp_path / "site" / "pagesum_plugin" / "__init__.py").exists(), "the project's wheel was installed"
-    assert steps["tests"]["status"] == "failed" and re.match(r"1 failed, 2 passed, \d+ skipped", steps["tests"]["note"])
+    assert steps["tests"]["status"] == "failed" and re.match(r"1 failed, \d+ passed, \d+ skipped", steps["tests"]["note"])
     groups = [group.id for group in scale_args(["--device", "cpu"]).groups]
     assert record["groups"] == groups
     assert [steps[f"scale {group}"]["status"] for group in groups] == ["passed"] * len(groups), \
