@@ -111,14 +111,15 @@ def parse_args(argv=None):
     return args
 
 
-def build_pair(args, device: torch.device, dtype: torch.dtype, size: Optional[ModelSize] = None):
+def build_pair(args, device: torch.device, dtype: torch.dtype, size: Optional[ModelSize] = None,
+               summary_tokens: int = 1024):
     """PageSum and full-attention BART of the same ``size`` (default: the device's); BART's
-    positions cover all pages."""
+    positions cover all pages, PageSum's target positions ``summary_tokens`` (at least 1,024)."""
     size = size or (BART_LARGE if device.type == "cuda" else BART_BASE if args.size == "base" else CPU_SMALL)
     total = max(args.pages) * args.page_len
     torch.manual_seed(args.seed)
     task, pagesum = build_model("pagesum_bart_large", size, "--max-source-positions", str(args.page_len),
-                                "--max-target-positions", str(max(1024, args.compare_tgt_len)))
+                                "--max-target-positions", str(max(1024, summary_tokens)))
     torch.manual_seed(args.seed)
     _, bart = build_model("hepos_bart_large", size, "--max-source-positions", str(total), "--encoder-attention", "full",
                           "--cross-attention", "full")
@@ -223,7 +224,7 @@ def today_against_fused(args, dictionary, pagesum, device) -> str:
 def main(argv=None):
     args = parse_args(argv)
     device, dtype = start(args)
-    dictionary, models, size = build_pair(args, device, dtype)
+    dictionary, models, size = build_pair(args, device, dtype, summary_tokens=args.compare_tgt_len)
     with sdpa_kernel(ATTENTION_KERNELS[args.attention]):
         rows = measure(args, dictionary, models, device)
         comparison = today_against_fused(args, dictionary, models["PageSum"], device)
