@@ -103,7 +103,7 @@ def one_page_rows(args, size: ModelSize, device, dtype) -> List[List[object]]:
     bart.load_state_dict(state, strict=True)
     config = bart_config_from_args(pagesum.args, len(dictionary))
     hf = transformers.BartForConditionalGeneration(config)
-    hf.load_state_dict(fairseq_state_to_hf(pagesum.state_dict())[0], strict=False)
+    hf.load_state_dict(fairseq_state_to_hf(pagesum.state_dict())[0], strict=True)  # every weight, as pagesum-convert to-hf
     for model in (pagesum, bart, hf):
         model.to(device=device, dtype=dtype).eval()
 

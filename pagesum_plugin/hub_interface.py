@@ -103,7 +103,7 @@ class PageSumHubInterface(nn.Module):
         plan = plan_document(document_ids, config)
         reading = Reading(tokens=int(plan.source_tokens[0]), read=int(plan.kept_tokens[0]),
                           pages_dropped=int(plan.dropped_pages[0]))
-        pages = assemble_pages(document_ids, config, self.dictionary.bos(), self.dictionary.eos())
+        pages = assemble_pages(document_ids, config, self.dictionary.bos(), self.dictionary.eos(), plan=plan)
         return [torch.from_numpy(page) for page in pages], reading
 
     def sentences(self, document: Document) -> List[str]:

@@ -347,10 +347,11 @@ def stream_ids(document: EncodedDocument, plan: PagePlan) -> list:
 
 
 def assemble_pages(document: EncodedDocument, config: ViewConfig, bos: int, eos: int,
-                   unit_streams: Optional[np.ndarray] = None) -> list:
+                   unit_streams: Optional[np.ndarray] = None, plan: Optional[PagePlan] = None) -> list:
     """One example's pages under ``config``: a list of (page_len,) int64 arrays ``<s> ... </s>``
-    (``unit_streams``: this example's precomputed streams, see ``plan_pages``)."""
-    plan = plan_document(document, config, unit_streams)
+    (``unit_streams``: this example's precomputed streams, see ``plan_pages``; ``plan``: its
+    plan under ``config``, when the caller has made it already)."""
+    plan = plan_document(document, config, unit_streams) if plan is None else plan
     streams = stream_ids(document, plan)
     placeholder = np.asarray(config.placeholder, dtype=np.int64)
     return [

@@ -170,12 +170,9 @@ class DecoderSelfAttention(MultiheadAttention):
             if name not in buffer:
                 continue
             old = buffer[name]
-            new = old.new_zeros(old.shape[:-2] + (capacity, old.size(-1))) if old.dim() == 5 else \
-                old.new_zeros(old.size(0), capacity)
-            if old.dim() == 5:
-                new[:, :, :, :length] = old[:, :, :, :length]
-            else:
-                new[:, :length] = old[:, :length]
+            dim = 3 if old.dim() == 5 else 1  # positions: (blocks, heads, beams, capacity, hd) or (rows, capacity)
+            new = old.new_zeros(old.shape[:dim] + (capacity,) + old.shape[dim + 1:])
+            new.narrow(dim, 0, length).copy_(old.narrow(dim, 0, length))
             buffer[name] = new
         return buffer
 

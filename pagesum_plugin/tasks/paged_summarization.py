@@ -23,7 +23,7 @@ from ..data.paged_dataset import PagedSummarizationDataset
 from ..evaluation.rouge import corpus_rouge
 from ..generation import PageSumSequenceGenerator
 from ..generation.contract import model_name
-from ..generation.defaults import for_dataset
+from ..generation.defaults import GenerationDefaults, for_dataset
 from ..generation.outputs import InputOrderFile, page_weights_record
 from .one_dictionary import OneDictionaryConfig, OneDictionaryTask
 
@@ -113,11 +113,17 @@ class PagedSummarizationTask(OneDictionaryTask):
             placeholder=tuple(self.codec.ids(PLACEHOLDER_PAGE).tolist()) if cfg.placeholder_pages else (),
         )
         self.max_summary_tokens = cfg.max_summary_tokens or meta.max_summary_tokens
-        # every decoding setting of this task: its dataset's row, with its --top-pages
-        self.generation_defaults = replace(for_dataset(meta.dataset, self.decodes_segments), top_pages=cfg.top_pages)
+        self.generation_defaults = self.decoding_defaults()  # the model's own row once it is built
         self._outputs = {}
         self._hypotheses: Dict[int, str] = {}  # fairseq-generate's best hypotheses so far, by input index
         self._rouge_generator = None
+
+    def decoding_defaults(self, system: str = "") -> GenerationDefaults:
+        """Every decoding setting of this task for the registered model ``system``: its dataset's
+        row (the system's own where a rival's authors decoded the dataset otherwise), per segment
+        for a segment-by-segment task, with the task's --top-pages."""
+        return replace(for_dataset(self.meta.dataset, system, per_segment=self.decodes_segments),
+                       top_pages=self.cfg.top_pages)
 
     @classmethod
     def setup_task(cls, cfg: PagedSummarizationConfig, **kwargs):
@@ -207,9 +213,7 @@ class PagedSummarizationTask(OneDictionaryTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
-        # a rival decodes a dataset as its authors did, where they did otherwise (SYSTEMS)
-        self.generation_defaults = replace(for_dataset(self.meta.dataset, model_name(model), self.decodes_segments),
-                                           top_pages=self.cfg.top_pages)
+        self.generation_defaults = self.decoding_defaults(model_name(model))
         if self.cfg.eval_rouge:
             gen_args = argparse.Namespace(**{**self.generation_defaults.as_kwargs(),
                                              **json.loads(self.cfg.eval_rouge_args)})
