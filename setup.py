@@ -45,23 +45,24 @@ setup(
     # Every command, library and harness alike: the recipes run these, never a file by its path.
     entry_points={
         "console_scripts": [
-            "pagesum-preprocess = pagesum_preprocess.cli:main",
-            # text only: run with the library in text-only mode (no torch, no fairseq)
+            # pagesum_commands: the arguments parsed before any heavy import (--help at once), then
+            # the work; score, baseline, plot, decoding-flags and plan import neither torch nor fairseq
+            "pagesum-preprocess = pagesum_commands:preprocess",
             "pagesum-score = pagesum_commands:score",
             "pagesum-baseline = pagesum_commands:baseline",
             "pagesum-plot = pagesum_commands:plot",
-            "pagesum-convert = pagesum_plugin.checkpoints.convert:main",
-            "pagesum-awesome-segment = pagesum_plugin.awesome.segment:main",
-            "pagesum-awesome-label = pagesum_plugin.awesome.label:main",
-            "pagesum-awesome-extract = pagesum_plugin.awesome.extract:main",
+            "pagesum-convert = pagesum_commands:convert",
+            "pagesum-awesome-segment = pagesum_commands:awesome_segment",
+            "pagesum-awesome-label = pagesum_commands:awesome_label",
+            "pagesum-awesome-extract = pagesum_commands:awesome_extract",
             "pagesum-experiment = pagesum_recipes.experiment_config:main",
             "pagesum-decoding-flags = pagesum_commands:decoding_flags",
             "pagesum-run-stage = pagesum_recipes.console:main",
             "pagesum-run-jobs = pagesum_recipes.run_jobs:main",
             "pagesum-compare-config = pagesum_recipes.comparison.systems:main",
-            "pagesum-compare-fit = pagesum_recipes.comparison.fit:main",
-            "pagesum-compare-report = pagesum_recipes.comparison.report:main",
-            "pagesum-make-figures = pagesum_recipes.make_figures:main",
+            "pagesum-compare-fit = pagesum_commands:compare_fit",
+            "pagesum-compare-report = pagesum_commands:compare_report",
+            "pagesum-make-figures = pagesum_commands:make_figures",
             "pagesum-plan = pagesum_commands:plan",
         ]
     },

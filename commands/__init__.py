@@ -1,37 +1,79 @@
-"""The console commands that read and write text only: ROUGE (``pagesum-score``), the
-baselines (``pagesum-baseline``), the plots (``pagesum-plot``), the recipes' decoding flags
-(``pagesum-decoding-flags``), and the memory plan (``pagesum-plan``).
+"""The console commands that answer ``--help`` at once: each reads its arguments with a parser
+built by a module that imports nothing heavy, and only then imports the module that does its
+work.
 
-Importing any module of ``pagesum_plugin`` runs the package's ``__init__``, which registers
-the plugin with fairseq and so imports torch and fairseq (seconds, and fairseq's import
-chatter). These commands need neither: each runs its module with the library in text-only
-mode (``PAGESUM_TEXT_ONLY=1`` in this process), in which importing the package registers
-nothing. Everything else (``fairseq-train --user-dir pagesum_plugin``, ``import
-pagesum_plugin``, ``from pagesum_plugin import from_pretrained``) registers as before.
+Importing any module of ``pagesum_plugin`` runs the package's ``__init__``, which registers the
+plugin with fairseq and so imports torch and fairseq (seconds, and fairseq's import chatter). So a
+command imports its parser with the library in text-only mode (``PAGESUM_TEXT_ONLY=1`` in this
+process), in which importing the package registers nothing: ``--help`` and a usage error exit
+there, having imported no torch, fairseq, NLTK, scipy, scikit-learn, matplotlib or
+``transformers``. Then:
+
+* a text-only command (``pagesum-score``, ``pagesum-baseline``, ``pagesum-plot``,
+  ``pagesum-decoding-flags``, ``pagesum-plan``) does its work in text-only mode too, and never
+  imports torch or fairseq;
+* every other command imports ``pagesum_plugin.registration`` (the plugin registered with
+  fairseq, as by ``import pagesum_plugin``) before the module that does its work.
+
+The work module's ``main()`` parses the same command line again with the same parser (a
+millisecond), so that calling ``main(argv)`` from Python behaves exactly as the command does.
+Everything else (``fairseq-train --user-dir pagesum_plugin``, ``import pagesum_plugin``,
+``from pagesum_plugin import from_pretrained``) registers as before.
 """
 
 import importlib
 import os
+from dataclasses import dataclass
 
 TEXT_ONLY = "PAGESUM_TEXT_ONLY"  # read by pagesum_plugin/__init__.py
+REGISTRATION = "pagesum_plugin.registration"
 
-# command -> the module whose main() it runs
+
+@dataclass(frozen=True)
+class Command:
+    parser: str  # "module:function" that builds the command's parser, importing nothing heavy
+    work: str  # the module whose main() runs the command
+    text_only: bool = False  # True: the work needs neither torch nor fairseq, and imports neither
+
+
 COMMANDS = {
-    "pagesum-score": "pagesum_plugin.evaluation.score",
-    "pagesum-baseline": "pagesum_plugin.evaluation.baselines",
-    "pagesum-plot": "pagesum_plugin.evaluation.plots",
-    "pagesum-decoding-flags": "pagesum_recipes.decoding",
-    "pagesum-plan": "pagesum_plugin.memory.plan",
+    "pagesum-score": Command("pagesum_plugin.evaluation.arguments:score_parser", "pagesum_plugin.evaluation.score",
+                             text_only=True),
+    "pagesum-baseline": Command("pagesum_plugin.evaluation.arguments:baseline_parser",
+                                "pagesum_plugin.evaluation.baselines", text_only=True),
+    "pagesum-plot": Command("pagesum_plugin.evaluation.arguments:plot_parser", "pagesum_plugin.evaluation.plots",
+                            text_only=True),
+    "pagesum-decoding-flags": Command("pagesum_recipes.decoding:build_parser", "pagesum_recipes.decoding",
+                                      text_only=True),
+    "pagesum-plan": Command("pagesum_plugin.memory.plan:build_parser", "pagesum_plugin.memory.plan", text_only=True),
+    "pagesum-preprocess": Command("pagesum_preprocess.arguments:build_parser", "pagesum_preprocess.cli"),
+    "pagesum-convert": Command("pagesum_plugin.checkpoints.arguments:convert_parser",
+                               "pagesum_plugin.checkpoints.convert"),
+    "pagesum-awesome-segment": Command("pagesum_plugin.awesome.arguments:segment_parser",
+                                       "pagesum_plugin.awesome.segment"),
+    "pagesum-awesome-label": Command("pagesum_plugin.awesome.arguments:label_parser", "pagesum_plugin.awesome.label"),
+    "pagesum-awesome-extract": Command("pagesum_plugin.awesome.arguments:extract_parser",
+                                       "pagesum_plugin.awesome.extract"),
+    "pagesum-compare-fit": Command("pagesum_recipes.arguments:fit_parser", "pagesum_recipes.comparison.fit"),
+    "pagesum-compare-report": Command("pagesum_recipes.arguments:report_parser", "pagesum_recipes.comparison.report"),
+    "pagesum-make-figures": Command("pagesum_recipes.arguments:figures_parser", "pagesum_recipes.make_figures"),
 }
 
 
-def run(command: str):
+def run(name: str):
+    """Run command ``name`` on ``sys.argv``: parse, then import its work and run its ``main()``."""
+    command = COMMANDS[name]
+    module, function = command.parser.split(":")
     os.environ[TEXT_ONLY] = "1"  # read once, when the package is first imported
     try:
-        module = importlib.import_module(COMMANDS[command])
+        getattr(importlib.import_module(module), function)().parse_args()  # --help and usage errors exit here
+        if command.text_only:
+            importlib.import_module(command.work)
     finally:
         del os.environ[TEXT_ONLY]  # no child process inherits it
-    return module.main()
+    if not command.text_only:
+        importlib.import_module(REGISTRATION)  # registered with fairseq, as by ``import pagesum_plugin``
+    return importlib.import_module(command.work).main()
 
 
 def score():
@@ -52,3 +94,35 @@ def decoding_flags():
 
 def plan():
     return run("pagesum-plan")
+
+
+def preprocess():
+    return run("pagesum-preprocess")
+
+
+def convert():
+    return run("pagesum-convert")
+
+
+def awesome_segment():
+    return run("pagesum-awesome-segment")
+
+
+def awesome_label():
+    return run("pagesum-awesome-label")
+
+
+def awesome_extract():
+    return run("pagesum-awesome-extract")
+
+
+def compare_fit():
+    return run("pagesum-compare-fit")
+
+
+def compare_report():
+    return run("pagesum-compare-report")
+
+
+def make_figures():
+    return run("pagesum-make-figures")

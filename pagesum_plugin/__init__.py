@@ -17,16 +17,15 @@ and allows exactly the classes that fairseq checkpoints need through ``torch.loa
 weights-only unpickler. ``from_pretrained`` loads a trained model for ``summarize()``. The
 packages and what each owns: the README's Architecture section.
 
-The text-only commands (``pagesum_commands``: ``pagesum-score``, ``pagesum-baseline``,
-``pagesum-plot``, ``pagesum-decoding-flags``) set ``PAGESUM_TEXT_ONLY=1`` in their own process
-before they import the library: the package then registers nothing, and their modules import
-neither torch nor fairseq.
+The console commands (``pagesum_commands``) set ``PAGESUM_TEXT_ONLY=1`` in their own process
+while they import their argument parsers: the package then registers nothing (``registration``
+does), so that ``--help`` imports neither torch nor fairseq. The text-only commands
+(``pagesum-score``, ``pagesum-baseline``, ``pagesum-plot``, ``pagesum-decoding-flags``,
+``pagesum-plan``) also do their work so; the others import ``registration`` before theirs.
 """
 
 import os
 
 if os.environ.get("PAGESUM_TEXT_ONLY") != "1":  # pagesum_commands.TEXT_ONLY
-    from .checkpoints import safety  # noqa: F401  (first: fairseq-generate loads checkpoints)
-    from . import criterions, models, tasks  # noqa: F401
-    from . import optim  # noqa: F401  (registers --optimizer adamw_torch)
+    from . import registration  # noqa: F401  (registers the plugin with fairseq)
     from .hub_interface import PageSumHubInterface, from_pretrained  # noqa: F401

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from pagesum_plugin.corpus.format import META_FILE
 from pagesum_plugin.corpus.readers import multinews_target_path
+from pagesum_preprocess.arguments import SPLITS
 
-SPLITS = ("train", "valid", "test")
 GPT2_FLAGS = ("gpt2_encoder_json", "gpt2_vocab_bpe", "gpt2_dict")
 # flag -> the smallest value that makes sense, and why
 SIZES = {

@@ -13,7 +13,6 @@ Example::
         --gpt2-dict bart/dict.txt --destdir data-bin/arxiv-discourse --workers 8
 """
 
-import argparse
 import logging
 import shutil
 import sys
@@ -21,60 +20,19 @@ from pathlib import Path
 
 from pagesum_plugin.corpus.errors import InputError
 from pagesum_plugin.corpus.format import CorpusMeta
-from pagesum_plugin.corpus.readers import INPUT_FORMATS
 from pagesum_plugin.corpus.tokenizers import (
-    SENTENCEPIECE_FILE, TOKENIZERS, build_dictionary, build_tokenizer, train_sentencepiece,
+    SENTENCEPIECE_FILE, build_dictionary, build_tokenizer, train_sentencepiece,
 )
-from pagesum_plugin.corpus.views import SPATIAL_SPLITS, VIEWS, ViewConfig
+from pagesum_plugin.corpus.views import ViewConfig
+from pagesum_preprocess.arguments import SPLITS, build_parser
 from pagesum_preprocess.binarize import (
     JobSettings, Skipped, binarize_split, iter_training_sentences, staged_directory,
 )
-from pagesum_preprocess.checks import SPLITS, UsageError, check_arguments, sentencepiece_message
+from pagesum_preprocess.checks import UsageError, check_arguments, sentencepiece_message
 
 MAX_SKIP_MESSAGES = 20  # skipped examples named one by one; all are counted
 
 logger = logging.getLogger("pagesum-preprocess")
-
-
-def get_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pagesum-preprocess", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    data = parser.add_argument_group("data")
-    for split in SPLITS:
-        data.add_argument(f"--{split}pref", metavar="PATH",
-                          help=f"{split} split: a file, or a folder of S2ORC JSON files for aclsum")
-    data.add_argument("--input-format", required=True, choices=INPUT_FORMATS)
-    data.add_argument("--dataset", metavar="NAME",
-                      help="the dataset's name in meta.json, which picks its row of the generation defaults "
-                      "(pagesum_plugin/generation/defaults.py), e.g. wcep for WCEP read with --input-format jsonl "
-                      "(default: the input format)")
-    data.add_argument("--destdir", required=True, help="output data directory")
-    data.add_argument("--skip-invalid", action="store_true",
-                      help="skip bad examples (counted by reason) instead of stopping at the first one")
-    view = parser.add_argument_group("default view (recorded in meta.json; the task's options override it)")
-    view.add_argument("--view", "--locality", dest="view", default="spatial", choices=VIEWS,
-                      help="how pages are made from the stored sentences")
-    view.add_argument("--num-pages", type=int, default=ViewConfig.num_pages, help="spatial, token: pages per example")
-    view.add_argument("--max-pages", type=int, default=ViewConfig.max_pages,
-                      help="discourse, document: most pages per example")
-    view.add_argument("--spatial-split", default=CorpusMeta.spatial_split, choices=SPATIAL_SPLITS,
-                      help="spatial: 'authors' (n // k sentences per page, the rest on the last) or 'even'")
-    view.add_argument("--max-page-tokens", type=int, default=ViewConfig.max_page_tokens,
-                      help="tokens per page, <s> and </s> included")
-    view.add_argument("--max-source-tokens", type=int, default=ViewConfig.max_source_tokens,
-                      help="flat, documents: tokens of the whole input, specials included")
-    view.add_argument("--max-summary-tokens", type=int, default=1024,
-                      help="tokens per summary, <s> and </s> included")
-    tokenizer = parser.add_argument_group("tokenizer")
-    tokenizer.add_argument("--tokenizer", default="gpt2", choices=TOKENIZERS)
-    tokenizer.add_argument("--gpt2-encoder-json", metavar="FILE", help="BART's encoder.json")
-    tokenizer.add_argument("--gpt2-vocab-bpe", metavar="FILE", help="BART's vocab.bpe")
-    tokenizer.add_argument("--gpt2-dict", metavar="FILE", help="BART's dict.txt")
-    tokenizer.add_argument("--vocab-size", type=int, default=32000, help="sentencepiece vocabulary size")
-    run = parser.add_argument_group("run")
-    run.add_argument("--workers", type=int, default=1)
-    run.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return parser
 
 
 def prepare_tokenizer(args, destdir: Path):
@@ -152,7 +110,7 @@ class _SkipLogger:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="%(name)s | %(levelname)s | %(message)s", level=logging.INFO, stream=sys.stderr)
-    args = get_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         run(args)
     except InputError as error:

@@ -29,13 +29,14 @@ UPDATES = re.compile(r"num_updates[ =](\d+)")
 VALID_LOSS = re.compile(r"valid on '\w+' subset \| loss ([\d.]+)")
 FAILURE_TAIL_LINES = 60
 ELAPSED_ONLY = "{desc}: {elapsed}{postfix}"  # until the tool reports a count
+USAGE = "pagesum-run-stage NAME LOG [--updates N] -- COMMAND [ARGS...]"
 
 
 def parse_args(argv):
-    if "--" not in argv:
-        sys.exit("usage: pagesum-run-stage NAME LOG [--updates N] -- COMMAND [ARGS...]")
-    split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="pagesum-run-stage", description=__doc__.split("\n")[0])
+    if "--" not in argv and not {"-h", "--help"} & set(argv):
+        sys.exit(f"usage: {USAGE}")
+    split = argv.index("--") if "--" in argv else len(argv)  # without "--": --help, which exits
+    parser = argparse.ArgumentParser(prog="pagesum-run-stage", usage=USAGE, description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("name")
     parser.add_argument("log", type=Path)
     parser.add_argument("--updates", type=int, help="the updates the stage trains for: the bar shows those done")

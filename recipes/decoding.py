@@ -32,13 +32,17 @@ def decoding_flags(dataset: str, system: str = "", per_segment: bool = False, dr
     return (dry_run_search(settings) if dry_run else settings).fairseq_flags()
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pagesum-decoding-flags", description=__doc__.split("\n")[0])
     parser.add_argument("dataset", help=f"a corpus's dataset ({', '.join(DATASETS)}; any other: default)")
     parser.add_argument("--system", default="", help="the registered model (hepos, hed, awesome, pagesum)")
     parser.add_argument("--per-segment", action="store_true", help="AWESOME's per-segment lengths")
     parser.add_argument("--dry-run", action="store_true", help="the recipes' DRY_RUN=1 toy search")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     print(" ".join(decoding_flags(args.dataset, args.system, args.per_segment, args.dry_run)))
     return 0
 

@@ -12,7 +12,6 @@ A figure whose input is not given is skipped and reported, never faked. Each
 figure's numbers are written beside it as JSON.
 """
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -21,27 +20,22 @@ import aclsum
 
 from pagesum_plugin.atomic import write_atomically
 from pagesum_plugin.evaluation import plots
+from pagesum_plugin.evaluation.arguments import plot_parser
+from pagesum_recipes.arguments import figures_parser
 
 PAPER_DIR = Path(aclsum.__file__).parent / "dataset" / "paper_jsons"
 
 
 def _run(name: str, argv, out_dir: Path) -> None:
     png = out_dir / f"{name}.png"
-    args = plots.build_parser().parse_args([*argv, "--out", str(png)])
-    numbers = args.func(args)
+    numbers = plots.run(plot_parser().parse_args([*argv, "--out", str(png)]))
     write_atomically(out_dir / f"{name}.json", json.dumps(numbers, indent=1) + "\n")
     print(f"wrote {png}")
 
 
 def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model it reads is local
-    parser = argparse.ArgumentParser(prog="pagesum-make-figures", description=__doc__.split("\n")[0])
-    parser.add_argument("--out-dir", default="docs/figures")
-    parser.add_argument("--papers", type=int, default=20, help="papers for the locality curve (default: 20)")
-    parser.add_argument("--page-weights", help="page-weights file of a model run on aclsum papers")
-    parser.add_argument("--id", type=int, default=0, help="example shown in the page-importance heatmap")
-    parser.add_argument("--nsp-model", help="local BertForNextSentencePrediction directory")
-    args = parser.parse_args(argv)
+    args = figures_parser().parse_args(argv)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     papers = ["--input", str(PAPER_DIR), "--input-format", "aclsum"]

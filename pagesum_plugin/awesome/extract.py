@@ -9,33 +9,20 @@ Writes ``{split}.salient.extractor.npy`` (see ``cache.py``), read by
 precision, recall and F1 against them.
 """
 
-import argparse
 import sys
 
 import numpy as np
 import torch
 
 from ..corpus.format import CorpusFormatError, CorpusMeta
-from ..tasks.salient_extraction import DEFAULT_THRESHOLD, load_extractor, predict_split
+from ..tasks.salient_extraction import load_extractor, predict_split
+from .arguments import EXTRACT as PROG, extract_parser
 from .cache import salient_path, save_salient
 
-PROG = "pagesum-awesome-extract"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    parser.add_argument("data", help="data directory written by pagesum-preprocess")
-    parser.add_argument("--path", required=True, help="the extractor's checkpoint (fairseq-train --task salient_extraction)")
-    parser.add_argument("--splits", nargs="+", help="splits to label (default: every split of the corpus)")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help="probability above which a sentence is salient")
-    parser.add_argument("--batch-size", type=int, default=1, help="documents per batch")
-    parser.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is visible")
-    return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = extract_parser().parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
     try:
         meta = CorpusMeta.load(args.data)

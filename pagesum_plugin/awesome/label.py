@@ -8,8 +8,6 @@ against the reference. Writes ``{split}.salient.oracle.npy`` (see ``cache.py``):
 extractor's training labels, and the salient sentences of ``--salient-sentences oracle``.
 """
 
-import argparse
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import List, Tuple
@@ -18,10 +16,10 @@ import numpy as np
 
 from ..corpus.codec import TextCodec, unit_texts
 from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
+from .arguments import LABEL as PROG, label_parser
 from .cache import save_salient
 from .oracle import oracle_labels
 
-PROG = "pagesum-awesome-label"
 CHUNK = 32  # examples per worker task
 
 _worker_state: dict = {}
@@ -52,16 +50,8 @@ def label_split(data_dir: str, split: str, workers: int) -> np.ndarray:
     return np.concatenate(labels).astype(np.uint8) if labels else np.zeros(0, dtype=np.uint8)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    parser.add_argument("data", help="data directory written by pagesum-preprocess")
-    parser.add_argument("--splits", nargs="+", help="splits to label (default: every split of the corpus)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: all cores)")
-    return parser
-
-
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = label_parser().parse_args(argv)
     try:
         meta = CorpusMeta.load(args.data)
         for split in args.splits or meta.splits:

@@ -20,7 +20,6 @@ from the stored float16 values, so a rerun gives what the first run gave.
 ``--no-embedding-cache`` embeds again and keeps nothing.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -33,19 +32,16 @@ import numpy as np
 from ..atomic import write_atomically
 from ..corpus.codec import TextCodec, unit_texts
 from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
+from .arguments import SEGMENT as PROG, segment_parser
 from .cache import SegmentTargets, embeddings_path, save_segmentation
 from .segmentation import (
-    DEFAULT_EMBEDDING_MODEL,
     LENGTH_RULE,
-    MAX_TOKENS,
-    MIN_TOKENS,
     model_tag,
     segment_example,
     sentence_encoder_or_length_rule,
 )
 from .targets import example_targets
 
-PROG = "pagesum-awesome-segment"
 EMBED_CHUNK = 64  # examples whose sentences are embedded together
 
 Encoder = Callable[[List[str]], np.ndarray]
@@ -133,24 +129,8 @@ def segment_split(data_dir: str, split: str, codec: TextCodec, embeddings: Optio
     return np.concatenate(segment_ids), SegmentTargets.build(per_example, assignments)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    parser.add_argument("data", help="data directory written by pagesum-preprocess")
-    parser.add_argument("--splits", nargs="+", help="splits to segment (default: every split of the corpus)")
-    parser.add_argument("--embedding-model", default=DEFAULT_EMBEDDING_MODEL,
-                        help=f"sentence-transformers model, or '{LENGTH_RULE}' for the length rule alone "
-                        f"(default: {DEFAULT_EMBEDDING_MODEL}, shipped offline)")
-    parser.add_argument("--min-tokens", type=int, default=MIN_TOKENS, help=f"l_min (default: {MIN_TOKENS})")
-    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help=f"l_max (default: {MAX_TOKENS})")
-    parser.add_argument("--device", help="device of the embedding model (default: a GPU when there is one)")
-    parser.add_argument("--batch-size", type=int, default=128, help="sentences per embedding batch")
-    parser.add_argument("--no-embedding-cache", action="store_true",
-                        help="embed the sentences again and keep no {split}.embeddings.TAG.npy")
-    return parser
-
-
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = segment_parser().parse_args(argv)
     if not 0 < args.min_tokens <= args.max_tokens:
         print(f"{PROG}: error: need 0 < --min-tokens <= --max-tokens", file=sys.stderr)
         return 2

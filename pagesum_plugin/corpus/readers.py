@@ -20,9 +20,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from pagesum_plugin.corpus import errors
 from pagesum_plugin.corpus.errors import BlankLine, InputError
+from pagesum_plugin.corpus.options import INPUT_FORMATS
 from pagesum_plugin.corpus.sentences import split_sentences
-
-INPUT_FORMATS = ("jsonl", "arxiv", "pubmed", "govreport", "multinews", "aclsum")
 
 MULTINEWS_SEPARATOR = "story_separator_special_tag"
 PLACEHOLDER_PAGE = "."  # the authors' filler for a missing page

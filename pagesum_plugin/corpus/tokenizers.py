@@ -20,11 +20,12 @@ import sentencepiece as spm
 from fairseq.data import Dictionary
 from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
 
+from .options import TOKENIZERS
+
 # Each worker process runs one tokenizer; Rust threads inside forked workers would
 # only compete with the workers for the same cores.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-TOKENIZERS = ("gpt2", "sentencepiece")
 GPT2_FILES = ("encoder.json", "vocab.bpe")
 SENTENCEPIECE_FILE = "sentencepiece.model"
 

@@ -6,33 +6,18 @@
 Writes one summary per line, in input order, ready for ``pagesum-score``.
 """
 
-import argparse
 import sys
 from contextlib import ExitStack
 
 from pagesum_plugin.corpus.errors import InputError
 from pagesum_plugin.atomic import atomic_path
-from pagesum_plugin.corpus.readers import INPUT_FORMATS
+from pagesum_plugin.evaluation.arguments import baseline_parser
 from pagesum_plugin.evaluation.data import iter_documents
 from pagesum_plugin.evaluation.extractive import lead, oracle
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pagesum-baseline", description=__doc__.split("\n")[0])
-    parser.add_argument("--input", required=True, help="jsonl file, or a paged data directory (with --split)")
-    parser.add_argument("--split", help="split of a paged data directory (train / valid / test)")
-    parser.add_argument("--input-format", default="jsonl", choices=INPUT_FORMATS,
-                        help="format of a non-paged --input (default: jsonl)")
-    parser.add_argument("--method", choices=["lead", "oracle"], required=True)
-    parser.add_argument("--k", type=int, default=3, help="sentences of Lead-k (default: 3)")
-    parser.add_argument("--max-sentences", type=int, default=None, help="cap on Oracle sentences (default: none)")
-    parser.add_argument("--out", required=True, help="output file, one summary per line")
-    parser.add_argument("--ref-out", help="also write the references, one per line, in the same order")
-    return parser
-
-
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = baseline_parser().parse_args(argv)
     written = empty = 0
     try:
         documents = iter_documents(args.input, args.split, args.input_format)

@@ -8,7 +8,6 @@
 Every command also prints the numbers behind its figure (``--json`` for scripts).
 """
 
-import argparse
 import itertools
 import json
 import sys
@@ -21,10 +20,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from pagesum_plugin.evaluation import analysis  # noqa: E402
+from pagesum_plugin.evaluation.arguments import plot_parser  # noqa: E402
 from pagesum_plugin.evaluation.data import iter_documents  # noqa: E402
 from pagesum_plugin.corpus.errors import InputError  # noqa: E402
 from pagesum_plugin.atomic import atomic_path  # noqa: E402
-from pagesum_plugin.corpus.readers import INPUT_FORMATS  # noqa: E402
 from pagesum_plugin.corpus.sentences import split_sentences  # noqa: E402
 from pagesum_plugin.evaluation.score import read_lines  # noqa: E402
 
@@ -148,55 +147,22 @@ def cmd_coherence(args) -> Dict:
     return plot_coherence(result, args.out)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pagesum-plot", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+COMMANDS = {"page-importance": cmd_page_importance, "locality": cmd_locality, "dependencies": cmd_dependencies,
+            "coherence": cmd_coherence}  # the subcommands of plot_parser()
 
-    def command(name, func, help_text):
-        p = sub.add_parser(name, help=help_text)
-        p.set_defaults(func=func)
-        p.add_argument("--out", required=True, help="PNG file to write")
-        p.add_argument("--json", action="store_true", help="print the numbers behind the plot as JSON")
-        return p
 
-    def data_options(p):
-        p.add_argument("--input", help="jsonl file, or a paged data directory (with --split)")
-        p.add_argument("--split", help="split of a paged data directory")
-        p.add_argument("--input-format", default="jsonl", choices=INPUT_FORMATS,
-                       help="format of a non-paged --input (default: jsonl)")
-        p.add_argument("--max-docs", type=int, default=None, help="use only the first N documents")
-
-    p = command("page-importance", cmd_page_importance, "heatmap of page weights over decoding steps (Fig. 3)")
-    p.add_argument("--weights", required=True, help="page-weights JSON lines from the generator")
-    p.add_argument("--id", required=True, help="the example's id in the input (the weights file's \"id\")")
-
-    p = command("locality", cmd_locality, "sentence similarity against distance (Fig. 1)")
-    data_options(p)
-    p.add_argument("--max-distance", type=int, default=50, help="largest sentence distance shown (default: 50)")
-    p.add_argument("--max-sentences", type=int, default=None, help="use only the first N sentences of a document")
-    p.add_argument("--device", default="cpu")
-
-    p = command("dependencies", cmd_dependencies, "distances of interdependent sentence pairs (Fig. 4)")
-    data_options(p)
-    p.add_argument("--t1", type=float, default=20.0, help="Eq. 15 threshold (default: 20)")
-    p.add_argument("--t2", type=float, default=10.0, help="Eq. 16 threshold (default: 10)")
-    p.add_argument("--bins", type=int, default=10)
-
-    p = command("coherence", cmd_coherence, "semantic coherence by BERT next-sentence prediction (Eq. 11)")
-    data_options(p)
-    p.add_argument("--hyp", help="summaries to score, one per line (else the references of --input)")
-    p.add_argument("--model", required=True, help="local BertForNextSentencePrediction directory")
-    p.add_argument("--device", default="cpu")
-    return parser
+def run(args) -> Dict:
+    """One subcommand, its arguments parsed by ``plot_parser()``: the numbers behind its figure."""
+    return COMMANDS[args.command](args)
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = plot_parser().parse_args(argv)
     if getattr(args, "input", "") is None and args.command in ("locality", "dependencies"):
         print(f"pagesum-plot {args.command}: error: --input is required", file=sys.stderr)
         return 2
     try:
-        numbers = args.func(args)
+        numbers = run(args)
     except (InputError, ValueError, OSError, RuntimeError) as err:  # bad input: one clear line
         print(f"pagesum-plot {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -4,7 +4,6 @@
     pagesum-score --hyp a.hypo --ref ref.txt --compare b.hypo --json
 """
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -13,27 +12,12 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from pagesum_plugin.evaluation import rouge
+from pagesum_plugin.evaluation.arguments import score_parser
 from pagesum_plugin.evaluation.perl_rouge import perl_rouge
 from pagesum_plugin.evaluation.significance import approximate_randomization, bootstrap_ci
 
 LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L (sentence-level)",
           "rougeLsum": "ROUGE-Lsum (summary-level)"}
-
-DESCRIPTION = """\
-Scores one-line-per-example hypothesis files against reference files.
-
-Default metric: ROUGE-1, ROUGE-2, sentence-level ROUGE-L (rougeL: one LCS over the whole
-summary, as HED's paper reports it) and summary-level ROUGE-L (rougeLsum, as PageSum's), F1 x 100,
-computed exactly as rouge-score's RougeScorer(use_stemmer=True): text is lowercased,
-every character outside [a-z0-9] separates tokens (so punctuation and non-ASCII
-letters are dropped, as in ROUGE-1.5.5), words longer than 3 characters are Porter
-stemmed. For rougeLsum each line is cut into sentences by the project's offline
-Punkt splitter (preprocess.sentences.split_sentences); --sentence-split none
-instead treats every line as one sentence. With several --ref files each
-hypothesis takes its best-matching reference per metric. The score of a corpus is
-the mean F1 over examples, with a bootstrap 95% confidence interval.
-"""
-
 
 class ScoreInputError(ValueError):
     """Bad or mismatched input files; the message names the file and line."""
@@ -77,25 +61,6 @@ def summarize(per_example: Dict[str, np.ndarray], samples: int, seed: int) -> Di
         low, high = bootstrap_ci(scores, samples=samples, seed=seed)
         result[metric] = {"f": 100.0 * float(scores.mean()), "ci_low": 100.0 * low, "ci_high": 100.0 * high}
     return result
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pagesum-score", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--hyp", required=True, help="hypotheses, one example per line")
-    parser.add_argument("--ref", required=True, action="append", help="references, one per line (repeatable)")
-    parser.add_argument("--compare", metavar="HYP_B", help="second system: paired approximate randomization test")
-    parser.add_argument("--perl", action="store_true", help="score with ROUGE-1.5.5 (-c 95 -r 1000 -n 2 -m)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    parser.add_argument(
-        "--sentence-split", choices=["punkt", "none"], default="punkt", help="sentences for rougeLsum (default: punkt)"
-    )
-    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default: 1000)")
-    parser.add_argument("--trials", type=int, default=10000, help="randomization trials (default: 10000)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of bootstrap and randomization")
-    parser.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    return parser
 
 
 def load_inputs(args) -> Dict[str, List[str]]:
@@ -183,7 +148,7 @@ def format_report(report: Dict) -> str:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = score_parser().parse_args(argv)
     try:
         report = run(args)
     except ScoreInputError as err:

@@ -16,6 +16,7 @@ from fairseq.data import Dictionary, data_utils
 from fairseq.tasks import register_task
 from omegaconf import II
 
+from ..awesome.arguments import DEFAULT_THRESHOLD
 from ..awesome.cache import load_salient, salient_path
 from ..corpus.format import CorpusSplit, EncodedDocument, load_dictionary
 from ..criterions.salient_extraction import sentence_probabilities
@@ -23,8 +24,6 @@ from ..data.sentence_dataset import SalientExtractionDataset, sentence_inputs
 from .one_dictionary import OneDictionaryConfig, OneDictionaryTask
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_THRESHOLD = 0.5  # a sentence is salient above this probability
 
 
 @dataclass

@@ -16,7 +16,6 @@ length, every probe, and the budget and device they were measured on. Systems ar
 after another; the recipe deals them over several processes when it may run several at once.
 """
 
-import argparse
 import json
 import logging
 import math
@@ -31,12 +30,12 @@ from pagesum_plugin.atomic import write_atomically
 from pagesum_plugin.checkpoints.builder import PLUGIN_DIR
 from pagesum_plugin.profiling import describe_device
 
+from ..arguments import FIT as PROG, fit_parser
 from .bisection import longest_within
 from .prediction import predicted_units
-from .systems import MODEL_SIZES, Comparison, ComparisonError
+from .systems import Comparison, ComparisonError
 from .training_step import StepCost, step_cost
 
-PROG = "pagesum-compare-fit"
 MB = 2**20
 logger = logging.getLogger("pagesum_recipes.comparison.fit")
 
@@ -84,23 +83,8 @@ def fit_system(comparison: Comparison, key: str, args, budget_bytes: float) -> D
     }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    parser.add_argument("data", help="the corpus, written by pagesum-preprocess")
-    parser.add_argument("--compare-config", required=True, help="recipes/config/compare.yaml")
-    parser.add_argument("--systems", nargs="+", required=True)
-    parser.add_argument("--budget-mb", type=float, required=True, help="MB (2^20 bytes) of tensor memory")
-    parser.add_argument("--init-checkpoint", required=True, help="the checkpoint training starts from (not loaded)")
-    parser.add_argument("--out-dir", required=True, type=Path, help="writes OUT_DIR/<system>/fit.json")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--fp16", action="store_true", help="mixed precision (GPU)")
-    parser.add_argument("--model-size", choices=MODEL_SIZES, help="every system's architecture at this size")
-    parser.add_argument("--dry-run", action="store_true", help="compare.yaml's toy sizes")
-    return parser
-
-
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = fit_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(name)s %(message)s", level=logging.INFO, stream=sys.stdout)
     logging.getLogger("fairseq").setLevel(logging.WARNING)
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -15,7 +15,6 @@ the budget is a row that says so. Writes ``report.md``, ``report.json``,
 into OUT, each moved into place when complete.
 """
 
-import argparse
 import json
 import re
 import sys
@@ -24,9 +23,9 @@ from typing import Dict, List, Optional
 
 from pagesum_plugin.atomic import write_atomically
 
+from ..arguments import REPORT as PROG, report_parser
 from .figures import METRIC_LABELS, rouge_against_memory, tokens_against_memory
 
-PROG = "pagesum-compare-report"
 METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 FIGURE_METRICS = ("rouge1", "rouge2", "rougeLsum")
 # fairseq-generate's closing line: "Translated 2 sentences (28 tokens) in 0.1s (38.63 sentences/s, ...)"
@@ -166,13 +165,7 @@ def write_report(out: Path, record: Dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    parser.add_argument("out", type=Path, help="the comparison's output folder")
-    parser.add_argument("--data", required=True, type=Path, help="the corpus (its meta.json names the dataset)")
-    parser.add_argument("--systems", nargs="+", required=True, help="the systems compared, in the table's order")
-    parser.add_argument("--reference", required=True, help="the system the others were tested against")
-    parser.add_argument("--significance", type=float, default=0.05, help="p-value below which a difference is marked")
-    args = parser.parse_args(argv)
+    args = report_parser().parse_args(argv)
     try:
         record = build_record(args.out, args.data, args.systems, args.reference, args.significance)
     except ReportError as err:
