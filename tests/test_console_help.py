@@ -1,0 +1,70 @@
+"""Every console command that setup.py installs answers ``--help`` and a usage error before any
+heavy import: in a fresh interpreter, its entry point leaves none of torch, fairseq, NLTK, scipy,
+scikit-learn, matplotlib and ``transformers`` imported, and prints nothing but its own lines (no
+fairseq import chatter). A command that needs the library whole still registers it after parsing."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.commands import console_scripts
+
+SETUP = Path(__file__).resolve().parents[1] / "setup.py"
+HEAVY = ("torch", "fairseq", "nltk", "scipy", "sklearn", "matplotlib", "transformers")
+
+# Runs ENTRY (module:function) as its console script does, with the command's name as sys.argv[0],
+# then reports its exit status, the heavy modules it imported and whether fairseq knows the plugin.
+PROBE = f"""
+import importlib, json, sys
+entry, sys.argv = sys.argv[1], sys.argv[2:]
+module, function = entry.split(":")
+try:
+    status = getattr(importlib.import_module(module), function)()
+except SystemExit as exit:
+    status = exit.code
+if isinstance(status, str):  # sys.exit(message): the interpreter prints it and exits with 1
+    print(status, file=sys.stderr)
+    status = 1
+registered = "fairseq.tasks" in sys.modules and "paged_summarization" in sys.modules["fairseq.tasks"].TASK_REGISTRY
+print(json.dumps({{"status": status or 0, "loaded": [name for name in {HEAVY!r} if name in sys.modules],
+                  "registered": registered}}), file=sys.stderr)
+"""
+
+
+SCRIPTS = console_scripts(SETUP)  # name -> module:function
+
+
+def probe(name: str, *argv: str) -> tuple[dict, str, list[str]]:
+    """The probe's report, the command's standard output and its other lines of standard error."""
+    done = subprocess.run([sys.executable, "-c", PROBE, SCRIPTS[name], name, *argv], capture_output=True, text=True,
+                          timeout=300)
+    *chatter, report = done.stderr.strip().splitlines()
+    return json.loads(report), done.stdout, chatter
+
+
+def test_setup_declares_every_command():
+    assert len(SCRIPTS) >= 17 and "pagesum-score" in SCRIPTS and "pagesum-preprocess" in SCRIPTS
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_help_imports_nothing_heavy_and_prints_only_its_usage(name):
+    report, out, chatter = probe(name, "--help")
+    assert report == {"status": 0, "loaded": [], "registered": False}
+    assert out.startswith(f"usage: {name} ")
+    assert chatter == []  # no "Please install tensorboardX", no logging from an import
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_a_usage_error_imports_nothing_heavy(name):
+    report, _, chatter = probe(name, "--no-such-option")
+    assert report["status"] != 0 and report["loaded"] == []
+    assert any(line.startswith("usage: ") for line in chatter)
+
+
+def test_a_torch_command_registers_the_plugin_after_parsing(tmp_path):
+    report, _, chatter = probe("pagesum-awesome-label", str(tmp_path / "missing"))
+    assert report["status"] == 2 and report["registered"] and "torch" in report["loaded"]
+    assert any(str(tmp_path / "missing") in line and "pagesum-awesome-label: error" in line for line in chatter)
