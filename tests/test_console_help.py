@@ -68,3 +68,22 @@ def test_a_torch_command_registers_the_plugin_after_parsing(tmp_path):
     report, _, chatter = probe("pagesum-awesome-label", str(tmp_path / "missing"))
     assert report["status"] == 2 and report["registered"] and "torch" in report["loaded"]
     assert any(str(tmp_path / "missing") in line and "pagesum-awesome-label: error" in line for line in chatter)
+
+
+def test_every_torch_command_imports_its_work_after_its_parser_and_the_registration():
+    # the order pagesum_commands.run follows, for all of them in one interpreter: parsers first,
+    # in text-only mode, then the registration, then every work module (no import cycle breaks)
+    check = """
+import importlib, os, sys
+from pagesum_commands import COMMANDS, REGISTRATION, TEXT_ONLY
+torch_commands = [command for command in COMMANDS.values() if not command.text_only]
+os.environ[TEXT_ONLY] = "1"
+for command in torch_commands:
+    module, function = command.parser.split(":")
+    getattr(importlib.import_module(module), function)()
+del os.environ[TEXT_ONLY]
+importlib.import_module(REGISTRATION)
+print(len(torch_commands), all(callable(importlib.import_module(command.work).main) for command in torch_commands))
+"""
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["8", "True"], done.stderr
