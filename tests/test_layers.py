@@ -12,6 +12,7 @@ from typing import Dict, Iterator, List, Tuple
 import pytest
 
 from builders.cli import REPO_ROOT
+from pagesum_commands import COMMANDS
 
 REPO = Path(REPO_ROOT)
 # installed package -> its folder
@@ -27,7 +28,7 @@ LIBRARY_LAYERS = [
     ("models", "generation", "criterions", "optim"),
     ("tasks",),
     ("checkpoints", "summaries"),  # checkpoints loaded, converted, built; what summarize() returns
-    ("hub_interface",),
+    ("hub_interface", "registration"),  # from_pretrained and summarize(); the plugin registered with fairseq
     ("__init__",),  # the plugin itself: registers everything fairseq loads
 ]
 HARNESSES = ("pagesum_recipes", "benchmarks", "tests", "builders")
@@ -76,12 +77,14 @@ def is_module(name: str) -> bool:
 
 @lru_cache(maxsize=None)
 def commands() -> Dict[str, str]:
-    """Every console command of setup.py: module -> command name."""
+    """Every console command of setup.py: module -> command name, both the module its entry point
+    names and, for an entry of pagesum_commands, the module that does its work."""
     setup = parsed(REPO / "setup.py")
     scripts = next(ast.literal_eval(value) for node in ast.walk(setup) if isinstance(node, ast.Dict)
                    for key, value in zip(node.keys, node.values)
                    if isinstance(key, ast.Constant) and key.value == "console_scripts")
-    return {target.split(":")[0].strip(): command.strip() for command, target in (s.split("=") for s in scripts)}
+    entries = {target.split(":")[0].strip(): command.strip() for command, target in (s.split("=") for s in scripts)}
+    return {**entries, **{command.work: name for name, command in COMMANDS.items()}}
 
 
 def library_package(module: str) -> str:

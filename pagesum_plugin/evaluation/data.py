@@ -1,4 +1,5 @@
-"""Documents as sentences, for baselines and plots, from dataset files or a stored corpus.
+"""Documents as sentences, for baselines and plots, from dataset files or a stored corpus; and
+one-line-per-example text files (hypotheses, references), for scores and plots.
 
 * a dataset file (any input format): each unit (section, document of a cluster, or the
   plain text) is one part;
@@ -14,6 +15,28 @@ from typing import Iterator, List, Optional
 import numpy as np
 
 from pagesum_plugin.corpus.readers import read_examples
+
+
+class ScoreInputError(ValueError):
+    """Bad or mismatched input files; the message names the file and line."""
+
+
+def read_lines(path: str) -> List[str]:
+    """The lines of a UTF-8 file (one example per line; a final newline ends the last line)."""
+    file = Path(path)
+    if not file.is_file():
+        raise ScoreInputError(f"{path}: no such file")
+    data = file.read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            texts.append(line.decode("utf-8").rstrip("\r"))
+        except UnicodeDecodeError as err:
+            raise ScoreInputError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})") from err
+    return texts
 
 
 @dataclass

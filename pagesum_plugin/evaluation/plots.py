@@ -21,11 +21,10 @@ import numpy as np  # noqa: E402
 
 from pagesum_plugin.evaluation import analysis  # noqa: E402
 from pagesum_plugin.evaluation.arguments import plot_parser  # noqa: E402
-from pagesum_plugin.evaluation.data import iter_documents  # noqa: E402
+from pagesum_plugin.evaluation.data import iter_documents, read_lines  # noqa: E402
 from pagesum_plugin.corpus.errors import InputError  # noqa: E402
 from pagesum_plugin.atomic import atomic_path  # noqa: E402
 from pagesum_plugin.corpus.sentences import split_sentences  # noqa: E402
-from pagesum_plugin.evaluation.score import read_lines  # noqa: E402
 
 # --------------------------------------------------------------------------- figures
 

@@ -6,40 +6,18 @@
 
 import json
 import sys
-from pathlib import Path
 from typing import Dict, List, Sequence
 
 import numpy as np
 
 from pagesum_plugin.evaluation import rouge
 from pagesum_plugin.evaluation.arguments import score_parser
+from pagesum_plugin.evaluation.data import ScoreInputError, read_lines
 from pagesum_plugin.evaluation.perl_rouge import perl_rouge
 from pagesum_plugin.evaluation.significance import approximate_randomization, bootstrap_ci
 
 LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L (sentence-level)",
           "rougeLsum": "ROUGE-Lsum (summary-level)"}
-
-class ScoreInputError(ValueError):
-    """Bad or mismatched input files; the message names the file and line."""
-
-
-def read_lines(path: str) -> List[str]:
-    """The lines of a UTF-8 file (one example per line; a final newline ends the last line)."""
-    file = Path(path)
-    if not file.is_file():
-        raise ScoreInputError(f"{path}: no such file")
-    data = file.read_bytes()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    texts = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            texts.append(line.decode("utf-8").rstrip("\r"))
-        except UnicodeDecodeError as err:
-            raise ScoreInputError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})") from err
-    return texts
-
 
 def check_same_length(named: Dict[str, List[str]]) -> int:
     """All files must have one line per example; refuse to guess which lines pair up."""
