@@ -1,0 +1,180 @@
+"""Where a PageSum training step's memory goes, with the attention of before and with fused attention.
+
+The step (forward, label-smoothed cross entropy, backward) is measured with torch's
+``MemTracker`` on CPU (``pagesum_plugin.profiling``), ``bart.base`` widths (d=768, 12 heads,
+ffn 3,072, a 50,264-word vocabulary) and random weights, in two ways:
+
+* **per layer**: the step's peak (on top of the weights) at 1 and at 2 encoder+decoder
+  layers. Every layer adds the same activations, so the difference is one layer's cost and
+  the 1-layer peak minus it is what does not depend on depth (embeddings, the output
+  layer's logits and their gradient); ``bart.base``'s 6 layers are then
+  ``fixed + 6 x per layer``. The fp32 6-layer step of ``benchmarks.memory_scaling`` checks
+  that line (BENCHMARKS.md);
+* **per module**: the activations each sub-module of one decoder layer keeps for backward
+  (what it added to the live tensors between its forward's start and end).
+
+``today`` runs every attention of the plugin on its path from before fused kernels
+(``reference_attention``: cross-attention as fairseq's bmm + softmax, with its probabilities
+kept in fp32, and in bf16 a second copy in the model's dtype); ``fused`` is the default.
+``--dtype bf16`` shows the precision that training on a GPU uses, where the fp32 copy of the
+probabilities weighs three times a bf16 activation.
+
+    python -m benchmarks.memory_breakdown --dtype fp32
+    python -m benchmarks.memory_breakdown --dtype bf16
+"""
+
+import argparse
+import contextlib
+import sys
+from typing import Dict, List
+
+import torch
+from torch.distributed._tools.mem_tracker import MemTracker, _ModState, _MemRefType
+
+from benchmarks.common import ModelSize, build_model, markdown_table, paged_source, start, summary_io, training_step
+from pagesum_plugin.modules.fused_attention import reference_attention
+from pagesum_plugin.profiling import peak_memory
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+ATTENTIONS = ("today", "fused")
+BART_BASE_LAYERS = 6
+MB = 2**20
+# one decoder layer's sub-modules in forward order, and what each is charged with: the
+# activations kept from its forward's start to the next one's (the functions between modules,
+# such as the activation function, dropout and the residual sum, go to the module before them)
+DECODER_PARTS = {
+    "self_attn": "self-attention, dropout, residual",
+    "self_attn_layer_norm": "layer norm",
+    "encoder_attn": "cross-attention, dropout, residual",
+    "encoder_attn_layer_norm": "layer norm",
+    "fc1": "feed-forward in + activation (ffn wide)",
+    "activation_dropout_module": "activation dropout",
+    "fc2": "feed-forward out, dropout, residual",
+    "final_layer_norm": "final layer norm",
+}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32")
+    parser.add_argument("--pages", type=int, default=7)
+    parser.add_argument("--page-len", type=int, default=512)
+    parser.add_argument("--tgt-len", type=int, default=512, help="summary tokens")
+    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--heads", type=int, default=12,
+                        help="attention heads of 64 dimensions; the width is 64 x heads, the feed-forward 4 x that "
+                             "(default 12: bart.base). Every per-layer tensor grows with the heads at this "
+                             "head size, so --heads 1 keeps bart.base's per-layer proportions at 1/12 of its size")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="tiny widths and lengths, for a smoke run")
+    args = parser.parse_args(argv)
+    args.device = "cpu"
+    return args
+
+
+def size_of(args, layers: int) -> ModelSize:
+    if args.quick:
+        return ModelSize(embed_dim=64, ffn_dim=128, layers=layers, heads=4, vocab_words=200)
+    width = 64 * args.heads
+    return ModelSize(embed_dim=width, ffn_dim=4 * width, layers=layers, heads=args.heads, vocab_words=50260)
+
+
+def attention(model: torch.nn.Module, name: str):
+    return reference_attention(model) if name == "today" else contextlib.nullcontext(model)
+
+
+def build(args, layers: int):
+    """(model, step) of PageSum at ``layers`` encoder+decoder layers, in ``args.dtype``."""
+    torch.manual_seed(args.seed)
+    task, model = build_model("pagesum_bart_large", size_of(args, layers), "--max-source-positions",
+                              str(args.page_len), "--max-target-positions", str(max(1024, args.tgt_len)))
+    model = model.to(DTYPES[args.dtype])
+    dictionary = task.source_dictionary
+    generator = torch.Generator().manual_seed(args.seed + 1)
+    target, prev_output_tokens = summary_io(dictionary, 1, args.tgt_len, generator)
+    src = paged_source(dictionary, 1, args.pages, args.page_len, generator)
+    return model, training_step(model, src, target, prev_output_tokens, dictionary.pad())
+
+
+def step_peaks(args) -> Dict[str, Dict[int, float]]:
+    """{attention: {layers: the step's peak MB on top of the weights}} at 1 and 2 layers."""
+    peaks: Dict[str, Dict[int, float]] = {name: {} for name in ATTENTIONS}
+    for layers in (1, 2):
+        model, step = build(args, layers)
+        for name in ATTENTIONS:
+            with attention(model, name):
+                step()  # warm-up: lazily built buffers do not count
+                model.zero_grad(set_to_none=True)
+                peaks[name][layers] = peak_memory(step, torch.device("cpu"), [model]).added / MB
+                model.zero_grad(set_to_none=True)
+            print(f"{layers} layer(s), {name}: {peaks[name][layers]:.0f} MB", file=sys.stderr, flush=True)
+    return peaks
+
+
+def activations(stats, state) -> int:
+    """Bytes of live activations in a module's first ``state`` snapshot (MemTracker)."""
+    return stats.snapshots[state][0][torch.device("cpu")].get(_MemRefType.ACT, 0)
+
+
+def decoder_layer_parts(args) -> Dict[str, Dict[str, float]]:
+    """{attention: {part: activation MB that one decoder layer's sub-module keeps}} (forward only)."""
+    model, _ = build(args, 1)
+    generator = torch.Generator().manual_seed(args.seed + 1)
+    _, prev_output_tokens = summary_io(model.decoder.dictionary, 1, args.tgt_len, generator)  # (1, tgt_len)
+    src = paged_source(model.encoder.dictionary, 1, args.pages, args.page_len, generator)  # (1, pages, page_len)
+    parts: Dict[str, Dict[str, float]] = {}
+    for name in ATTENTIONS:
+        with attention(model, name):
+            tracker = MemTracker()
+            tracker.track_external(model)
+            with tracker:
+                logits, _ = model(src, None, prev_output_tokens)
+            starts = {}  # sub-module (or "end") -> live activations when its forward began
+            for stats in tracker.memory_tracking.values():
+                prefix, _, part = stats.mod_fqn.rpartition(".")
+                if stats.mod_fqn.endswith("decoder.layers.0"):
+                    starts["end"] = activations(stats, _ModState.POST_FW)
+                elif prefix.endswith("decoder.layers.0") and part in DECODER_PARTS:
+                    starts[part] = activations(stats, _ModState.PRE_FW)
+            order = [*DECODER_PARTS, "end"]
+            parts[name] = {part: (starts[after] - starts[part]) / MB for part, after in zip(order, order[1:])}
+            del logits
+    return parts
+
+
+def render(args, peaks, parts) -> str:
+    per_layer = {name: peaks[name][2] - peaks[name][1] for name in ATTENTIONS}
+    fixed = {name: peaks[name][1] - per_layer[name] for name in ATTENTIONS}
+    full = {name: fixed[name] + BART_BASE_LAYERS * per_layer[name] for name in ATTENTIONS}
+    rows: List[List[str]] = []
+    for label, values in (("fixed (embeddings, logits)", fixed), ("one encoder + decoder layer", per_layer),
+                          (f"{BART_BASE_LAYERS} layers: fixed + {BART_BASE_LAYERS} x layer", full)):
+        rows.append([label, f"{values['today']:.0f}", f"{values['fused']:.0f}",
+                     f"{values['fused'] / values['today']:.2f}x"])
+    part_rows = [[DECODER_PARTS[part], f"{parts['today'].get(part, 0):.0f}", f"{parts['fused'].get(part, 0):.0f}"]
+                 for part in DECODER_PARTS]
+    part_rows.append(["all of the above", f"{sum(parts['today'].values()):.0f}", f"{sum(parts['fused'].values()):.0f}"])
+    heading = (f"PageSum training step, {args.pages} pages x {args.page_len} tokens, a {args.tgt_len}-token summary, "
+               f"{args.dtype}, d={size_of(args, 1).embed_dim}, {size_of(args, 1).heads} heads; "
+               f"torch {torch.__version__}, CPU, MemTracker")
+    return "\n\n".join([
+        heading,
+        "Step peak on top of the weights, MB (measured at 1 and 2 layers):",
+        markdown_table(["", "today", "fused", "fused / today"], rows),
+        "Activations one decoder layer keeps for backward, MB (forward):",
+        markdown_table(["decoder layer part", "today", "fused"], part_rows),
+    ])
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    start(args)
+    if args.quick:
+        args.pages, args.page_len, args.tgt_len = 2, 32, 16
+    peaks = step_peaks(args)
+    parts = decoder_layer_parts(args)
+    print(render(args, peaks, parts))
+
+
+if __name__ == "__main__":
+    main()
