@@ -22,6 +22,9 @@ One run, three tables.
    freed; CUDA: the allocator's peak).
    These rows use ``--step-layers`` decoder layers (default 2) of ``bart.base`` width, so
    that batch 8 at 900 positions fits a shared machine: a step's cost is per layer.
+   ``--system hed`` runs the same rows on HED (the pages are a cluster's documents), whose
+   cross-attention is hierarchical (one SDPA attention per document, against the dense
+   score matrix before).
 
 3. **Bytes of one step**: what a step must read (``benchmarks/scale/costs.step_bytes``: the
    decoder weights, each page's cross-attention keys and values once, the self-attention
@@ -69,6 +72,7 @@ from pagesum_plugin.modules.fused_attention import reference_attention
 from pagesum_plugin.profiling import synchronize
 
 MB = 2**20
+STEP_ARCHS = {"pagesum": "pagesum_bart_large", "hed": "hed_bart_large"}  # sized by --step-layers and ModelSize
 
 
 def parse_args(argv=None):
@@ -83,6 +87,8 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=6, help="timed steps per run of the step rows (default: 6)")
     parser.add_argument("--step-layers", type=int, default=2, help="decoder layers of the step rows (default: 2)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--system", choices=tuple(STEP_ARCHS), default="pagesum",
+                        help="the model of the step rows (default: pagesum)")
     parser.add_argument("--tables", nargs="+", choices=("one-page", "steps"), default=["one-page", "steps"],
                         help="which tables to run (default: both)")
     args = parser.parse_args(argv)
@@ -202,7 +208,7 @@ def fill_cache(module: DecoderSelfAttention, state: Dict, length: int, rng: torc
 def step_rows(args, size: ModelSize, device, dtype) -> List[List[object]]:
     step_size = ModelSize(size.embed_dim, size.ffn_dim, args.step_layers, size.heads, size.vocab_words)
     torch.manual_seed(args.seed)
-    task, model = build_model("pagesum_bart_large", step_size, "--max-source-positions", str(args.page_len),
+    task, model = build_model(STEP_ARCHS[args.system], step_size, "--max-source-positions", str(args.page_len),
                               "--max-target-positions", str(max(args.lengths) + args.steps + 8), dropout=0.0)
     model.to(device=device, dtype=dtype).eval()
     rows = []
@@ -297,7 +303,7 @@ def main(argv=None):
         print(markdown_table(["decoder", "s / summary", "vs fairseq"], one_page_rows(args, size, device, dtype)),
               flush=True)
     if "steps" in args.tables:
-        print(f"\nA step at {args.pages} pages x {args.page_len} tokens, {args.step_layers} decoder layers (median of "
+        print(f"\n{args.system}: a step at {args.pages} pages x {args.page_len} tokens, {args.step_layers} decoder layers (median of "
               f"{args.steps} steps, best of {args.repeats} runs, alternating); MB moved: the bytes of every "
               f"operator's arguments and results; MB must read: the step_bytes formula:\n", flush=True)
         print(markdown_table(["batch", "cache positions", "today ms", "fused ms", "speed-up", "today peak MB",
