@@ -275,8 +275,8 @@ def by_document(k: Tensor, v: Tensor, lengths: Tensor) -> Dict[str, Tensor]:
     positions = (start[:, :, None] + slot).clamp(max=src_len - 1).masked_fill(~allowed, 0)
     index = positions.view(clusters, 1, docs * doc_len, 1).expand(clusters, heads, docs * doc_len, head_dim)
 
-    def lay_out(x: Tensor) -> Tensor:
-        return x.gather(2, index).view(clusters, heads, docs, doc_len, head_dim).transpose(1, 2)
+    def lay_out(x: Tensor) -> Tensor:  # contiguous, so that each step reads it as a view, with no copy
+        return x.gather(2, index).view(clusters, heads, docs, doc_len, head_dim).transpose(1, 2).contiguous()
 
     return {"document_keys": lay_out(k), "document_values": lay_out(v), "document_allowed": allowed}
 
