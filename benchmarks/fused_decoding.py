@@ -7,7 +7,8 @@ One run, three tables.
    stock ``SequenceGenerator`` on the same BART (the same weights), and of ``transformers``'
    ``BartForConditionalGeneration.generate`` on the converted weights
    (``pagesum_plugin.checkpoints``: what ``pagesum-convert to-hf`` writes). The three take
-   turns, best of ``--repeats``.
+   turns for ``--repeats`` rounds: the best round of each, and the median over rounds of
+   each round's ratio to fairseq (on a shared machine, the steadier of the two).
 
 2. **7 pages x 512 tokens, beam 4, batch 1 and 8, caches of 256 and 900 positions**: a
    decoding step as beam search drives it (every beam continues a random beam of its
@@ -22,6 +23,9 @@ One run, three tables.
    freed; CUDA: the allocator's peak).
    These rows use ``--step-layers`` decoder layers (default 2) of ``bart.base`` width, so
    that batch 8 at 900 positions fits a shared machine: a step's cost is per layer.
+   ``--system hed`` runs the same rows on HED (the pages are a cluster's documents), whose
+   cross-attention is hierarchical (one SDPA attention per document, against the dense
+   score matrix before).
 
 3. **Bytes of one step**: what a step must read (``benchmarks/scale/costs.step_bytes``: the
    decoder weights, each page's cross-attention keys and values once, the self-attention
@@ -69,6 +73,7 @@ from pagesum_plugin.modules.fused_attention import reference_attention
 from pagesum_plugin.profiling import synchronize
 
 MB = 2**20
+STEP_ARCHS = {"pagesum": "pagesum_bart_large", "hed": "hed_bart_large"}  # sized by --step-layers and ModelSize
 
 
 def parse_args(argv=None):
@@ -83,6 +88,8 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=6, help="timed steps per run of the step rows (default: 6)")
     parser.add_argument("--step-layers", type=int, default=2, help="decoder layers of the step rows (default: 2)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--system", choices=tuple(STEP_ARCHS), default="pagesum",
+                        help="the model of the step rows (default: pagesum)")
     parser.add_argument("--tables", nargs="+", choices=("one-page", "steps"), default=["one-page", "steps"],
                         help="which tables to run (default: both)")
     args = parser.parse_args(argv)
@@ -124,26 +131,32 @@ def one_page_rows(args, size: ModelSize, device, dtype) -> List[List[object]]:
             flat, num_beams=beam, max_new_tokens=length + 2, min_new_tokens=length + 2, do_sample=False,
             decoder_start_token_id=dictionary.eos(), forced_bos_token_id=dictionary.bos(), early_stopping=True),
     }
-    seconds = alternating_best(runs, args.repeats, device)
-    base = seconds["fairseq SequenceGenerator"]
+    rounds = alternating_rounds(runs, args.repeats, device)
+    base = "fairseq SequenceGenerator"
     print("one-page rows done", file=sys.stderr, flush=True)
-    return [[name, f"{s:.2f}", f"{s / base:.2f}x"] for name, s in seconds.items()]
+    rows = []
+    for name, times in rounds.items():
+        paired = statistics.median(t / b for t, b in zip(times, rounds[base]))
+        rows.append([name, f"{min(times):.2f}", f"{min(times) / min(rounds[base]):.2f}x", f"{paired:.2f}x"])
+    return rows
 
 
-def alternating_best(runs: Dict[str, Callable[[], object]], repeats: int, device) -> Dict[str, float]:
-    """Best seconds of each run, the runs taking turns (one warm-up each first)."""
-    best = {name: float("inf") for name in runs}
+def alternating_rounds(runs: Dict[str, Callable[[], object]], repeats: int, device) -> Dict[str, List[float]]:
+    """Seconds of each run in every round (one warm-up each first). The runs take turns, in
+    reverse order every other round, so that a change of the machine's load between rounds
+    reaches every run alike: the ratio of two runs of one round is their paired ratio."""
+    seconds: Dict[str, List[float]] = {name: [] for name in runs}
     with torch.no_grad():
         for name, run in runs.items():
             run()
-        for _ in range(repeats):
-            for name, run in runs.items():
+        for repeat in range(repeats):
+            for name, run in (list(runs.items()) if repeat % 2 == 0 else list(runs.items())[::-1]):
                 synchronize(device)
                 start_time = time.perf_counter()
                 run()
                 synchronize(device)
-                best[name] = min(best[name], time.perf_counter() - start_time)
-    return best
+                seconds[name].append(time.perf_counter() - start_time)
+    return seconds
 
 
 # ---- 2. a step at 7 x 512, old against new ------------------------------------------------------
@@ -202,7 +215,7 @@ def fill_cache(module: DecoderSelfAttention, state: Dict, length: int, rng: torc
 def step_rows(args, size: ModelSize, device, dtype) -> List[List[object]]:
     step_size = ModelSize(size.embed_dim, size.ffn_dim, args.step_layers, size.heads, size.vocab_words)
     torch.manual_seed(args.seed)
-    task, model = build_model("pagesum_bart_large", step_size, "--max-source-positions", str(args.page_len),
+    task, model = build_model(STEP_ARCHS[args.system], step_size, "--max-source-positions", str(args.page_len),
                               "--max-target-positions", str(max(args.lengths) + args.steps + 8), dropout=0.0)
     model.to(device=device, dtype=dtype).eval()
     rows = []
@@ -293,11 +306,12 @@ def main(argv=None):
           f"vocab {size.vocab_words + 4}) in {dtype_name(dtype)}, random weights, beam {args.beam}.", flush=True)
     if "one-page" in args.tables:
         print(f"\nOne page of {args.page_len} tokens, {size.layers}+{size.layers} layers, a {args.short}-token "
-              f"summary, batch 1 (best of {args.repeats}, taking turns):\n", flush=True)
-        print(markdown_table(["decoder", "s / summary", "vs fairseq"], one_page_rows(args, size, device, dtype)),
-              flush=True)
+              f"summary, batch 1 ({args.repeats} rounds, taking turns; best round, and the median over rounds "
+              f"of each round's ratio):\n", flush=True)
+        print(markdown_table(["decoder", "s / summary (best)", "vs fairseq (best)", "vs fairseq (median of rounds)"],
+                             one_page_rows(args, size, device, dtype)), flush=True)
     if "steps" in args.tables:
-        print(f"\nA step at {args.pages} pages x {args.page_len} tokens, {args.step_layers} decoder layers (median of "
+        print(f"\n{args.system}: a step at {args.pages} pages x {args.page_len} tokens, {args.step_layers} decoder layers (median of "
               f"{args.steps} steps, best of {args.repeats} runs, alternating); MB moved: the bytes of every "
               f"operator's arguments and results; MB must read: the step_bytes formula:\n", flush=True)
         print(markdown_table(["batch", "cache positions", "today ms", "fused ms", "speed-up", "today peak MB",

@@ -5,7 +5,7 @@ import torch
 
 from builders.hed import build_hed, document_sizes, reference_cross_attention
 from builders.models import decoder_input, paged_batch, random_pages, vocab
-from pagesum_plugin.modules.hed_attention import document_lengths, hierarchical_softmax
+from pagesum_plugin.modules.hed_attention import HierarchicalCrossAttention, document_lengths, hierarchical_softmax
 
 SIZES = [[5, 3, 9], [7], [2, 6, 4, 3]]  # tokens per document (SOD included) of three clusters
 
@@ -144,3 +144,41 @@ def test_the_model_reports_the_last_layers_document_weights_as_page_weights(hed)
     torch.testing.assert_close(page_weights, expected, atol=1e-5, rtol=0)
     torch.testing.assert_close(page_weights.sum(1), torch.ones(2, prev.size(1)))
     assert bool(page_weights[0, 2:].eq(0).all()), "a cluster of two documents: the other slots get 0"
+
+
+def cross_attention_module(seed=0):
+    torch.manual_seed(seed)
+    return HierarchicalCrossAttention(32, 4, kdim=32, vdim=32, dropout=0.0, encoder_decoder_attention=True).eval()
+
+
+def attend(module, query, memory, doc_map, reference, steps=None):
+    """Outputs and per-head document weights: one full pass, or ``steps`` incremental steps."""
+    module.reference = reference
+    try:
+        if steps is None:
+            return [module(query, memory, memory, key_padding_mask=doc_map, need_head_weights=True)]
+        state = {}
+        return [module(query[t : t + 1], memory, memory, key_padding_mask=doc_map, incremental_state=state,
+                       static_kv=True, need_head_weights=True) for t in range(steps)]
+    finally:
+        del module.reference
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_attention_by_document_through_sdpa_equals_the_dense_scores(beam):
+    """Eq. 5 as one SDPA attention per document mixed by the SOD weights gives the outputs
+    and document weights of the dense score matrix and hierarchical_softmax, with padding
+    keys and missing documents, in a full pass and step by step with beams sharing a cluster."""
+    module = cross_attention_module()
+    doc_map = document_map(SIZES)  # (3, src_len): clusters of 3, 1 and 4 documents
+    rng = torch.Generator().manual_seed(1)
+    memory = torch.randn(doc_map.size(1), len(SIZES), 32, generator=rng)  # (src_len, clusters, dim)
+    query = torch.randn(5, len(SIZES) * beam, 32, generator=rng)  # (tgt_len, clusters x beam, dim)
+    steps = None if beam == 1 else 5
+    with torch.no_grad():
+        fused = attend(module, query, memory, doc_map, reference=False, steps=steps)
+        dense = attend(module, query, memory, doc_map, reference=True, steps=steps)
+    for (out, weights), (expected_out, expected_weights) in zip(fused, dense, strict=True):
+        torch.testing.assert_close(out, expected_out, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
+        assert bool((weights[:, beam : 2 * beam, :, 1:] == 0).all())  # the one-document cluster: missing ones get 0

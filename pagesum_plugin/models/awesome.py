@@ -36,7 +36,7 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 
 from .bart_args import as_bart_args, tiny_dimensions
-from .long_input_bart import LongInputBARTModel, wrap_layer
+from .long_input_bart import LongInputBARTModel, TokenWeightsOnRequest, wrap_layer
 from ..modules.decoder_self_attention import set_cache_beams
 from ..modules.fused_layer import FusedDecoderLayer, as_config
 from ..modules.memory import (
@@ -163,8 +163,9 @@ class AwesomeEncoder(TransformerEncoder):
         return reordered
 
 
-class AwesomeDecoder(TransformerDecoder):
-    """BART's decoder with memories of earlier segments' summaries in some layers."""
+class AwesomeDecoder(TokenWeightsOnRequest, TransformerDecoder):
+    """BART's decoder with memories of earlier segments' summaries in some layers; a decoding
+    step computes no token weights that nobody reads."""
 
     reference: bool = False  # benchmark-only (``reference_attention``): the padding check as before
 

@@ -30,7 +30,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from torch import Tensor
 
 from .bart_args import as_bart_args, tiny_dimensions
-from .long_input_bart import LongInputBARTModel, SyncFreeDecoder, wrap_layer
+from .long_input_bart import LongInputBARTModel, SyncFreeDecoder, TokenWeightsOnRequest, wrap_layer
 from ..modules.fused_layer import FusedAttentionLayer
 from ..modules.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 from ..modules.hepos_attention import CrossAttention, HeposAttention, LinformerCrossAttention
@@ -169,8 +169,9 @@ class HeposEncoder(TransformerEncoderBase):
         return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
 
 
-class HeposDecoder(SyncFreeDecoder, TransformerDecoderBase):
-    """BART's decoder with the chosen encoder-decoder attention."""
+class HeposDecoder(TokenWeightsOnRequest, SyncFreeDecoder, TransformerDecoderBase):
+    """BART's decoder with the chosen encoder-decoder attention; a decoding step computes no
+    token weights that nobody reads."""
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         return wrap_layer(HeposDecoderLayer(cfg, no_encoder_attn), cfg)

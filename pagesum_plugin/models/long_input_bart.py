@@ -6,7 +6,8 @@ them with BART's arguments, and ``forward`` runs them as BART does. The encoder'
 the view the model reads (pages, documents, one flat sequence, a segment per row): only the
 encoder knows its layout. Layers a model builds itself go through ``wrap_layer``, as
 fairseq's own do. Their decoder layers take ``modules/fused_layer.FusedAttentionLayer``, and
-their decoders ``SyncFreeDecoder``.
+their decoders ``SyncFreeDecoder`` (and, where nothing reads the attention weights of a
+decoding step, ``TokenWeightsOnRequest``).
 """
 
 import argparse
@@ -20,6 +21,8 @@ from torch import Tensor, nn
 
 from .bart_args import as_bart_args
 from ..modules.decoder_self_attention import set_cache_beams
+
+NO_ALIGNMENT = -1  # an alignment layer that no layer index matches
 
 
 class LongInputBARTModel(BARTModel):
@@ -93,3 +96,24 @@ class SyncFreeDecoder:
                                                        *args, **kwargs)
         finally:
             self.cross_self_attention = False
+
+
+class TokenWeightsOnRequest:
+    """Put before a fairseq decoder class: a decoding step computes no attention weights
+    unless its caller names an alignment layer.
+
+    fairseq's decoder, given no alignment layer, has its last layer average the
+    cross-attention weights over the heads at every step, and its beam search then stores
+    them, (hypotheses, src_len) per step, and reorders them with the beams. A model whose
+    generator reads no token weights (``mixes_pages`` False: HEPOS, AWESOME) pays for
+    that at every step for nothing. A full forward pass keeps fairseq's default, so that
+    fairseq's alignment generator (a forward pass over the finished hypotheses) still
+    gets them."""
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None,
+                         full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
+                         alignment_heads: Optional[int] = None):
+        if incremental_state is not None and alignment_layer is None:
+            alignment_layer = NO_ALIGNMENT
+        return super().extract_features(prev_output_tokens, encoder_out, incremental_state, full_context_alignment,
+                                        alignment_layer, alignment_heads)

@@ -38,7 +38,7 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
 
 from .bart_args import tiny_dimensions
-from .long_input_bart import LongInputBARTModel, SyncFreeDecoder, wrap_layer
+from .long_input_bart import NO_ALIGNMENT, LongInputBARTModel, SyncFreeDecoder, wrap_layer
 from ..modules.fused_layer import FusedDecoderLayer
 from ..modules.decoder_self_attention import set_cache_beams
 from ..modules.page_mixing import PageLayout, real_pages, rows_of_pages, unpack_pages
@@ -48,7 +48,6 @@ logger = logging.getLogger(__name__)
 PAGE_DECODING_CHOICES = ("page", "global")
 CONFIDENCE_KEYS = ("decoder.page_confidence.weight", "decoder.page_confidence.bias")
 PAGE_STATE_KEY = "pagesum_pages"  # where the decoder keeps its page bookkeeping
-NO_ALIGNMENT = -1  # an alignment layer that no layer index matches
 
 
 class PageSumEncoder(TransformerEncoder):

@@ -259,6 +259,28 @@ def hierarchical_softmax(scores: Tensor, document_map: Tensor, lengths: Tensor) 
     return weights, log_s.exp()
 
 
+def by_document(k: Tensor, v: Tensor, lengths: Tensor) -> Dict[str, Tensor]:
+    """Keys and values (clusters, heads, src_len, head_dim), documents contiguous and in order
+    with ``lengths`` (clusters, max_docs) tokens, laid out per document:
+    (clusters, max_docs, heads, doc_len, head_dim), and which of their keys are real,
+    (clusters, max_docs, doc_len). A missing document (length 0) reads its cluster's first
+    key, so that its attention is finite: its document weight is exactly 0."""
+    clusters, heads, src_len, head_dim = k.shape
+    docs = lengths.size(1)
+    doc_len = int(lengths.max())  # once per source
+    start = torch.cumsum(lengths, 1) - lengths  # (clusters, max_docs)
+    slot = torch.arange(doc_len, device=k.device)  # (doc_len,)
+    allowed = slot < lengths[:, :, None]  # (clusters, max_docs, doc_len)
+    allowed[:, :, 0] = True  # a missing document's one key (see above); a real one's SOD
+    positions = (start[:, :, None] + slot).clamp(max=src_len - 1).masked_fill(~allowed, 0)
+    index = positions.view(clusters, 1, docs * doc_len, 1).expand(clusters, heads, docs * doc_len, head_dim)
+
+    def lay_out(x: Tensor) -> Tensor:  # contiguous, so that each step reads it as a view, with no copy
+        return x.gather(2, index).view(clusters, heads, docs, doc_len, head_dim).transpose(1, 2).contiguous()
+
+    return {"document_keys": lay_out(k), "document_values": lay_out(v), "document_allowed": allowed}
+
+
 class HierarchicalCrossAttention(MultiheadAttention):
     """Decoder cross-attention of Eq. 3-5, in every head. BART's projections unchanged.
 
@@ -266,11 +288,20 @@ class HierarchicalCrossAttention(MultiheadAttention):
     attention weights are the *document* weights s (Eq. 4): (rows, tgt_len, max_docs)
     averaged over heads, or (heads, rows, tgt_len, max_docs) with ``need_head_weights``.
 
+    Eq. 5's output is sum_n s_n softmax_{k in n}(a_k) V_k: one attention per document,
+    mixed by the document weights. So each document's attention runs through SDPA (keys
+    and values laid out per document, (clusters, max_docs, heads, doc_len, head_dim)),
+    with no score matrix over the whole source, and s comes from the SOD keys' scores
+    alone. ``reference = True`` (benchmarks and equivalence tests: ``reference_attention``)
+    computes the dense scores and ``hierarchical_softmax`` instead.
+
     Incremental decoding caches the projected keys and values with the document layout,
     one copy per cluster. When the queries hold several beams per cluster (rows = clusters
     x beam, which fairseq's beam search arranges through ``set_beam_size``), the beams
     share that copy; reordering keeps whole clusters.
     """
+
+    reference: bool = False  # benchmark-only: the dense score matrix and hierarchical_softmax
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
                 key_padding_mask: Optional[Tensor] = None,
@@ -282,42 +313,77 @@ class HierarchicalCrossAttention(MultiheadAttention):
         tgt_len, rows, dim = query.shape
         heads, head_dim = self.num_heads, self.head_dim
         saved = self._get_input_buffer(incremental_state) if incremental_state is not None else {}
-        if "prev_key" in saved:
-            k, v = saved["prev_key"], saved["prev_value"]  # (clusters, heads, src_len, head_dim)
-            document_map, lengths = saved["document_map"], saved["document_lengths"]
-        else:
+        if "document_map" not in saved:  # the first step of this source, or a full pass
             if key is None or key_padding_mask is None:
                 raise ValueError("HED's cross-attention needs the encoder states and their document map")
-            src_len, clusters, _ = key.shape
-            k = self.k_proj(key).view(src_len, clusters, heads, head_dim).permute(1, 2, 0, 3)
-            v = self.v_proj(value).view(src_len, clusters, heads, head_dim).permute(1, 2, 0, 3)
-            document_map = key_padding_mask  # (clusters, src_len)
-            lengths = document_lengths(document_map)  # (clusters, max_docs): the width stays fixed
+            saved = self._memory(key, value, key_padding_mask, beam=rows // key.size(1))
             if incremental_state is not None:
-                saved = {"prev_key": k, "prev_value": v, "document_map": document_map,
-                         "document_lengths": lengths,
-                         "beam": rows // clusters}  # a Python int: reordering reads nothing back
                 self._set_input_buffer(incremental_state, saved)
-        clusters, src_len = document_map.shape
+        clusters = saved["document_map"].size(0)
         beam = rows // clusters  # query rows per cluster: example-major (cluster, beam)
 
         q = self.q_proj(query) * self.scaling  # (tgt_len, rows, dim)
         # (tgt_len, clusters, beam, heads, head_dim) -> (clusters, heads, beam * tgt_len, head_dim)
         q = q.view(tgt_len, clusters, beam, heads, head_dim).permute(1, 3, 2, 0, 4).reshape(
             clusters, heads, beam * tgt_len, head_dim)
-        scores = torch.matmul(q, k.transpose(-1, -2))  # (clusters, heads, beam * tgt_len, src_len)
-        weights, doc_weights = hierarchical_softmax(scores.view(clusters, -1, src_len), document_map, lengths)
-        probs = self.dropout_module(weights.type_as(v)).view(clusters, heads, beam * tgt_len, src_len)
-        out = torch.matmul(probs, v)  # (clusters, heads, beam * tgt_len, head_dim)
+        if "prev_key" in saved:
+            out, doc_weights = self._attend_dense(q, saved)
+        else:
+            out, doc_weights = self._attend_by_document(q, saved)
+        # out: (clusters, heads, beam * tgt_len, head_dim); doc_weights: (clusters, heads, beam * tgt_len, max_docs)
         out = out.view(clusters, heads, beam, tgt_len, head_dim).permute(3, 0, 2, 1, 4).reshape(tgt_len, rows, dim)
         out = self.out_proj(out)
 
         if not (need_weights or need_head_weights):
             return out, None
         # (clusters, heads, beam, tgt_len, docs) -> (heads, rows, tgt_len, docs)
-        doc_weights = doc_weights.view(clusters, heads, beam, tgt_len, -1).permute(1, 0, 2, 3, 4).reshape(
+        doc_weights = doc_weights.reshape(clusters, heads, beam, tgt_len, -1).permute(1, 0, 2, 3, 4).reshape(
             heads, rows, tgt_len, -1)
         return out, doc_weights if need_head_weights else doc_weights.mean(dim=0)
+
+    def _memory(self, key: Tensor, value: Tensor, document_map: Tensor, beam: int) -> Dict:
+        """What the queries of a source attend to, computed once per source: key, value
+        (src_len, clusters, dim); document_map (clusters, src_len). ``beam``: a Python int, so
+        that reordering reads nothing back from the device."""
+        src_len, clusters, _ = key.shape
+        k = self.k_proj(key).view(src_len, clusters, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        v = self.v_proj(value).view(src_len, clusters, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        # k, v: (clusters, heads, src_len, head_dim)
+        lengths = document_lengths(document_map)  # (clusters, max_docs): the width stays fixed
+        saved = {"document_map": document_map, "document_lengths": lengths, "beam": beam}
+        if self.reference:
+            return {**saved, "prev_key": k, "prev_value": v}
+        return {**saved, **by_document(k, v, lengths)}
+
+    def _attend_dense(self, q: Tensor, saved: Dict) -> Tuple[Tensor, Tensor]:
+        """The score matrix over the whole source, materialised, and ``hierarchical_softmax``."""
+        k, v = saved["prev_key"], saved["prev_value"]  # (clusters, heads, src_len, head_dim)
+        clusters, heads, queries, _ = q.shape
+        src_len = k.size(2)
+        scores = torch.matmul(q, k.transpose(-1, -2))  # (clusters, heads, queries, src_len)
+        weights, doc_weights = hierarchical_softmax(scores.view(clusters, -1, src_len), saved["document_map"],
+                                                    saved["document_lengths"])
+        probs = self.dropout_module(weights.type_as(v)).view(clusters, heads, queries, src_len)
+        return torch.matmul(probs, v), doc_weights.view(clusters, heads, queries, -1)
+
+    def _attend_by_document(self, q: Tensor, saved: Dict) -> Tuple[Tensor, Tensor]:
+        """Eq. 5 as sum_n s_n (softmax within document n) V_n, each document's attention
+        through SDPA. q: (clusters, heads, queries, head_dim), scaled."""
+        k, v, allowed = saved["document_keys"], saved["document_values"], saved["document_allowed"]
+        clusters, docs, heads, doc_len, head_dim = k.shape
+        queries = q.size(2)
+        # every document of a cluster with the cluster's queries: (clusters * docs, heads, queries, head_dim)
+        q_docs = q.unsqueeze(1).expand(clusters, docs, heads, queries, head_dim).reshape(-1, heads, queries, head_dim)
+        within = F.scaled_dot_product_attention(
+            q_docs, k.reshape(-1, heads, doc_len, head_dim), v.reshape(-1, heads, doc_len, head_dim),
+            attn_mask=allowed.reshape(-1, 1, 1, doc_len), dropout_p=attention_dropout(self), scale=1.0,
+        ).view(clusters, docs, heads, queries, head_dim)
+        # Eq. 4: the documents' weights from their SOD tokens' scores (each document's first key)
+        sod_scores = torch.einsum("chqd,cnhd->chqn", q, k[:, :, :, 0])  # (clusters, heads, queries, docs)
+        missing = (saved["document_lengths"] == 0)[:, None, None, :]  # (clusters, 1, 1, docs)
+        doc_weights = torch.softmax(sod_scores.float().masked_fill(missing, float("-inf")), dim=-1)
+        out = torch.einsum("chqn,cnhqd->chqd", doc_weights.to(within.dtype), within)
+        return out, doc_weights
 
     def token_weights(self, query: Tensor, key: Tensor, document_map: Tensor) -> Tuple[Tensor, Tensor]:
         """For analysis: the key weights (heads, rows, tgt_len, src_len) and document weights
@@ -338,9 +404,9 @@ class HierarchicalCrossAttention(MultiheadAttention):
         """new_order indexes query rows (cluster x beam); the cache holds one entry per
         cluster, so it follows the cluster of each beam group. Unchanged clusters: no copy."""
         saved = self._get_input_buffer(incremental_state)
-        if "prev_key" not in saved:
+        if "document_map" not in saved:
             return incremental_state
-        clusters = saved["prev_key"].size(0)
+        clusters = saved["document_map"].size(0)
         beam = saved["beam"]
         if clusters * beam == new_order.numel():  # beams move within their clusters only
             return incremental_state
