@@ -22,6 +22,7 @@ Everything else (``fairseq-train --user-dir pagesum_plugin``, ``import pagesum_p
 """
 
 import importlib
+import logging
 import os
 from dataclasses import dataclass
 
@@ -72,8 +73,24 @@ def run(name: str):
     finally:
         del os.environ[TEXT_ONLY]  # no child process inherits it
     if not command.text_only:
-        importlib.import_module(REGISTRATION)  # registered with fairseq, as by ``import pagesum_plugin``
+        register_quietly()
     return importlib.import_module(command.work).main()
+
+
+def register_quietly():
+    """Register the plugin with fairseq (as ``import pagesum_plugin`` does) without fairseq's import
+    side effects on the console. One of fairseq's model modules calls ``logging.basicConfig(level=DEBUG)``
+    when it is imported: that would give this process a DEBUG console handler before the command sets
+    up its own logging (which then does nothing), print the text-to-speech task's "Please install
+    tensorboardX" line, and let every library log at DEBUG. While the registration imports fairseq,
+    the root logger holds a handler that writes nothing, so that ``basicConfig`` leaves it alone and
+    records below the root's level (WARNING) are dropped."""
+    root, silent = logging.getLogger(), logging.NullHandler()
+    root.addHandler(silent)
+    try:
+        importlib.import_module(REGISTRATION)
+    finally:
+        root.removeHandler(silent)
 
 
 def score():

@@ -87,3 +87,16 @@ print(len(torch_commands), all(callable(importlib.import_module(command.work).ma
 """
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
     assert done.stdout.split() == ["8", "True"], done.stderr
+
+
+def test_a_torch_command_at_work_logs_in_its_own_format_with_no_import_chatter(tmp_path):
+    # fairseq's import would otherwise give the process a DEBUG console handler of its own first:
+    # "INFO:fairseq.tasks.text_to_speech:Please install tensorboardX", then every line in its format
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "summary": "A summary.", "sections": [["Intro", ["One sentence."]]]}\n')
+    report, _, chatter = probe("pagesum-preprocess", "--input-format", "jsonl", "--dataset", "x", "--trainpref",
+                               str(bad), "--destdir", str(tmp_path / "out"), "--tokenizer", "sentencepiece")
+    assert report["status"] == 1 and report["registered"]
+    assert chatter and all(line.startswith("pagesum-preprocess | ") for line in chatter), chatter
+    assert f"{bad}, line 1, field 'sections[0]'" in chatter[-1]
+    assert not (tmp_path / "out").exists()
