@@ -59,12 +59,16 @@ def exported(packages: Path, entry: str) -> list[str]:
     return [sys.executable, "-c", _FROM_TREE, str(packages), entry]
 
 
+def setup_keyword(setup_py: Path, keyword: str):
+    """The literal value of ``keyword`` in ``setup_py``'s setup() call, read without running setup.py."""
+    call = next(node for node in ast.walk(ast.parse(setup_py.read_text(encoding="utf-8")))
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setup")
+    return next(ast.literal_eval(k.value) for k in call.keywords if k.arg == keyword)
+
+
 def console_scripts(setup_py: Path) -> dict[str, str]:
     """``name -> module:function`` of every console script that ``setup_py``'s setup() call declares."""
-    call = next(node for node in ast.walk(ast.parse(setup_py.read_text())) if isinstance(node, ast.Call)
-                and getattr(node.func, "id", "") == "setup")
-    entry_points = next(keyword.value for keyword in call.keywords if keyword.arg == "entry_points")
-    lines = ast.literal_eval(entry_points)["console_scripts"]
+    lines = setup_keyword(setup_py, "entry_points")["console_scripts"]
     return dict(tuple(part.strip() for part in line.split("=")) for line in lines)
 
 

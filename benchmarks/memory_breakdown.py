@@ -84,7 +84,8 @@ def attention(model: torch.nn.Module, name: str):
 
 
 def build(args, layers: int):
-    """(model, step) of PageSum at ``layers`` encoder+decoder layers, in ``args.dtype``."""
+    """PageSum at ``layers`` encoder+decoder layers, in ``args.dtype``, and its inputs: (model,
+    src (1, pages, page_len), target (1, tgt_len), prev_output_tokens (1, tgt_len))."""
     torch.manual_seed(args.seed)
     task, model = build_model("pagesum_bart_large", size_of(args, layers), "--max-source-positions",
                               str(args.page_len), "--max-target-positions", str(max(1024, args.tgt_len)))
@@ -93,21 +94,19 @@ def build(args, layers: int):
     generator = torch.Generator().manual_seed(args.seed + 1)
     target, prev_output_tokens = summary_io(dictionary, 1, args.tgt_len, generator)
     src = paged_source(dictionary, 1, args.pages, args.page_len, generator)
-    return model, training_step(model, src, target, prev_output_tokens, dictionary.pad())
+    return model, src, target, prev_output_tokens
 
 
-def step_peaks(args) -> Dict[str, Dict[int, float]]:
-    """{attention: {layers: the step's peak MB on top of the weights}} at 1 and 2 layers."""
-    peaks: Dict[str, Dict[int, float]] = {name: {} for name in ATTENTIONS}
-    for layers in (1, 2):
-        model, step = build(args, layers)
-        for name in ATTENTIONS:
-            with attention(model, name):
-                step()  # warm-up: lazily built buffers do not count
-                model.zero_grad(set_to_none=True)
-                peaks[name][layers] = peak_memory(step, torch.device("cpu"), [model]).added / MB
-                model.zero_grad(set_to_none=True)
-            print(f"{layers} layer(s), {name}: {peaks[name][layers]:.0f} MB", file=sys.stderr, flush=True)
+def step_peaks(model, src, target, prev_output_tokens) -> Dict[str, float]:
+    """{attention: the training step's peak MB on top of the weights}."""
+    step = training_step(model, src, target, prev_output_tokens, model.decoder.dictionary.pad())
+    peaks = {}
+    for name in ATTENTIONS:
+        with attention(model, name):
+            step()  # warm-up: lazily built buffers do not count
+            model.zero_grad(set_to_none=True)
+            peaks[name] = peak_memory(step, torch.device("cpu"), [model]).added / MB
+            model.zero_grad(set_to_none=True)
     return peaks
 
 
@@ -116,12 +115,8 @@ def activations(stats, state) -> int:
     return stats.snapshots[state][0][torch.device("cpu")].get(_MemRefType.ACT, 0)
 
 
-def decoder_layer_parts(args) -> Dict[str, Dict[str, float]]:
-    """{attention: {part: activation MB that one decoder layer's sub-module keeps}} (forward only)."""
-    model, _ = build(args, 1)
-    generator = torch.Generator().manual_seed(args.seed + 1)
-    _, prev_output_tokens = summary_io(model.decoder.dictionary, 1, args.tgt_len, generator)  # (1, tgt_len)
-    src = paged_source(model.encoder.dictionary, 1, args.pages, args.page_len, generator)  # (1, pages, page_len)
+def decoder_layer_parts(model, src, prev_output_tokens) -> Dict[str, Dict[str, float]]:
+    """{attention: {part: activation MB that the first decoder layer's sub-module keeps}} (forward only)."""
     parts: Dict[str, Dict[str, float]] = {}
     for name in ATTENTIONS:
         with attention(model, name):
@@ -171,8 +166,14 @@ def main(argv=None):
     start(args)
     if args.quick:
         args.pages, args.page_len, args.tgt_len = 2, 32, 16
-    peaks = step_peaks(args)
-    parts = decoder_layer_parts(args)
+    peaks: Dict[str, Dict[int, float]] = {name: {} for name in ATTENTIONS}  # attention -> layers -> MB
+    for layers in (1, 2):
+        model, src, target, prev_output_tokens = build(args, layers)
+        for name, mb in step_peaks(model, src, target, prev_output_tokens).items():
+            peaks[name][layers] = mb
+            print(f"{layers} layer(s), {name}: {mb:.0f} MB", file=sys.stderr, flush=True)
+        if layers == 1:
+            parts = decoder_layer_parts(model, src, prev_output_tokens)
     print(render(args, peaks, parts))
 
 

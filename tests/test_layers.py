@@ -11,6 +11,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
+from benchmarks.commands import console_scripts
 from builders.cli import REPO_ROOT
 from pagesum_commands import COMMANDS
 
@@ -79,11 +80,7 @@ def is_module(name: str) -> bool:
 def commands() -> Dict[str, str]:
     """Every console command of setup.py: module -> command name, both the module its entry point
     names and, for an entry of pagesum_commands, the module that does its work."""
-    setup = parsed(REPO / "setup.py")
-    scripts = next(ast.literal_eval(value) for node in ast.walk(setup) if isinstance(node, ast.Dict)
-                   for key, value in zip(node.keys, node.values)
-                   if isinstance(key, ast.Constant) and key.value == "console_scripts")
-    entries = {target.split(":")[0].strip(): command.strip() for command, target in (s.split("=") for s in scripts)}
+    entries = {target.split(":")[0]: name for name, target in console_scripts(REPO / "setup.py").items()}
     return {**entries, **{command.work: name for name, command in COMMANDS.items()}}
 
 

@@ -19,7 +19,6 @@ what it downloads. A build reuses the files of an earlier build that match the l
 """
 
 import argparse
-import ast
 import hashlib
 import importlib.metadata as metadata
 import json
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Set
 
 from packaging.requirements import Requirement
+
+from benchmarks.commands import setup_keyword
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
@@ -55,10 +56,7 @@ def project_sources(setup_py: Path) -> tuple:
     (setuptools leaves a build/ folder beside the sources it builds, stale files and all):
     setup.py and every folder it installs a package from, ``pagesum_plugin`` and the values of
     its ``package_dir``, read from setup.py itself so that a package added there is carried too."""
-    call = next(node for node in ast.walk(ast.parse(setup_py.read_text(encoding="utf-8")))
-                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setup")
-    package_dir = next(ast.literal_eval(k.value) for k in call.keywords if k.arg == "package_dir")
-    return ("setup.py", "pagesum_plugin", *sorted(package_dir.values()))
+    return ("setup.py", "pagesum_plugin", *sorted(setup_keyword(setup_py, "package_dir").values()))
 
 
 @dataclass(frozen=True)
