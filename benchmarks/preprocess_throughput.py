@@ -11,13 +11,16 @@ repository, exported with ``git archive``), and keeps the best of ``--repeat`` r
 documents/s and tokens/s of wall time, CPU seconds per document (the command and its
 workers), and MB/s of document text, each document's text counted once (the arXiv layout
 stores it twice). The last rows are the tokenizer alone (``encode_ids`` on every sentence and
-summary, one call, one process): the ceiling of preprocessing.
+summary, one call, one process): the ceiling of preprocessing. The table after it times sentence
+splitting alone, in process, on the jsonl corpus's texts: NLTK's own Punkt with the same
+parameters, ``--before``'s splitter and the new one, alternating, best of ``--repeat``.
 
 With BART's real files pass ``--gpt2-dir`` (encoder.json, vocab.bpe, dict.txt);
 otherwise a byte-level BPE of ``--bpe-vocab-size`` tokens is trained on the same text.
 """
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -25,6 +28,7 @@ import random
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import aclsum
 from tokenizers import ByteLevelBPETokenizer
@@ -32,7 +36,7 @@ from tokenizers import ByteLevelBPETokenizer
 from benchmarks.commands import export, exported, installed, timed
 from pagesum_plugin.corpus.format import CorpusMeta
 from pagesum_plugin.corpus.readers import iter_records, parse_record
-from pagesum_plugin.corpus.sentences import split_sentences
+from pagesum_plugin.corpus.sentences import nltk_punkt_sentences, split_sentences
 from pagesum_plugin.corpus.tokenizers import build_tokenizer
 
 ENTRY = "pagesum_preprocess.cli:main"
@@ -118,6 +122,29 @@ def tokenizer_alone(corpus: Path, input_format: str, gpt2_dir: Path) -> tuple[fl
     return time.perf_counter() - start, time.process_time() - cpu
 
 
+def splitter_of(packages: Path) -> Callable[[str], list[str]]:
+    """``split_sentences`` of an exported tree (``benchmarks.commands.export``), loaded on its own."""
+    spec = importlib.util.spec_from_file_location("sentences_before", packages / "pagesum_plugin/corpus/sentences.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.split_sentences
+
+
+def splitting_alone(corpus: Path, splitters: dict[str, Callable], repeat: int) -> dict[str, float]:
+    """Best CPU seconds of each splitter on every unit text of a jsonl ``corpus``, alternating;
+    every splitter must give the same sentences."""
+    texts = [unit.text for record in iter_records(corpus, "jsonl") for unit in parse_record(record, "jsonl").units]
+    best, sentences = {name: float("inf") for name in splitters}, {}
+    for _ in range(repeat):
+        for name, split in splitters.items():
+            cpu = time.process_time()
+            sentences[name] = [split(text) for text in texts]
+            best[name] = min(best[name], time.process_time() - cpu)
+    if len({json.dumps(s) for s in sentences.values()}) != 1:
+        raise AssertionError(f"the splitters {list(splitters)} disagree")
+    return best
+
+
 def text_megabytes(documents: list[dict]) -> float:
     """Each document's text once: its sentences and its summary, UTF-8."""
     return sum(len(" ".join(s for _, sentences in doc["sections"] for s in sentences).encode()) +
@@ -152,9 +179,11 @@ def main():
         tmp = Path(tmp)
         corpora = write_corpus(tmp, documents)
         gpt2_dir = args.gpt2_dir or train_bpe(tmp, body + abstracts, args.bpe_vocab_size)
-        codes = {"new": installed(ENTRY)}
+        codes, splitters = {}, {"NLTK's Punkt": nltk_punkt_sentences}
         if args.before:
-            codes = {args.before: exported(export(args.before, tmp / "before"), ENTRY), **codes}
+            packages = export(args.before, tmp / "before")
+            codes[args.before], splitters[args.before] = exported(packages, ENTRY), splitter_of(packages)
+        codes["new"], splitters["new"] = installed(ENTRY), split_sentences
         measure(codes["new"], corpora["arxiv"], "arxiv", gpt2_dir, 1, tmp / "probe")  # warm-up: page cache
         stats = CorpusMeta.load(tmp / "probe").stats["train"]
         tokens = stats["source_tokens"]
@@ -183,6 +212,12 @@ def main():
             wall, cpu = min(w for w, _ in runs), min(c for _, c in runs)
             print(row(f"{input_format}, tokenizer alone", 1, args.documents, tokens, megabytes, wall, cpu, 0.0),
                   flush=True)
+        print("\n| sentence splitting alone, in process | CPU ms per document | documents per CPU second | "
+              "CPU time against NLTK's Punkt |\n|---|---:|---:|---:|")
+        split_cpu = splitting_alone(corpora["jsonl"], splitters, args.repeat)
+        reference = split_cpu["NLTK's Punkt"]
+        for name, cpu in split_cpu.items():
+            print(f"| {name} | {1e3 * cpu / args.documents:.2f} | {args.documents / cpu:,.0f} | {cpu / reference:.3f} |")
         print(f"load average at the end: {os.getloadavg()[0]:.2f}")
 
 

@@ -9,10 +9,13 @@ import pytest
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import (acl_papers, copy_acl_papers, write_cohan, write_govreport, write_jsonl,
                               write_multinews)
+from pagesum_plugin.corpus import readers
 from pagesum_plugin.corpus.codec import TextCodec
 from pagesum_plugin.corpus.format import FORMAT_VERSION, CorpusMeta, CorpusSplit, load_dictionary
+from pagesum_plugin.corpus.sentences import nltk_punkt_sentences
 from pagesum_plugin.corpus.views import ViewConfig, assemble_pages, plan_pages
 from pagesum_plugin.evaluation.data import iter_documents
+from pagesum_preprocess import binarize
 from pagesum_preprocess.cli import main
 
 SPLIT_FILES = ("units.bin", "units.idx", "heads.bin", "heads.idx", "names.bin", "names.idx", "summary.bin",
@@ -167,6 +170,33 @@ def test_outputs_are_byte_identical_across_runs_and_worker_counts(tmp_path, bpe,
                     "--num-pages", 4, "--max-page-tokens", 200, "--destdir", data, *_gpt2_args(bpe)) == 0
         outputs.append({p.name: p.read_bytes() for p in sorted(data.iterdir())})
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+def _files(directory) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_split_plain_text_is_byte_identical_across_worker_counts(monkeypatch, tmp_path, bpe, papers):
+    """Plain text is split into sentences in the workers, two papers per chunk here."""
+    monkeypatch.setattr(binarize, "CHUNK_SIZE", 2)
+    source = write_jsonl(tmp_path / "train.jsonl", papers, "text")
+    outputs = []
+    for run, workers in enumerate((1, 2, 2)):
+        data = tmp_path / f"data{run}"
+        assert _run("--input-format", "jsonl", "--trainpref", source, "--workers", workers, "--destdir", data,
+                    *_gpt2_args(bpe)) == 0
+        outputs.append(_files(data))
+    assert outputs[0] == outputs[1] == outputs[2]
+
+
+def test_split_plain_text_writes_the_bytes_of_nltk_punkts_sentences(monkeypatch, tmp_path, bpe, papers):
+    source = write_jsonl(tmp_path / "train.jsonl", papers, "text")
+    command = ["--input-format", "jsonl", "--trainpref", source, "--workers", 1, *_gpt2_args(bpe)]
+    assert _run(*command, "--destdir", tmp_path / "ours") == 0
+    with monkeypatch.context() as patch:
+        patch.setattr(readers, "split_sentences", nltk_punkt_sentences)
+        assert _run(*command, "--destdir", tmp_path / "nltk") == 0
+    assert _files(tmp_path / "ours") == _files(tmp_path / "nltk")
 
 
 def test_sentencepiece_is_trained_on_train_and_travels_with_the_data(tmp_path, papers):
