@@ -217,7 +217,8 @@ def main():
         split_cpu = splitting_alone(corpora["jsonl"], splitters, args.repeat)
         reference = split_cpu["NLTK's Punkt"]
         for name, cpu in split_cpu.items():
-            print(f"| {name} | {1e3 * cpu / args.documents:.2f} | {args.documents / cpu:,.0f} | {cpu / reference:.3f} |")
+            print(f"| {name} | {1e3 * cpu / args.documents:.2f} | {args.documents / cpu:,.0f} | "
+                  f"{cpu / reference:.3f} |")
         print(f"load average at the end: {os.getloadavg()[0]:.2f}")
 
 

@@ -49,7 +49,8 @@ def test_real_paper_text_loses_no_words():
 HARD_CASES = {
     "abbreviations": "Smith et al. (2020) agree, e.g. here. Cf. Fig. 3, Figs. 4-5 and Eq. 2. I.e. no. The U.S. Army "
                      "and the U.K. won. Ph.D. students came at 5 p.m. Mr. Lee vs. Dr. No. Co-ed. team. non-Prof. X.",
-    "initials": "J. R. R. Tolkien wrote it. A. the end. B. 5 is odd. C. (x) here. D. ; E. , É. Next. é. next. _. Next.",
+    "initials": "J. R. R. Tolkien wrote it. A. the end. B. 5 is odd. C. (x) here. D. ; E. , É. Next. é. next. "
+                "_. Next.",
     "numbers": "It costs 3.5 dollars. Step 2. then 3. Then 1.2.3. Next. -5. Next. ,5. Next. 3-4. Next. 2020. The end. "
                "Table 3. (a) shows it. 12. ; 13. 東 14.%",
     "ellipses": "It ends... Then more.. next. Wait . . . what? And .... so. x. . . y. Dots.. Then. End...",
@@ -76,9 +77,9 @@ def test_hard_cases_split_as_nltk_punkt(case):
 
 
 HARD_TOKENS = (
-    "A. a. 5. 3.5 No. no. e.g. U.S. x.. ... . . . ; , ? ! . The the 東 É. é _. (x) ##number##. ( ) \" ' \u201c \u201d "
-    "\u00ab \u00bb \u2019 -- - Fig. al. J. 1. 2020). word.) x.' ?! !! .. a.b. Co-ed. -5. ,5. Hi.(x [ ] } x.\u2019 "
-    "y.\u201d non-linear. 3-4. 3--4. I. i. Ph.D. vs. St. z! q? @ * :"
+    "A. a. 5. 3.5 No. no. e.g. U.S. x.. ... . . . ; , ? ! . The the 東 É. é _. (x) ##number##. ( ) \" ' "
+    "\u201c \u201d \u00ab \u00bb \u2019 -- - Fig. al. J. 1. 2020). word.) x.' ?! !! .. a.b. Co-ed. -5. ,5. "
+    "Hi.(x [ ] } x.\u2019 y.\u201d non-linear. 3-4. 3--4. I. i. Ph.D. vs. St. z! q? @ * :"
 ).split() + ["x" * 70 + "."]
 SPACES = (" ", " ", " ", "", "\n", "  ", "\t", "\u00a0", "\n\n", " \n ", "\x1c", "\u2009", "\r\n")
 
