@@ -1,5 +1,9 @@
-"""Label-smoothed cross entropy on PageSum's page-mixed distribution, with page-weight metrics."""
+"""Label-smoothed cross entropy on PageSum's page-mixed distribution, with page-weight metrics,
+computed a chunk of summary tokens at a time so that the (tokens, vocabulary) logits of the
+whole batch never exist at once."""
 
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
 
 import torch
 from fairseq import metrics
@@ -7,20 +11,58 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
     LabelSmoothedCrossEntropyCriterionConfig,
+    label_smoothed_nll_loss,
 )
+from fairseq.models.transformer import TransformerDecoderBase
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from ..memory.model import LOSS_CHUNK_TOKENS
 
 
-@register_criterion("paged_label_smoothed_cross_entropy", dataclass=LabelSmoothedCrossEntropyCriterionConfig)
+@dataclass
+class PagedLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
+    loss_chunk_tokens: int = field(
+        default=LOSS_CHUNK_TOKENS,
+        metadata={"help": "project the decoder's features to the vocabulary and take the loss this many summary "
+                          "tokens at a time, each chunk recomputed in backward, so that only one chunk's logits "
+                          "exist at once (the same loss and gradients); 0: the whole batch's logits at once"},
+    )
+
+
+@register_criterion("paged_label_smoothed_cross_entropy", dataclass=PagedLabelSmoothedCrossEntropyConfig)
 class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     """The paper's loss (label smoothing 0.1 in its recipes) plus how focused the mixing is:
 
     * page_entropy: mean entropy (in bits) of the page weights of a summary token;
     * top_page_weight: mean weight of the most confident page.
+
+    With ``loss_chunk_tokens`` N > 0 (the default) and a model whose output is its decoder's
+    ``output_layer`` of the features it returns with ``features_only`` (``projects_features``:
+    every model of the plugin, and fairseq's BART), the model returns its final (page-mixed)
+    features and the criterion projects and scores them N tokens at a time
+    (``chunked_losses``), each chunk under activation checkpointing: forward keeps no logits,
+    and backward recomputes one chunk's at a time. Otherwise, and for an unreduced loss, it is
+    fairseq's criterion on the full logits.
     """
 
+    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
+                 loss_chunk_tokens=LOSS_CHUNK_TOKENS):
+        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        if loss_chunk_tokens < 0:
+            raise ValueError(f"--loss-chunk-tokens must be 0 (off) or more, got {loss_chunk_tokens}")
+        self.loss_chunk_tokens = loss_chunk_tokens
+
     def forward(self, model, sample, reduce=True):
-        net_output = model(**sample["net_input"])
-        loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
+        chunked = reduce and self.loss_chunk_tokens > 0 and projects_features(model)
+        net_output = model(**sample["net_input"], features_only=chunked)
+        accuracy: Optional[Tuple[Tensor, Tensor]] = None
+        if chunked:
+            loss, nll_loss, accuracy = self.chunked_losses(model, net_output, sample)
+        else:
+            loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
+            if self.report_accuracy:
+                accuracy = self.compute_accuracy(model, net_output, sample)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": loss.data,
@@ -34,11 +76,43 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
                 net_output[1]["page_weights"], sample["target"].ne(self.padding_idx)
             )
             logging_output.update(page_entropy_sum=entropy_sum, top_page_weight_sum=top_weight_sum)
-        if self.report_accuracy:
-            n_correct, total = self.compute_accuracy(model, net_output, sample)
+        if accuracy is not None:
+            n_correct, total = accuracy
             logging_output["n_correct"] = n_correct.data
             logging_output["total"] = total.data
         return loss, sample_size, logging_output
+
+    def chunked_losses(self, model, net_output, sample) -> Tuple[Tensor, Tensor, Optional[Tuple[Tensor, Tensor]]]:
+        """(loss, nll_loss, (n_correct, total) or None) summed over the target, from the
+        features in ``net_output`` (batch, tgt_len, dim), ``loss_chunk_tokens`` tokens at a time:
+        what ``compute_loss`` and ``compute_accuracy`` give on the logits of the whole batch."""
+        features, target = net_output[0], model.get_targets(sample, net_output)  # (batch, tgt_len, dim), (batch, tgt_len)
+        if self.ignore_prefix_size > 0:
+            features, target = features[:, self.ignore_prefix_size:], target[:, self.ignore_prefix_size:]
+        features = features.reshape(-1, features.size(-1))  # (tokens, dim)
+        target = target.reshape(-1)  # (tokens,)
+        recompute = torch.is_grad_enabled()  # checkpointing only matters for a backward pass
+        sums = []
+        for start in range(0, target.size(0), self.loss_chunk_tokens):
+            chunk = slice(start, start + self.loss_chunk_tokens)
+            if recompute:
+                sums.append(checkpoint(self.chunk_sums, model, features[chunk], target[chunk], use_reentrant=False))
+            else:
+                sums.append(self.chunk_sums(model, features[chunk], target[chunk]))
+        loss, nll_loss, n_correct = torch.stack(sums).sum(dim=0).unbind()  # sums: per chunk (3,)
+        if not self.report_accuracy:
+            return loss, nll_loss, None
+        return loss, nll_loss, (n_correct.long(), target.ne(self.padding_idx).sum())
+
+    def chunk_sums(self, model, features: Tensor, target: Tensor) -> Tensor:
+        """(3,): the summed label-smoothed loss, NLL and correct predictions of one chunk;
+        features (chunk, dim), target (chunk,)."""
+        logits = model.decoder.output_layer(features)  # (chunk, vocab)
+        lprobs = model.get_normalized_probs((logits, None), log_probs=True)  # (chunk, vocab), fp32
+        loss, nll_loss = label_smoothed_nll_loss(lprobs, target, self.eps, ignore_index=self.padding_idx, reduce=True)
+        with torch.no_grad():
+            correct = (lprobs.argmax(dim=-1).eq(target) & target.ne(self.padding_idx)).sum().to(loss.dtype)
+        return torch.stack([loss, nll_loss, correct])
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
@@ -53,6 +127,14 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
+
+
+def projects_features(model) -> bool:
+    """Whether ``model(..., features_only=True)`` returns the features whose
+    ``model.decoder.output_layer`` are its logits: fairseq's Transformer decoders (every
+    model of this plugin, and BART) without an adaptive softmax."""
+    decoder = getattr(model, "decoder", None)
+    return isinstance(decoder, TransformerDecoderBase) and decoder.adaptive_softmax is None
 
 
 @torch.no_grad()

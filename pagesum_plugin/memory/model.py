@@ -35,6 +35,11 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 SYSTEMS = ("pagesum", "bart", "hepos", "hed", "awesome")
 KERNELS = ("bmm", "fused")
 OPTIMIZERS = ("adam", "adamw_torch", "adafactor")
+# Summary tokens whose logits the plugin's criterion computes at once (``--loss-chunk-tokens``,
+# whose default this is: the criterion reads it from here, so that a prediction prices what
+# training runs). The systems it trains: their recipes' criterion is the plugin's.
+LOSS_CHUNK_TOKENS = 256
+CHUNKED_LOSS_SYSTEMS = ("pagesum", "hed")
 
 
 @dataclass(frozen=True)
