@@ -115,21 +115,29 @@ def test_validation_without_gradients_gives_the_same_loss(system):
     torch.testing.assert_close(chunked, full, rtol=1e-5, atol=0)
 
 
-def test_no_projection_sees_more_rows_than_a_chunk(system, monkeypatch):
-    """The whole batch's (tokens, vocabulary) logits never exist: in forward and in backward's
-    recomputation, the output layer projects at most one chunk of tokens."""
+def test_no_projection_onto_the_vocabulary_sees_more_rows_than_a_chunk(system, monkeypatch):
+    """The whole batch's (tokens, vocabulary) logits never exist: every product with the output
+    projection's weight, in forward and in backward, takes at most one chunk of tokens, and
+    each chunk is projected once."""
     _, task, model, sample = system
-    rows = []
-    output_layer = model.decoder.output_layer
+    weight, rows = model.decoder.output_projection.weight, []
+    linear, matmul = torch.nn.functional.linear, torch.Tensor.__matmul__
 
-    def counted(features):
-        rows.append(features.shape[:-1].numel())
-        return output_layer(features)
+    def counted_linear(x, w, *args, **kwargs):
+        if w is weight:
+            rows.append(x.shape[:-1].numel())
+        return linear(x, w, *args, **kwargs)
 
-    monkeypatch.setattr(model.decoder, "output_layer", counted)
+    def counted_matmul(a, b):
+        if b is weight:  # a (rows, vocab) gradient times the weight
+            rows.append(a.shape[0])
+        return matmul(a, b)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", counted_linear)
+    monkeypatch.setattr(torch.Tensor, "__matmul__", counted_matmul)
     loss_and_grads(model, criterion(task, CHUNK), sample)
     chunks = [CHUNK] * (TARGET_TOKENS // CHUNK) + [TARGET_TOKENS % CHUNK]  # 9 chunks of 3 tokens and one of 1
-    assert sorted(rows) == sorted(chunks * 2)  # forward's chunks, and backward recomputing each
+    assert sorted(rows) == sorted(chunks * 2)  # each chunk's logits, and its features' gradient
 
 
 def test_a_chunk_as_long_as_the_target_or_longer_is_one_chunk(system):
@@ -146,3 +154,18 @@ def test_the_criterion_chunks_by_default_and_refuses_a_negative_chunk(copy_task_
     assert task.build_criterion(args).loss_chunk_tokens == LOSS_CHUNK_TOKENS > 0
     with pytest.raises(ValueError, match="--loss-chunk-tokens must be 0 \\(off\\) or more, got -1"):
         criterion(task, -1)
+
+
+def test_bf16_chunked_loss_and_gradients_equal_the_whole_batchs_to_bf16_precision(system):
+    _, task, model, sample = system
+    weights = {key: value.clone() for key, value in model.state_dict().items()}
+    half = model.to(torch.bfloat16)
+    try:
+        loss, _, _, grads = loss_and_grads(half, criterion(task, CHUNK), sample)
+        expected_loss, _, _, expected_grads = loss_and_grads(half, criterion(task, 0), sample)
+    finally:
+        model.float().load_state_dict(weights)
+    torch.testing.assert_close(loss, expected_loss, rtol=2e-2, atol=0)
+    scale = max(float(g.abs().max()) for g in expected_grads.values())
+    for key, grad in grads.items():
+        torch.testing.assert_close(grad.float(), expected_grads[key].float(), rtol=5e-2, atol=2e-2 * scale, msg=key)

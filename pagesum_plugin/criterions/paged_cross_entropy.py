@@ -1,6 +1,6 @@
 """Label-smoothed cross entropy on PageSum's page-mixed distribution, with page-weight metrics,
 computed a chunk of summary tokens at a time so that the (tokens, vocabulary) logits of the
-whole batch never exist at once."""
+whole batch never exist at once (``chunked_loss``)."""
 
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
@@ -11,12 +11,11 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
     LabelSmoothedCrossEntropyCriterionConfig,
-    label_smoothed_nll_loss,
 )
 from fairseq.models.transformer import TransformerDecoderBase
-from torch import Tensor
-from torch.utils.checkpoint import checkpoint
+from torch import Tensor, nn
 
+from .chunked_loss import chunked_label_smoothed_nll_loss
 from ..memory.model import LOSS_CHUNK_TOKENS
 
 
@@ -24,9 +23,9 @@ from ..memory.model import LOSS_CHUNK_TOKENS
 class PagedLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
     loss_chunk_tokens: int = field(
         default=LOSS_CHUNK_TOKENS,
-        metadata={"help": "project the decoder's features to the vocabulary and take the loss this many summary "
-                          "tokens at a time, each chunk recomputed in backward, so that only one chunk's logits "
-                          "exist at once (the same loss and gradients); 0: the whole batch's logits at once"},
+        metadata={"help": "project the decoder's features onto the vocabulary and take the loss and its gradients "
+                          "this many summary tokens at a time, so that only one chunk's logits exist at once (the "
+                          "same loss and gradients); 0: the whole batch's logits at once"},
     )
 
 
@@ -37,13 +36,12 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     * page_entropy: mean entropy (in bits) of the page weights of a summary token;
     * top_page_weight: mean weight of the most confident page.
 
-    With ``loss_chunk_tokens`` N > 0 (the default) and a model whose output is its decoder's
-    ``output_layer`` of the features it returns with ``features_only`` (``projects_features``:
+    With ``loss_chunk_tokens`` N > 0 (the default) and a model whose logits are its decoder's
+    output projection of the features it returns with ``features_only`` (``projects_features``:
     every model of the plugin, and fairseq's BART), the model returns its final (page-mixed)
-    features and the criterion projects and scores them N tokens at a time
-    (``chunked_losses``), each chunk under activation checkpointing: forward keeps no logits,
-    and backward recomputes one chunk's at a time. Otherwise, and for an unreduced loss, it is
-    fairseq's criterion on the full logits.
+    features and the criterion projects and scores them N tokens at a time, the gradients
+    taken chunk by chunk as it goes (``chunked_loss``): no more than one chunk's logits ever
+    exist. Otherwise, and for an unreduced loss, it is fairseq's criterion on the full logits.
     """
 
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
@@ -84,35 +82,19 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
 
     def chunked_losses(self, model, net_output, sample) -> Tuple[Tensor, Tensor, Optional[Tuple[Tensor, Tensor]]]:
         """(loss, nll_loss, (n_correct, total) or None) summed over the target, from the
-        features in ``net_output`` (batch, tgt_len, dim), ``loss_chunk_tokens`` tokens at a time:
-        what ``compute_loss`` and ``compute_accuracy`` give on the logits of the whole batch."""
+        features in ``net_output`` (batch, tgt_len, dim), ``loss_chunk_tokens`` tokens at a time
+        (``chunked_loss``): what ``compute_loss`` and ``compute_accuracy`` give on the logits of
+        the whole batch."""
         features, target = net_output[0], model.get_targets(sample, net_output)  # (batch, tgt_len, dim), (batch, tgt_len)
         if self.ignore_prefix_size > 0:
             features, target = features[:, self.ignore_prefix_size:], target[:, self.ignore_prefix_size:]
-        features = features.reshape(-1, features.size(-1))  # (tokens, dim)
-        target = target.reshape(-1)  # (tokens,)
-        recompute = torch.is_grad_enabled()  # checkpointing only matters for a backward pass
-        sums = []
-        for start in range(0, target.size(0), self.loss_chunk_tokens):
-            chunk = slice(start, start + self.loss_chunk_tokens)
-            if recompute:
-                sums.append(checkpoint(self.chunk_sums, model, features[chunk], target[chunk], use_reentrant=False))
-            else:
-                sums.append(self.chunk_sums(model, features[chunk], target[chunk]))
-        loss, nll_loss, n_correct = torch.stack(sums).sum(dim=0).unbind()  # sums: per chunk (3,)
+        projection = model.decoder.output_projection  # (vocab, dim) weight, tied with the embeddings in BART
+        loss, nll_loss, n_correct = chunked_label_smoothed_nll_loss(
+            features.reshape(-1, features.size(-1)), projection.weight, projection.bias, target.reshape(-1),
+            self.eps, self.padding_idx, self.loss_chunk_tokens)
         if not self.report_accuracy:
             return loss, nll_loss, None
         return loss, nll_loss, (n_correct.long(), target.ne(self.padding_idx).sum())
-
-    def chunk_sums(self, model, features: Tensor, target: Tensor) -> Tensor:
-        """(3,): the summed label-smoothed loss, NLL and correct predictions of one chunk;
-        features (chunk, dim), target (chunk,)."""
-        logits = model.decoder.output_layer(features)  # (chunk, vocab)
-        lprobs = model.get_normalized_probs((logits, None), log_probs=True)  # (chunk, vocab), fp32
-        loss, nll_loss = label_smoothed_nll_loss(lprobs, target, self.eps, ignore_index=self.padding_idx, reduce=True)
-        with torch.no_grad():
-            correct = (lprobs.argmax(dim=-1).eq(target) & target.ne(self.padding_idx)).sum().to(loss.dtype)
-        return torch.stack([loss, nll_loss, correct])
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
@@ -131,10 +113,11 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
 
 def projects_features(model) -> bool:
     """Whether ``model(..., features_only=True)`` returns the features whose
-    ``model.decoder.output_layer`` are its logits: fairseq's Transformer decoders (every
-    model of this plugin, and BART) without an adaptive softmax."""
+    ``model.decoder.output_projection``, a linear layer, gives its logits: fairseq's
+    Transformer decoders (every model of this plugin, and BART) without an adaptive softmax."""
     decoder = getattr(model, "decoder", None)
-    return isinstance(decoder, TransformerDecoderBase) and decoder.adaptive_softmax is None
+    return (isinstance(decoder, TransformerDecoderBase) and decoder.adaptive_softmax is None
+            and isinstance(decoder.output_projection, nn.Linear))
 
 
 @torch.no_grad()
