@@ -169,3 +169,20 @@ def test_bf16_chunked_loss_and_gradients_equal_the_whole_batchs_to_bf16_precisio
     scale = max(float(g.abs().max()) for g in expected_grads.values())
     for key, grad in grads.items():
         torch.testing.assert_close(grad.float(), expected_grads[key].float(), rtol=5e-2, atol=2e-2 * scale, msg=key)
+
+
+def test_fp16_takes_the_whole_logits_whose_gradient_the_loss_scale_keeps_from_underflowing(system, monkeypatch):
+    """In fp16 the chunks' gradients, taken before the loss scale is known, would underflow."""
+    _, task, model, sample = system
+    calls = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **kw: calls.append(kw.get("features_only")) or forward(*a, **kw))
+    weights = {key: value.clone() for key, value in model.state_dict().items()}
+    try:
+        with torch.no_grad():
+            criterion(task, CHUNK)(model.half(), sample)
+    finally:
+        model.float().load_state_dict(weights)
+    with torch.no_grad():
+        criterion(task, CHUNK)(model, sample)
+    assert calls == [False, True]

@@ -41,7 +41,8 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     every model of the plugin, and fairseq's BART), the model returns its final (page-mixed)
     features and the criterion projects and scores them N tokens at a time, the gradients
     taken chunk by chunk as it goes (``chunked_loss``): no more than one chunk's logits ever
-    exist. Otherwise, and for an unreduced loss, it is fairseq's criterion on the full logits.
+    exist. Otherwise, for an unreduced loss, and in fp16 (``in_fp16``), it is fairseq's criterion
+    on the full logits.
     """
 
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
@@ -52,7 +53,7 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
         self.loss_chunk_tokens = loss_chunk_tokens
 
     def forward(self, model, sample, reduce=True):
-        chunked = reduce and self.loss_chunk_tokens > 0 and projects_features(model)
+        chunked = reduce and self.loss_chunk_tokens > 0 and projects_features(model) and not in_fp16(model)
         net_output = model(**sample["net_input"], features_only=chunked)
         accuracy: Optional[Tuple[Tensor, Tensor]] = None
         if chunked:
@@ -118,6 +119,14 @@ def projects_features(model) -> bool:
     decoder = getattr(model, "decoder", None)
     return (isinstance(decoder, TransformerDecoderBase) and decoder.adaptive_softmax is None
             and isinstance(decoder.output_projection, nn.Linear))
+
+
+def in_fp16(model) -> bool:
+    """Whether the model's logits would be fp16 (``--fp16``, or ``--amp``'s autocast). The
+    chunked loss takes its gradients before the loss scale is known; cast to fp16 unscaled, a
+    probability of 1/50,000 would underflow. bf16 has fp32's range."""
+    autocast = any(torch.is_autocast_enabled(device) for device in ("cuda", "cpu"))
+    return autocast or model.decoder.output_projection.weight.dtype == torch.float16
 
 
 @torch.no_grad()
