@@ -176,7 +176,7 @@ def test_fp16_takes_the_whole_logits_whose_gradient_the_loss_scale_keeps_from_un
     _, task, model, sample = system
     calls = []
     forward = model.forward
-    monkeypatch.setattr(model, "forward", lambda *a, **kw: calls.append(kw.get("features_only")) or forward(*a, **kw))
+    monkeypatch.setattr(model, "forward", lambda *a, **kw: calls.append(kw.get("features_only", False)) or forward(*a, **kw))
     weights = {key: value.clone() for key, value in model.state_dict().items()}
     try:
         with torch.no_grad():

@@ -54,7 +54,7 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
 
     def forward(self, model, sample, reduce=True):
         chunked = reduce and self.loss_chunk_tokens > 0 and projects_features(model) and not in_fp16(model)
-        net_output = model(**sample["net_input"], features_only=chunked)
+        net_output = model(**sample["net_input"], **({"features_only": True} if chunked else {}))
         accuracy: Optional[Tuple[Tensor, Tensor]] = None
         if chunked:
             loss, nll_loss, accuracy = self.chunked_losses(model, net_output, sample)
