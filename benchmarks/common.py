@@ -21,6 +21,7 @@ from torch.nn.attention import SDPBackend
 
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.checkpoints.builder import dictionary_directory
+from pagesum_plugin.criterions.paged_cross_entropy import PagedLabelSmoothedCrossEntropy
 from pagesum_plugin.profiling import (best_seconds, describe_device, device_nearly_full,  # noqa: F401  (re-exported)
                                       is_out_of_memory, peak_memory)
 
@@ -159,6 +160,34 @@ def training_step(model: torch.nn.Module, src_tokens: torch.Tensor, target: torc
         model.zero_grad(set_to_none=True)
         logits, _ = model(src_tokens, None, prev_output_tokens)  # (batch, tgt_len, vocab)
         label_smoothed_loss(logits, target, pad, reduction).backward()
+
+    return step
+
+
+def criterion_and_sample(task, src_tokens: torch.Tensor, target: torch.Tensor, prev_output_tokens: torch.Tensor,
+                         loss_chunk_tokens: int):
+    """(criterion, sample): the plugin's criterion (``paged_label_smoothed_cross_entropy``, label
+    smoothing 0.1), whose loss takes ``loss_chunk_tokens`` summary tokens at a time (0: the whole
+    batch's logits at once), and the batch as it reads it. ``target`` and
+    ``prev_output_tokens`` are (batch, tgt_len)."""
+    criterion = PagedLabelSmoothedCrossEntropy(task, sentence_avg=False, label_smoothing=0.1,
+                                               loss_chunk_tokens=loss_chunk_tokens)
+    pad = task.target_dictionary.pad()
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": None, "prev_output_tokens": prev_output_tokens},
+              "target": target, "ntokens": int(target.ne(pad).sum())}
+    return criterion, sample
+
+
+def criterion_step(model: torch.nn.Module, task, src_tokens: torch.Tensor, target: torch.Tensor,
+                   prev_output_tokens: torch.Tensor, loss_chunk_tokens: int) -> Callable[[], None]:
+    """One training step without the optimizer update through the plugin's criterion
+    (``criterion_and_sample``): forward, loss, backward."""
+    criterion, sample = criterion_and_sample(task, src_tokens, target, prev_output_tokens, loss_chunk_tokens)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        loss, _, _ = criterion(model, sample)
+        loss.backward()
 
     return step
 

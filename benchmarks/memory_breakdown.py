@@ -1,26 +1,29 @@
-"""Where a PageSum training step's memory goes, with the attention of before and with fused attention.
+"""Where a PageSum training step's memory goes: with the attention of before, with fused
+attention, and with fused attention and the chunked output-layer loss.
 
-The step (forward, label-smoothed cross entropy, backward) is measured with torch's
-``MemTracker`` on CPU (``pagesum_plugin.profiling``), ``bart.base`` widths (d=768, 12 heads,
-ffn 3,072, a 50,264-word vocabulary) and random weights, in two ways:
+The step (forward, the plugin's label-smoothed cross entropy, backward) is measured with
+torch's ``MemTracker`` on CPU (``pagesum_plugin.profiling``), ``bart.base`` widths (d=768, 12
+heads, ffn 3,072, a 50,264-word vocabulary) and random weights, in two ways:
 
 * **per layer**: the step's peak (on top of the weights) at 1 and at 2 encoder+decoder
   layers. Every layer adds the same activations, so the difference is one layer's cost and
   the 1-layer peak minus it is what does not depend on depth (embeddings, the output
   layer's logits and their gradient); ``bart.base``'s 6 layers are then
-  ``fixed + 6 x per layer``. The fp32 6-layer step of ``benchmarks.memory_scaling`` checks
-  that line (BENCHMARKS.md);
+  ``fixed + 6 x per layer`` (``--check-layers 6`` measures that step too);
 * **per module**: the activations each sub-module of one decoder layer keeps for backward
   (what it added to the live tensors between its forward's start and end).
 
-``today`` runs every attention of the plugin on its path from before fused kernels
-(``reference_attention``: cross-attention as fairseq's bmm + softmax, with its probabilities
-kept in fp32, and in bf16 a second copy in the model's dtype); ``fused`` is the default.
-``--dtype bf16`` shows the precision that training on a GPU uses, where the fp32 copy of the
-probabilities weighs three times a bf16 activation.
+Three steps (``STEPS``): ``before`` runs every attention of the plugin on its path from
+before fused kernels (``reference_attention``: cross-attention as fairseq's bmm + softmax,
+with its probabilities kept in fp32, and in bf16 a second copy in the model's dtype) and the
+loss on the whole summary's logits (``--loss-chunk-tokens 0``); ``fused`` is fused attention
+with that loss; ``chunked`` is the default: fused attention and the loss taken
+``--loss-chunk-tokens`` summary tokens at a time. ``--dtype bf16`` shows the precision that
+training on a GPU uses, where the fp32 copy of the probabilities weighs three times a bf16
+activation.
 
     python -m benchmarks.memory_breakdown --dtype fp32
-    python -m benchmarks.memory_breakdown --dtype bf16
+    python -m benchmarks.memory_breakdown --dtype bf16 --heads 1
 """
 
 import argparse
@@ -31,12 +34,19 @@ from typing import Dict, List
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _ModState, _MemRefType
 
-from benchmarks.common import ModelSize, build_model, markdown_table, paged_source, start, summary_io, training_step
+from benchmarks.common import ModelSize, build_model, criterion_step, markdown_table, paged_source, start, summary_io
+from pagesum_plugin.memory.model import LOSS_CHUNK_TOKENS
 from pagesum_plugin.modules.fused_attention import reference_attention
 from pagesum_plugin.profiling import peak_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 ATTENTIONS = ("today", "fused")
+STEPS = {  # name: (attention, whether the loss is chunked)
+    "before": ("today", False),
+    "fused": ("fused", False),
+    "chunked": ("fused", True),
+}
+STEP_LABELS = {"before": "before", "fused": "fused attention", "chunked": "fused + chunked loss"}
 BART_BASE_LAYERS = 6
 MB = 2**20
 # one decoder layer's sub-modules in forward order, and what each is charged with: the
@@ -65,6 +75,10 @@ def parse_args(argv=None):
                         help="attention heads of 64 dimensions; the width is 64 x heads, the feed-forward 4 x that "
                              "(default 12: bart.base). Every per-layer tensor grows with the heads at this "
                              "head size, so --heads 1 keeps bart.base's per-layer proportions at 1/12 of its size")
+    parser.add_argument("--loss-chunk-tokens", type=int, default=LOSS_CHUNK_TOKENS,
+                        help=f"summary tokens per chunk of the chunked loss (default: the criterion's, {LOSS_CHUNK_TOKENS})")
+    parser.add_argument("--check-layers", type=int, default=0, metavar="N",
+                        help="also measure the N-layer step of each kind, against fixed + N x layer (0: do not)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="tiny widths and lengths, for a smoke run")
     args = parser.parse_args(argv)
@@ -84,7 +98,7 @@ def attention(model: torch.nn.Module, name: str):
 
 
 def build(args, layers: int):
-    """PageSum at ``layers`` encoder+decoder layers, in ``args.dtype``, and its inputs: (model,
+    """PageSum at ``layers`` encoder+decoder layers, in ``args.dtype``, and its inputs: (task, model,
     src (1, pages, page_len), target (1, tgt_len), prev_output_tokens (1, tgt_len))."""
     torch.manual_seed(args.seed)
     task, model = build_model("pagesum_bart_large", size_of(args, layers), "--max-source-positions",
@@ -94,15 +108,15 @@ def build(args, layers: int):
     generator = torch.Generator().manual_seed(args.seed + 1)
     target, prev_output_tokens = summary_io(dictionary, 1, args.tgt_len, generator)
     src = paged_source(dictionary, 1, args.pages, args.page_len, generator)
-    return model, src, target, prev_output_tokens
+    return task, model, src, target, prev_output_tokens
 
 
-def step_peaks(model, src, target, prev_output_tokens) -> Dict[str, float]:
-    """{attention: the training step's peak MB on top of the weights}."""
-    step = training_step(model, src, target, prev_output_tokens, model.decoder.dictionary.pad())
+def step_peaks(args, task, model, src, target, prev_output_tokens) -> Dict[str, float]:
+    """{step (``STEPS``): the training step's peak MB on top of the weights}."""
     peaks = {}
-    for name in ATTENTIONS:
-        with attention(model, name):
+    for name, (kind, chunked) in STEPS.items():
+        step = criterion_step(model, task, src, target, prev_output_tokens, args.loss_chunk_tokens if chunked else 0)
+        with attention(model, kind):
             step()  # warm-up: lazily built buffers do not count
             model.zero_grad(set_to_none=True)
             peaks[name] = peak_memory(step, torch.device("cpu"), [model]).added / MB
@@ -138,26 +152,27 @@ def decoder_layer_parts(model, src, prev_output_tokens) -> Dict[str, Dict[str, f
 
 
 def render(args, peaks, parts) -> str:
-    per_layer = {name: peaks[name][2] - peaks[name][1] for name in ATTENTIONS}
-    fixed = {name: peaks[name][1] - per_layer[name] for name in ATTENTIONS}
-    full = {name: fixed[name] + BART_BASE_LAYERS * per_layer[name] for name in ATTENTIONS}
-    rows: List[List[str]] = []
-    for label, values in (("fixed (embeddings, logits)", fixed), ("one encoder + decoder layer", per_layer),
-                          (f"{BART_BASE_LAYERS} layers: fixed + {BART_BASE_LAYERS} x layer", full)):
-        rows.append([label, f"{values['today']:.0f}", f"{values['fused']:.0f}",
-                     f"{values['fused'] / values['today']:.2f}x"])
+    per_layer = {name: peaks[name][2] - peaks[name][1] for name in STEPS}
+    fixed = {name: peaks[name][1] - per_layer[name] for name in STEPS}
+    full = {name: fixed[name] + BART_BASE_LAYERS * per_layer[name] for name in STEPS}
+    lines = [("fixed (embeddings, logits)", fixed), ("one encoder + decoder layer", per_layer),
+             (f"{BART_BASE_LAYERS} layers: fixed + {BART_BASE_LAYERS} x layer", full)]
+    if args.check_layers:
+        lines.append((f"{args.check_layers} layers, measured", {name: peaks[name][args.check_layers] for name in STEPS}))
+    rows = [[label] + [f"{values[name]:.0f}" for name in STEPS]
+            + [f"{values[name] / values['before']:.2f}x" for name in ("fused", "chunked")] for label, values in lines]
     part_rows = [[DECODER_PARTS[part], f"{parts['today'].get(part, 0):.0f}", f"{parts['fused'].get(part, 0):.0f}"]
                  for part in DECODER_PARTS]
     part_rows.append(["all of the above", f"{sum(parts['today'].values()):.0f}", f"{sum(parts['fused'].values()):.0f}"])
     heading = (f"PageSum training step, {args.pages} pages x {args.page_len} tokens, a {args.tgt_len}-token summary, "
-               f"{args.dtype}, d={size_of(args, 1).embed_dim}, {size_of(args, 1).heads} heads; "
-               f"torch {torch.__version__}, CPU, MemTracker")
+               f"{args.dtype}, d={size_of(args, 1).embed_dim}, {size_of(args, 1).heads} heads; chunked loss: "
+               f"{args.loss_chunk_tokens} tokens a chunk; torch {torch.__version__}, CPU, MemTracker")
     return "\n\n".join([
         heading,
         "Step peak on top of the weights, MB (measured at 1 and 2 layers):",
-        markdown_table(["", "today", "fused", "fused / today"], rows),
+        markdown_table(["", *STEP_LABELS.values(), "fused / before", "fused + chunked / before"], rows),
         "Activations one decoder layer keeps for backward, MB (forward):",
-        markdown_table(["decoder layer part", "today", "fused"], part_rows),
+        markdown_table(["decoder layer part", "attention of before", "fused"], part_rows),
     ])
 
 
@@ -165,11 +180,11 @@ def main(argv=None):
     args = parse_args(argv)
     start(args)
     if args.quick:
-        args.pages, args.page_len, args.tgt_len = 2, 32, 16
-    peaks: Dict[str, Dict[int, float]] = {name: {} for name in ATTENTIONS}  # attention -> layers -> MB
-    for layers in (1, 2):
-        model, src, target, prev_output_tokens = build(args, layers)
-        for name, mb in step_peaks(model, src, target, prev_output_tokens).items():
+        args.pages, args.page_len, args.tgt_len, args.loss_chunk_tokens = 2, 32, 16, 4
+    peaks: Dict[str, Dict[int, float]] = {name: {} for name in STEPS}  # step -> layers -> MB
+    for layers in sorted({1, 2, args.check_layers} - {0}):
+        task, model, src, target, prev_output_tokens = build(args, layers)
+        for name, mb in step_peaks(args, task, model, src, target, prev_output_tokens).items():
             peaks[name][layers] = mb
             print(f"{layers} layer(s), {name}: {mb:.0f} MB", file=sys.stderr, flush=True)
         if layers == 1:

@@ -3,8 +3,9 @@ step, ``adam`` against ``adamw_torch``.
 
 A measured step is fairseq's training step as its trainer runs it: the model built from its
 registered architecture at the given dimensions, fairseq's optimizer (inside its fp16/bf16
-wrapper for a 16-bit dtype), forward, label-smoothed loss, the wrapper's backward and the
-update; the second step is measured (the optimizer's state exists), with torch's MemTracker on
+wrapper for a 16-bit dtype), forward, the plugin's label-smoothed loss (a chunk of
+``Step.loss_chunk`` summary tokens at a time for PageSum, all at once for BART, as their recipes
+train), the wrapper's backward and the update; the second step is measured (the optimizer's state exists), with torch's MemTracker on
 CPU (``pagesum_plugin.profiling.peak_memory``) or the allocator's peak on CUDA, counting the
 weights, master weights, gradients, optimizer state and activations.
 
@@ -24,7 +25,7 @@ from fairseq import optim
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.fp16_optimizer import FP16Optimizer
 
-from benchmarks.common import (ModelSize, add_device_args, best_seconds, describe_device, label_smoothed_loss,
+from benchmarks.common import (ModelSize, add_device_args, best_seconds, criterion_and_sample, describe_device,
                                make_dictionary, markdown_table, paged_source, start, summary_io)
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.memory.model import (ARCHITECTURES, COUNTS, Architecture, Counts, Step, activation_bytes,
@@ -94,11 +95,12 @@ def build(step: Step, device: torch.device, optimizer: str = None, seed: int = 0
         source = source.reshape(step.batch, -1)  # (batch, tokens)
     target, prev_output_tokens = summary_io(dictionary, step.batch, step.summary_tokens, generator)
     source, target, prev_output_tokens = source.to(device), target.to(device), prev_output_tokens.to(device)
+    criterion, sample = criterion_and_sample(task, source, target, prev_output_tokens, step.loss_chunk)
 
     def train_step():
         fairseq_optimizer.zero_grad()
-        logits, _ = model(source, None, prev_output_tokens)  # (batch, summary_tokens, vocab)
-        fairseq_optimizer.backward(label_smoothed_loss(logits, target, dictionary.pad(), "sum"))
+        loss, _, _ = criterion(model, sample)  # the plugin's; for BART, loss_chunk 0 is fairseq's criterion
+        fairseq_optimizer.backward(loss)
         fairseq_optimizer.step()
 
     tracked = [model, fairseq_optimizer.optimizer]

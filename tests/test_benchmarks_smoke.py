@@ -27,7 +27,7 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
     "memory_scaling": (["--device", "cpu", "--quick", "--size", "small", "--pages", "1", "2", "--page-len", "64",
                         "--tgt-len", "16"],
                        ["PageSum", "BART", "fused / today"]),
-    "memory_breakdown": (["--quick"], ["fused / today", "one encoder + decoder layer", "cross-attention"]),
+    "memory_breakdown": (["--quick"], ["fused + chunked / before", "one encoder + decoder layer", "cross-attention"]),
     "decoding_syncs": (["--steps", "4"], ["fairseq/sequence_generator.py"]),
     "beam_cache": (["--device", "cpu", "--quick", "--pages", "2", "--beams", "2", "--page-len", "32", "--steps", "3",
                     "--long", "12", "--long-pages", "2", "--long-beam", "2"],

@@ -1,5 +1,9 @@
-"""Label-smoothed cross entropy on PageSum's page-mixed distribution, with page-weight metrics."""
+"""Label-smoothed cross entropy on PageSum's page-mixed distribution, with page-weight metrics,
+computed a chunk of summary tokens at a time so that the (tokens, vocabulary) logits of the
+whole batch never exist at once (``chunked_loss``)."""
 
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
 
 import torch
 from fairseq import metrics
@@ -8,19 +12,56 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
     LabelSmoothedCrossEntropyCriterionConfig,
 )
+from fairseq.models.transformer import TransformerDecoderBase
+from torch import Tensor, nn
+
+from .chunked_loss import chunked_label_smoothed_nll_loss
+from ..memory.model import LOSS_CHUNK_TOKENS
 
 
-@register_criterion("paged_label_smoothed_cross_entropy", dataclass=LabelSmoothedCrossEntropyCriterionConfig)
+@dataclass
+class PagedLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
+    loss_chunk_tokens: int = field(
+        default=LOSS_CHUNK_TOKENS,
+        metadata={"help": "project the decoder's features onto the vocabulary and take the loss and its gradients "
+                          "this many summary tokens at a time, so that only one chunk's logits exist at once (the "
+                          "same loss and gradients); 0: the whole batch's logits at once"},
+    )
+
+
+@register_criterion("paged_label_smoothed_cross_entropy", dataclass=PagedLabelSmoothedCrossEntropyConfig)
 class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     """The paper's loss (label smoothing 0.1 in its recipes) plus how focused the mixing is:
 
     * page_entropy: mean entropy (in bits) of the page weights of a summary token;
     * top_page_weight: mean weight of the most confident page.
+
+    With ``loss_chunk_tokens`` N > 0 (the default) and a model whose logits are its decoder's
+    output projection of the features it returns with ``features_only`` (``projects_features``:
+    every model of the plugin, and fairseq's BART), the model returns its final (page-mixed)
+    features and the criterion projects and scores them N tokens at a time, the gradients
+    taken chunk by chunk as it goes (``chunked_loss``): no more than one chunk's logits ever
+    exist. Otherwise, for an unreduced loss, and in fp16 (``in_fp16``), it is fairseq's criterion
+    on the full logits.
     """
 
+    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
+                 loss_chunk_tokens=LOSS_CHUNK_TOKENS):
+        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        if loss_chunk_tokens < 0:
+            raise ValueError(f"--loss-chunk-tokens must be 0 (off) or more, got {loss_chunk_tokens}")
+        self.loss_chunk_tokens = loss_chunk_tokens
+
     def forward(self, model, sample, reduce=True):
-        net_output = model(**sample["net_input"])
-        loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
+        chunked = reduce and self.loss_chunk_tokens > 0 and projects_features(model) and not in_fp16(model)
+        net_output = model(**sample["net_input"], **({"features_only": True} if chunked else {}))
+        accuracy: Optional[Tuple[Tensor, Tensor]] = None
+        if chunked:
+            loss, nll_loss, accuracy = self.chunked_losses(model, net_output, sample)
+        else:
+            loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
+            if self.report_accuracy:
+                accuracy = self.compute_accuracy(model, net_output, sample)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": loss.data,
@@ -34,11 +75,27 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
                 net_output[1]["page_weights"], sample["target"].ne(self.padding_idx)
             )
             logging_output.update(page_entropy_sum=entropy_sum, top_page_weight_sum=top_weight_sum)
-        if self.report_accuracy:
-            n_correct, total = self.compute_accuracy(model, net_output, sample)
+        if accuracy is not None:
+            n_correct, total = accuracy
             logging_output["n_correct"] = n_correct.data
             logging_output["total"] = total.data
         return loss, sample_size, logging_output
+
+    def chunked_losses(self, model, net_output, sample) -> Tuple[Tensor, Tensor, Optional[Tuple[Tensor, Tensor]]]:
+        """(loss, nll_loss, (n_correct, total) or None) summed over the target, from the
+        features in ``net_output`` (batch, tgt_len, dim), ``loss_chunk_tokens`` tokens at a time
+        (``chunked_loss``): what ``compute_loss`` and ``compute_accuracy`` give on the logits of
+        the whole batch."""
+        features, target = net_output[0], model.get_targets(sample, net_output)  # (batch, tgt_len, dim), (batch, tgt_len)
+        if self.ignore_prefix_size > 0:
+            features, target = features[:, self.ignore_prefix_size:], target[:, self.ignore_prefix_size:]
+        projection = model.decoder.output_projection  # (vocab, dim) weight, tied with the embeddings in BART
+        loss, nll_loss, n_correct = chunked_label_smoothed_nll_loss(
+            features.reshape(-1, features.size(-1)), projection.weight, projection.bias, target.reshape(-1),
+            self.eps, self.padding_idx, self.loss_chunk_tokens)
+        if not self.report_accuracy:
+            return loss, nll_loss, None
+        return loss, nll_loss, (n_correct.long(), target.ne(self.padding_idx).sum())
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
@@ -53,6 +110,23 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
+
+
+def projects_features(model) -> bool:
+    """Whether ``model(..., features_only=True)`` returns the features whose
+    ``model.decoder.output_projection``, a linear layer, gives its logits: fairseq's
+    Transformer decoders (every model of this plugin, and BART) without an adaptive softmax."""
+    decoder = getattr(model, "decoder", None)
+    return (isinstance(decoder, TransformerDecoderBase) and decoder.adaptive_softmax is None
+            and isinstance(decoder.output_projection, nn.Linear))
+
+
+def in_fp16(model) -> bool:
+    """Whether the model's logits would be fp16 (``--fp16``, or ``--amp``'s autocast). The
+    chunked loss takes its gradients before the loss scale is known; cast to fp16 unscaled, a
+    probability of 1/50,000 would underflow. bf16 has fp32's range."""
+    autocast = any(torch.is_autocast_enabled(device) for device in ("cuda", "cpu"))
+    return autocast or model.decoder.output_projection.weight.dtype == torch.float16
 
 
 @torch.no_grad()

@@ -8,7 +8,8 @@ Activations are counted as tensors of the model's dtype per token and layer, in 
 ``d``-wide tensors (layer inputs, projections, residuals, normalisations), ``ffn``-wide ones
 (the feed-forward hidden layer before and after its activation), attention score matrices
 (heads x queries x keys) where the kernel keeps them, and the output layer's vocabulary-wide
-logits. How many tensors of each kind a layer keeps was measured, not derived: the counts in
+logits: of the whole summary, or of one chunk of ``loss_chunk_tokens`` tokens where the
+plugin's criterion takes the loss a chunk at a time (``Step.loss_chunk``). How many tensors of each kind a layer keeps was measured, not derived: the counts in
 ``COUNTS`` are a least-squares fit of training-step peaks measured with torch's MemTracker
 (``pagesum_plugin.profiling.peak_memory``) on CPU, over models and inputs of several widths,
 depths and lengths (``python -m benchmarks.memory_plan --calibrate`` refits them), and
@@ -28,13 +29,18 @@ Pure arithmetic: no torch, so that ``pagesum-plan`` answers at once.
 """
 
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 GB = 10**9
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 SYSTEMS = ("pagesum", "bart", "hepos", "hed", "awesome")
 KERNELS = ("bmm", "fused")
 OPTIMIZERS = ("adam", "adamw_torch", "adafactor")
+# Summary tokens whose logits the plugin's criterion computes at once (``--loss-chunk-tokens``,
+# whose default this is: the criterion reads it from here, so that a prediction prices what
+# training runs). The systems it trains: their recipes' criterion is the plugin's.
+LOSS_CHUNK_TOKENS = 64
+CHUNKED_LOSS_SYSTEMS = ("pagesum", "hed")
 
 
 @dataclass(frozen=True)
@@ -74,15 +80,16 @@ class Counts:
     decoder_d: float  # per decoder token and decoder layer, d-wide
     decoder_ffn: float  # per decoder token and decoder layer, ffn-wide
     cross_kv: float  # per source token that a decoder row reads, per decoder layer, d-wide (keys, values)
-    logits: float  # per summary token, vocabulary-wide (logits, fp32 log-probabilities, their gradient)
+    logits: float  # per summary token of the batch, or of a loss chunk, vocabulary-wide (logits, fp32
+    #                log-probabilities, their gradient)
     checkpointed_d: float  # per token and layer with checkpointing, d-wide (the layer's input)
     recomputed_layer: float  # with checkpointing, the largest layer's activations while backward recomputes it
     #                          and holds its gradients' temporaries, in units of that layer's activations
 
 
 # Least-squares fit to MemTracker peaks on CPU (benchmarks/memory_plan.py --calibrate).
-COUNTS = Counts(encoder_d=10.53, encoder_ffn=2.0, decoder_d=15.69, decoder_ffn=2.0, cross_kv=2.0, logits=2.06,
-                checkpointed_d=1.0, recomputed_layer=1.57)
+COUNTS = Counts(encoder_d=10.24, encoder_ffn=2.0, decoder_d=12.47, decoder_ffn=2.0, cross_kv=2.0, logits=0.79,
+                checkpointed_d=1.0, recomputed_layer=1.69)
 
 
 @dataclass(frozen=True)
@@ -103,10 +110,20 @@ class Step:
     hepos_window: int = 256  # HEPOS's encoder window (its sparse layers read about as many keys)
     hepos_stride: int = 4  # HEPOS's cross-attention: each head reads every stride-th source token
     memory_slots: int = 1024  # AWESOME's memory slots (m)
+    loss_chunk_tokens: Optional[int] = None  # summary tokens whose logits exist at once (0: all of them);
+    #                                          None: what the system's recipes train with (``loss_chunk``)
 
     @property
     def input_tokens(self) -> int:
         return self.pages * self.page_tokens
+
+    @property
+    def loss_chunk(self) -> int:
+        """Summary tokens whose logits the loss computes at once, 0 for all of them: the plugin's
+        criterion (``LOSS_CHUNK_TOKENS``) for the systems it trains, fairseq's (all) otherwise."""
+        if self.loss_chunk_tokens is not None:
+            return self.loss_chunk_tokens
+        return LOSS_CHUNK_TOKENS if self.system in CHUNKED_LOSS_SYSTEMS else 0
 
     def check(self) -> "Step":
         if self.system not in SYSTEMS:
@@ -118,6 +135,8 @@ class Step:
                 raise ValueError(f"{name} {value!r}: not one of {', '.join(allowed)}")
         if min(self.pages, self.page_tokens, self.summary_tokens, self.batch) < 1:
             raise ValueError(f"pages, tokens, summary tokens and batch must be at least 1: {self}")
+        if self.loss_chunk < 0:
+            raise ValueError(f"loss_chunk_tokens {self.loss_chunk_tokens}: must be 0 (no chunks) or more")
         return self
 
 
@@ -193,7 +212,9 @@ def activation_bytes(step: Step, counts: Counts = COUNTS) -> float:
     encoder_layer = size * source * (counts.encoder_d * d + counts.encoder_ffn * f) + encoder_scores
     decoder_layer = (size * target * (counts.decoder_d * d + counts.decoder_ffn * f)
                      + size * decoder_rows * cross_keys * counts.cross_kv * d + decoder_scores)
-    logits = step.batch * step.summary_tokens * a.vocab * counts.logits * 4  # fp32 log-probabilities
+    logit_rows = step.batch * step.summary_tokens  # the whole batch's logits, or one chunk's
+    logit_rows = min(logit_rows, step.loss_chunk) if step.loss_chunk else logit_rows
+    logits = logit_rows * a.vocab * counts.logits * 4  # fp32 log-probabilities
     if step.checkpointing:
         kept = size * (source + target) * counts.checkpointed_d * d * a.layers
         return kept + counts.recomputed_layer * max(encoder_layer, decoder_layer) + logits

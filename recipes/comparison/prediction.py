@@ -14,13 +14,14 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from pagesum_plugin.memory.model import OPTIMIZERS, Step, architecture, predict
+from pagesum_plugin.memory.model import LOSS_CHUNK_TOKENS, OPTIMIZERS, Step, architecture, predict
 
 from .systems import PAGE_VIEWS, Comparison
 from .systems import architecture as sized_architecture
 
 logger = logging.getLogger(__name__)
 SPECIAL_SYMBOLS = 4  # fairseq's dictionaries: <s>, <pad>, </s>, <unk> before the words of dict.txt
+CHUNKING_CRITERION = "paged_label_smoothed_cross_entropy"  # the plugin's: its loss takes --loss-chunk-tokens at a time
 
 
 def model_step(comparison: Comparison, key: str, data: str | Path, model_size: Optional[str], dtype: str) -> Step:
@@ -38,7 +39,15 @@ def model_step(comparison: Comparison, key: str, data: str | Path, model_size: O
     page_tokens = segment if config.task.view == "segments" else comparison.unit
     return Step(system, replace(arch, vocab=vocab), 1, page_tokens,
                 int(comparison.training.max_summary_tokens), batch=int(comparison.training.batch_size), dtype=dtype,
-                checkpointing=bool(config.model.get("checkpoint_activations", False)), optimizer=optimizer)
+                checkpointing=bool(config.model.get("checkpoint_activations", False)), optimizer=optimizer,
+                loss_chunk_tokens=loss_chunk_tokens(config))
+
+
+def loss_chunk_tokens(config: DictConfig) -> int:
+    """Summary tokens whose logits the experiment's criterion computes at once (0: all)."""
+    if config.criterion._name != CHUNKING_CRITERION:
+        return 0
+    return int(config.criterion.get("loss_chunk_tokens", LOSS_CHUNK_TOKENS))
 
 
 def at_length(step: Step, view: str, units: int, unit: int) -> Step:

@@ -1,0 +1,188 @@
+"""The plugin's criterion takes the loss a chunk of summary tokens at a time
+(``--loss-chunk-tokens``) and gives what the criterion on the whole batch's logits gives: loss
+and NLL to 1e-5 in fp32, every parameter gradient to 1e-4 (relative), the same accuracy and
+page-weight metrics, with padding pages and padded summaries, for every system (PageSum and HED
+train with it; HEPOS, AWESOME and BART may), whether or not the chunk divides the target."""
+
+import pytest
+import torch
+
+from builders.awesome import build_awesome
+from builders.hed import build_hed
+from builders.hepos import SMALL_PATTERNS, build_hepos, flat_batch, random_texts
+from builders.models import build_tiny, decoder_input, paged_batch, random_pages, vocab
+from pagesum_plugin.criterions.paged_cross_entropy import PagedLabelSmoothedCrossEntropy
+from pagesum_plugin.memory.model import LOSS_CHUNK_TOKENS
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
+
+SUMMARIES = [[10, 11], [12, 13, 14, 15], [16], [5, 6, 7, 8, 9]]  # 4 x 7 target tokens, padded to the last
+TARGET_TOKENS = 4 * 7
+CHUNK = 3  # divides neither the target's length (7) nor the batch's tokens (28)
+
+
+def pages(task, counts, seed=0):
+    rng = torch.Generator().manual_seed(seed)
+    return paged_batch([random_pages(rng, n, *vocab(task.dictionary)) for n in counts], task.dictionary)
+
+
+def flat_source(task):
+    return flat_batch(random_texts(torch.Generator().manual_seed(1), [40, 17, 33, 9], task.dictionary), task.dictionary)
+
+
+SYSTEMS = {
+    # name: (build(data_dir) -> (args, task, model), source(task) -> src_tokens)
+    "pagesum": (lambda d: build_tiny(d), lambda task: pages(task, (3, 1, 4, 2))),  # padding pages
+    "pagesum-global": (lambda d: build_tiny(d, "--page-decoding", "global"), lambda task: pages(task, (3, 1, 4, 2))),
+    "hed": (lambda d: build_hed(d), lambda task: pages(task, (2, 3, 1, 2), seed=2)),  # documents as pages
+    "hepos": (lambda d: build_hepos(d, "--encoder-attention", "window", *SMALL_PATTERNS), flat_source),
+    "awesome": (lambda d: build_awesome(d, "--memory", "attentive"), lambda task: flat_source(task)[:, 0]),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(SYSTEMS))
+def system(request, copy_task_dir):
+    """(name, task, model in training mode without dropout, sample with padded summaries)."""
+    build, source = SYSTEMS[request.param]
+    _, task, model = build(copy_task_dir)
+    pad = task.dictionary.pad()
+    src = source(task)
+    target, prev = decoder_input(SUMMARIES, task.dictionary)
+    assert target.eq(pad).any() and target.numel() == TARGET_TOKENS
+    sample = {"net_input": {"src_tokens": src, "src_lengths": src.ne(pad).view(src.size(0), -1).sum(1),
+                            "prev_output_tokens": prev},
+              "target": target, "ntokens": int(target.ne(pad).sum())}
+    return request.param, task, model.train(), sample
+
+
+def criterion(task, chunk, **settings):
+    options = dict(sentence_avg=False, label_smoothing=0.1, ignore_prefix_size=0, report_accuracy=True)
+    options.update(settings)
+    return PagedLabelSmoothedCrossEntropy(task, loss_chunk_tokens=chunk, **options)
+
+
+def loss_and_grads(model, criterion, sample):
+    """(loss, sample_size, logging output, {parameter: gradient}) of one training step."""
+    torch.manual_seed(0)  # the same noise wherever a model draws any in training
+    model.zero_grad(set_to_none=True)
+    loss, sample_size, logging = criterion(model, sample)
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), sample_size, logging, grads
+
+
+def assert_same_step(chunked, full):
+    loss, sample_size, logging, grads = chunked
+    expected_loss, expected_size, expected_logging, expected_grads = full
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=0)
+    torch.testing.assert_close(logging["nll_loss"], expected_logging["nll_loss"], rtol=1e-5, atol=0)
+    assert sample_size == expected_size
+    assert logging.keys() == expected_logging.keys()
+    for key in ("n_correct", "total", "page_entropy_sum", "top_page_weight_sum", "ntokens", "nsentences"):
+        if key in expected_logging:
+            assert torch.equal(torch.as_tensor(logging[key]), torch.as_tensor(expected_logging[key])), key
+    assert grads.keys() == expected_grads.keys()
+    scale = max(float(g.abs().max()) for g in expected_grads.values())  # gradients that are 0 in theory are noise
+    for key, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[key], rtol=1e-4, atol=1e-4 * scale, msg=key)
+
+
+def test_chunked_loss_gradients_and_metrics_equal_the_whole_batchs_logits(system):
+    name, task, model, sample = system
+    full = loss_and_grads(model, criterion(task, 0), sample)
+    assert_same_step(loss_and_grads(model, criterion(task, CHUNK), sample), full)
+    if name.startswith("pagesum") or name == "hed":
+        assert "page_entropy_sum" in full[2]  # the page-weight metrics were compared
+
+
+def test_ignore_prefix_size_and_sentence_avg_apply_to_the_chunks_as_to_the_whole(system):
+    _, task, model, sample = system
+    settings = dict(ignore_prefix_size=1, sentence_avg=True)
+    full = loss_and_grads(model, criterion(task, 0, **settings), sample)
+    assert full[1] == len(SUMMARIES)
+    assert_same_step(loss_and_grads(model, criterion(task, CHUNK, **settings), sample), full)
+
+
+def test_validation_without_gradients_gives_the_same_loss(system):
+    _, task, model, sample = system
+    model.eval()
+    try:
+        with torch.no_grad():
+            chunked, _, _ = criterion(task, CHUNK)(model, sample)
+            full, _, _ = criterion(task, 0)(model, sample)
+    finally:
+        model.train()
+    torch.testing.assert_close(chunked, full, rtol=1e-5, atol=0)
+
+
+def test_no_projection_onto_the_vocabulary_sees_more_rows_than_a_chunk(system, monkeypatch):
+    """The whole batch's (tokens, vocabulary) logits never exist: every product with the output
+    projection's weight, in forward and in backward, takes at most one chunk of tokens, and
+    each chunk is projected once."""
+    _, task, model, sample = system
+    weight, rows = model.decoder.output_projection.weight, []
+    linear, matmul = torch.nn.functional.linear, torch.Tensor.__matmul__
+
+    def counted_linear(x, w, *args, **kwargs):
+        if w is weight:
+            rows.append(x.shape[:-1].numel())
+        return linear(x, w, *args, **kwargs)
+
+    def counted_matmul(a, b):
+        if b is weight:  # a (rows, vocab) gradient times the weight
+            rows.append(a.shape[0])
+        return matmul(a, b)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", counted_linear)
+    monkeypatch.setattr(torch.Tensor, "__matmul__", counted_matmul)
+    loss_and_grads(model, criterion(task, CHUNK), sample)
+    chunks = [CHUNK] * (TARGET_TOKENS // CHUNK) + [TARGET_TOKENS % CHUNK]  # 9 chunks of 3 tokens and one of 1
+    assert sorted(rows) == sorted(chunks * 2)  # each chunk's logits, and its features' gradient
+
+
+def test_a_chunk_as_long_as_the_target_or_longer_is_one_chunk(system):
+    _, task, model, sample = system
+    whole = loss_and_grads(model, criterion(task, TARGET_TOKENS), sample)
+    longer = loss_and_grads(model, criterion(task, 10 * TARGET_TOKENS), sample)
+    assert torch.equal(whole[0], longer[0])
+    assert all(torch.equal(grad, longer[3][key]) for key, grad in whole[3].items())
+    assert_same_step(whole, loss_and_grads(model, criterion(task, 0), sample))
+
+
+def test_the_criterion_chunks_by_default_and_refuses_a_negative_chunk(copy_task_dir):
+    args, task, _ = build_tiny(copy_task_dir)
+    assert task.build_criterion(args).loss_chunk_tokens == LOSS_CHUNK_TOKENS > 0
+    with pytest.raises(ValueError, match="--loss-chunk-tokens must be 0 \\(off\\) or more, got -1"):
+        criterion(task, -1)
+
+
+def test_bf16_chunked_loss_and_gradients_equal_the_whole_batchs_to_bf16_precision(system):
+    _, task, model, sample = system
+    weights = {key: value.clone() for key, value in model.state_dict().items()}
+    half = model.to(torch.bfloat16)
+    try:
+        loss, _, _, grads = loss_and_grads(half, criterion(task, CHUNK), sample)
+        expected_loss, _, _, expected_grads = loss_and_grads(half, criterion(task, 0), sample)
+    finally:
+        model.float().load_state_dict(weights)
+    torch.testing.assert_close(loss, expected_loss, rtol=2e-2, atol=0)
+    scale = max(float(g.abs().max()) for g in expected_grads.values())
+    for key, grad in grads.items():
+        torch.testing.assert_close(grad.float(), expected_grads[key].float(), rtol=5e-2, atol=2e-2 * scale, msg=key)
+
+
+def test_fp16_takes_the_whole_logits_whose_gradient_the_loss_scale_keeps_from_underflowing(system, monkeypatch):
+    """In fp16 the chunks' gradients, taken before the loss scale is known, would underflow."""
+    _, task, model, sample = system
+    calls = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **kw: calls.append(kw.get("features_only", False)) or forward(*a, **kw))
+    weights = {key: value.clone() for key, value in model.state_dict().items()}
+    try:
+        with torch.no_grad():
+            criterion(task, CHUNK)(model.half(), sample)
+    finally:
+        model.float().load_state_dict(weights)
+    with torch.no_grad():
+        criterion(task, CHUNK)(model, sample)
+    assert calls == [False, True]
