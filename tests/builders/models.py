@@ -143,3 +143,12 @@ def assert_batched_equals_alone(model, examples, summaries, dictionary, make_bat
         if extra.get("page_weights") is not None:
             torch.testing.assert_close(batched_extra["page_weights"][i, : len(example), :length],
                                        extra["page_weights"][0], atol=1e-5, rtol=0)
+
+
+def assert_gradients_close(grads, expected_grads, rtol: float = 1e-4) -> None:
+    """Every parameter's gradient (name -> tensor) equals its reference to ``rtol`` relative to the
+    largest reference gradient: gradients that are 0 in theory are rounding noise."""
+    assert grads.keys() == expected_grads.keys()
+    scale = max(float(g.abs().max()) for g in expected_grads.values())
+    for key, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[key], rtol=rtol, atol=rtol * scale, msg=key)
