@@ -137,6 +137,17 @@ def test_no_projection_onto_the_vocabulary_sees_more_rows_than_a_chunk(system, m
     assert sorted(rows) == sorted(chunks * 2)  # each chunk's logits, and its features' gradient
 
 
+def test_a_dummy_batchs_loss_is_zeroed_in_place_and_gives_zero_gradients(system):
+    """fairseq's trainer runs a rank that has no batch left on a dummy one and zeroes its loss
+    in place (``loss *= 0``) before backward, so that data-parallel ranks stay in step."""
+    name, task, model, sample = system
+    model.zero_grad(set_to_none=True)
+    loss, _, _ = criterion(task, CHUNK)(model, sample)
+    loss *= 0
+    loss.backward()
+    assert all(not p.grad.any() for p in model.parameters() if p.grad is not None)
+
+
 def test_a_chunk_as_long_as_the_target_or_longer_is_one_chunk(system):
     _, task, model, sample = system
     whole = loss_and_grads(model, criterion(task, TARGET_TOKENS), sample)

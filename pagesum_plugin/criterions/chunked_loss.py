@@ -36,7 +36,7 @@ def chunked_label_smoothed_nll_loss(features: Tensor, weight: Tensor, bias: Opti
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (features, weight, bias)):
         return ChunkedLabelSmoothedNLL.apply(features, weight, bias, target, epsilon, pad, chunk_tokens)
     sums, _ = chunk_sums(features, weight, bias, target, epsilon, pad, chunk_tokens, gradients=False)
-    return tuple(sums.unbind())
+    return tuple(total.clone() for total in sums.unbind())
 
 
 class ChunkedLabelSmoothedNLL(torch.autograd.Function):
@@ -45,7 +45,9 @@ class ChunkedLabelSmoothedNLL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, features, weight, bias, target, epsilon, pad, chunk_tokens):
         sums, ctx.gradients = chunk_sums(features, weight, bias, target, epsilon, pad, chunk_tokens, gradients=True)
-        loss, nll_loss, correct = sums.unbind()
+        # separate tensors, not views of ``sums``: fairseq's trainer zeroes a dummy batch's loss
+        # in place (``loss *= 0``), which autograd refuses on a view returned by a Function
+        loss, nll_loss, correct = (total.clone() for total in sums.unbind())
         ctx.mark_non_differentiable(nll_loss, correct)
         return loss, nll_loss, correct
 
