@@ -26,16 +26,19 @@ from torch.autograd.function import once_differentiable
 
 
 def chunked_label_smoothed_nll_loss(features: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor,
-                                    epsilon: float, pad: int, chunk_tokens: int) -> Tuple[Tensor, Tensor, Tensor]:
+                                    epsilon: float, pad: int, chunk_tokens: int,
+                                    count_correct: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
     """(loss, nll_loss, correct predictions), each summed over the non-padding rows of
     ``target``, of the logits ``F.linear(features, weight, bias)``: what fairseq's
     ``label_smoothed_nll_loss(log_softmax(logits.float()), target, epsilon, pad)`` gives.
+    Without ``count_correct`` the correct predictions are not counted (0), saving an arg-max
+    over the vocabulary per token.
 
     features (tokens, dim) in the model's dtype; weight (vocab, dim); bias (vocab,) or None;
     target (tokens,). Only the loss carries a gradient."""
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (features, weight, bias)):
-        return ChunkedLabelSmoothedNLL.apply(features, weight, bias, target, epsilon, pad, chunk_tokens)
-    sums, _ = chunk_sums(features, weight, bias, target, epsilon, pad, chunk_tokens, gradients=False)
+        return ChunkedLabelSmoothedNLL.apply(features, weight, bias, target, epsilon, pad, chunk_tokens, count_correct)
+    sums, _ = chunk_sums(features, weight, bias, target, epsilon, pad, chunk_tokens, count_correct, gradients=False)
     return tuple(total.clone() for total in sums.unbind())
 
 
@@ -43,8 +46,9 @@ class ChunkedLabelSmoothedNLL(torch.autograd.Function):
     """``chunked_label_smoothed_nll_loss`` with its gradients computed in forward."""
 
     @staticmethod
-    def forward(ctx, features, weight, bias, target, epsilon, pad, chunk_tokens):
-        sums, ctx.gradients = chunk_sums(features, weight, bias, target, epsilon, pad, chunk_tokens, gradients=True)
+    def forward(ctx, features, weight, bias, target, epsilon, pad, chunk_tokens, count_correct):
+        sums, ctx.gradients = chunk_sums(features, weight, bias, target, epsilon, pad, chunk_tokens, count_correct,
+                                         gradients=True)
         # separate tensors, not views of ``sums``: fairseq's trainer zeroes a dummy batch's loss
         # in place (``loss *= 0``), which autograd refuses on a view returned by a Function
         loss, nll_loss, correct = (total.clone() for total in sums.unbind())
@@ -56,11 +60,11 @@ class ChunkedLabelSmoothedNLL(torch.autograd.Function):
     def backward(ctx, grad_loss, _grad_nll, _grad_correct):
         gradients, ctx.gradients = ctx.gradients, None  # released as soon as they are handed on
         scaled = [None if g is None else g.mul_(grad_loss.to(g.dtype)) for g in gradients]
-        return (*scaled, None, None, None, None)
+        return (*scaled, None, None, None, None, None)
 
 
 def chunk_sums(features: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, epsilon: float, pad: int,
-               chunk_tokens: int, gradients: bool):
+               chunk_tokens: int, count_correct: bool, gradients: bool):
     """(sums (3,): loss, nll_loss, correct, in fp32; (features, weight, bias) gradients of the
     loss, or None) over ``chunk_tokens`` rows at a time."""
     sums = features.new_zeros(3, dtype=torch.float32)
@@ -74,8 +78,9 @@ def chunk_sums(features: Tensor, weight: Tensor, bias: Optional[Tensor], target:
         lprobs = F.log_softmax(logits.float(), dim=-1)  # (chunk, vocab), as fairseq's get_normalized_probs
         del logits
         loss, nll_loss = label_smoothed_nll_loss(lprobs, t, epsilon, ignore_index=pad, reduce=True)
-        correct = (lprobs.argmax(dim=-1).eq(t) & t.ne(pad)).sum()
-        sums += torch.stack([loss, nll_loss, correct.float()])
+        sums[:2] += torch.stack([loss, nll_loss])
+        if count_correct:
+            sums[2] += (lprobs.argmax(dim=-1).eq(t) & t.ne(pad)).sum()
         if grads is not None:
             g = logit_gradient(lprobs, t, epsilon, pad).to(features.dtype)  # (chunk, vocab); lprobs reused
             grads[0][rows] = g @ weight  # (chunk, dim)

@@ -92,7 +92,7 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
         projection = model.decoder.output_projection  # (vocab, dim) weight, tied with the embeddings in BART
         loss, nll_loss, n_correct = chunked_label_smoothed_nll_loss(
             features.reshape(-1, features.size(-1)), projection.weight, projection.bias, target.reshape(-1),
-            self.eps, self.padding_idx, self.loss_chunk_tokens)
+            self.eps, self.padding_idx, self.loss_chunk_tokens, count_correct=self.report_accuracy)
         if not self.report_accuracy:
             return loss, nll_loss, None
         return loss, nll_loss, (n_correct.long(), target.ne(self.padding_idx).sum())
