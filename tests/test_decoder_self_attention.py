@@ -7,6 +7,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention
+from pagesum_plugin.modules.page_mixing import PageLayout
 
 EMBED, HEADS = 16, 4
 
@@ -129,6 +130,39 @@ def test_a_cached_step_gives_its_weights_when_asked():
             out, weights = ours(x, x, x, incremental_state=ours_state, need_weights=True)
             expected, expected_weights = stock(x, x, x, incremental_state=stock_state, need_weights=True)
     torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-6)
+
+
+def test_rows_that_repeat_their_hypothesis_are_cached_once_per_hypothesis_and_equal_fairseqs_attention_per_row():
+    """PageSum's first decoder layer sees each hypothesis's prefix once per page. Told so
+    (``share_rows``), the attention caches one row per hypothesis; every page row still gets
+    what fairseq's attention computes on it, through reordered beams, a finished example,
+    the weights on request, and an unusual step (an attention mask) that continues per row."""
+    ours, stock = twins(beams=3, cache_length=16)
+    rng = torch.Generator().manual_seed(9)
+    layout = PageLayout(torch.tensor([2, 3, 1]), beams=3, n_pages=6)  # rows: (example x page x beam)
+    ours_state, stock_state = {}, {}
+    with torch.no_grad():
+        for step in range(8):
+            if step == 0:
+                ours.share_rows(ours_state, layout.first_row_of_hypothesis, layout.hypothesis_of_row)
+            else:
+                order = within_blocks(layout.hypotheses, 3, rng)
+                if step == 4:  # the 2nd example finished
+                    order = order.view(-1, 3)[torch.tensor([0, 2])].view(-1)
+                layout, row_order, _ = layout.reorder(order)
+                ours.reorder_groups(ours_state, order, row_order, layout.first_row_of_hypothesis,
+                                    layout.hypothesis_of_row)
+                stock.reorder_incremental_state(stock_state, row_order)
+            x = layout.expand(torch.randn(layout.hypotheses, 1, EMBED, generator=rng)).transpose(0, 1)  # (1, rows, dim)
+            unusual = torch.zeros(1, step + 1) if step == 6 else None  # a step fairseq's attention must take
+            out, weights = ours(x, x, x, incremental_state=ours_state, attn_mask=unusual, need_weights=True)
+            expected, expected_weights = stock(x, x, x, incremental_state=stock_state, attn_mask=unusual,
+                                               need_weights=True)
+            torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6, msg=f"step {step}")
+            torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-6, msg=f"step {step}")
+            if step < 6:
+                cache = ours._get_input_buffer(ours_state)["cache_key"]  # (blocks, heads, beams, length, head_dim)
+                assert cache.size(0) * cache.size(2) == layout.hypotheses < x.size(1)
 
 
 @pytest.mark.parametrize("padded", [False, True])

@@ -67,6 +67,9 @@ def test_beams_sharing_pages_find_the_same_hypotheses_as_one_copy_per_beam(sensi
 
 
 def test_the_cross_attention_cache_holds_each_page_once_and_the_self_attention_cache_once_per_beam(sensitive):
+    """Every page's cross-attention keys are stored once for all beams; the self-attention cache
+    holds one row per page of every beam, except the first layer's, which reads only the summary
+    prefix (the same for all pages of a hypothesis) and holds one row per hypothesis."""
     task, model = sensitive
     beam = 4
     src = paged_batch(documents(task, PAGE_COUNTS, seed=4), task.dictionary)
@@ -80,11 +83,11 @@ def test_the_cross_attention_cache_holds_each_page_once_and_the_self_attention_c
             encoder_out = model.encoder.reorder_encoder_out(encoder_out, new_order)
             state = {}
             model.decoder(prefix, encoder_out=encoder_out, incremental_state=state)
-            for layer in model.decoder.layers:
+            for index, layer in enumerate(model.decoder.layers):
                 cross = layer.encoder_attn._get_input_buffer(state)["prev_key"]  # (rows, heads, src_len, head_dim)
                 own = layer.self_attn._get_input_buffer(state)["cache_key"]  # (blocks, heads, beams, length, head_dim)
                 assert cross.size(0) == (n_pages if shared else n_pages * beam)
-                assert own.size(0) * own.size(2) == n_pages * beam
+                assert own.size(0) * own.size(2) == (len(PAGE_COUNTS) * beam if index == 0 else n_pages * beam)
     finally:
         model.set_beam_size(beam)
 

@@ -21,7 +21,8 @@ length, t the self-attention cache's length):
 
     decoder weights (all but the cross-attention k/v projections and the positions)
     + cross-attention keys and values: L_dec x 2 x B x P x S x d (x beam when per beam)
-    + self-attention cache: L_dec x 2 x B x beam x P x t x d
+    + self-attention cache: (1 + (L_dec - 1) x P) x 2 x B x beam x t x d
+      (the first layer reads only the summary prefix: one row per hypothesis, not per page)
 
 Estimate. A group's seconds are the sum, over everything it runs, of
 
@@ -168,7 +169,7 @@ def step_bytes(weight_bytes: float, layers: int, d: int, element: int, batch: in
     positions (the module docstring's formula); ``weight_bytes``: the decoder's weights read."""
     copies = 1 if shared else beam
     return {"weights": weight_bytes, "cross k/v": layers * 2 * batch * copies * pages * page_len * d * element,
-            "self cache": layers * 2 * batch * beam * pages * length * d * element}
+            "self cache": (1 + (layers - 1) * pages) * 2 * batch * beam * length * d * element}
 
 
 def decoder_weight_bytes(size: ModelSize, element: int) -> float:

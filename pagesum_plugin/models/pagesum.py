@@ -19,7 +19,9 @@ example's beams; only the self-attention states are kept per beam. ``set_beam_si
 share_pages=False)`` keeps one copy per beam instead, the reference the shared layout is
 tested and benchmarked against. The self-attention states grow by one position per step
 for every page row; ``modules/decoder_self_attention.py`` writes each position once into a
-preallocated cache that beams reorder through an index table.
+preallocated cache that beams reorder through an index table. The first layer's
+self-attention reads only the summary prefix, the same for every page of a hypothesis, so it
+computes and caches one row per hypothesis and hands it to each of its page rows.
 
 Global decoding (Table 6 ablation). The page encodings of an example are concatenated
 and one decoder cross-attends to all of them; it is page decoding with one "page".
@@ -40,7 +42,7 @@ from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
 from .bart_args import tiny_dimensions
 from .long_input_bart import NO_ALIGNMENT, LongInputBARTModel, SyncFreeDecoder, wrap_layer
 from ..modules.fused_layer import FusedDecoderLayer
-from ..modules.decoder_self_attention import set_cache_beams
+from ..modules.decoder_self_attention import DecoderSelfAttention, set_cache_beams
 from ..modules.page_mixing import PageLayout, real_pages, rows_of_pages, unpack_pages
 
 logger = logging.getLogger(__name__)
@@ -218,7 +220,20 @@ class PageSumDecoder(SyncFreeDecoder, TransformerDecoder):
             # page rows are (group x page x beam): with shared pages, the beams of a page are
             # consecutive rows that beam search reorders among themselves
             set_cache_beams(self, layout.beams if self.beams_share_pages else None)
+            shared = self._first_self_attention()
+            if shared is not None and layout.pages_per_hypothesis:
+                shared.share_rows(incremental_state, layout.first_row_of_hypothesis, layout.hypothesis_of_row)
         return layout
+
+    def _first_self_attention(self) -> Optional[DecoderSelfAttention]:
+        """The first layer's self-attention reads only the summary prefix, which every page row
+        of a hypothesis repeats: in decoding it keeps one cache row per hypothesis, not one per
+        page. (Not on the benchmarks' path from before, nor with fairseq's cross-self-attention,
+        which also reads the page.)"""
+        attention = next((m for m in self.layers[0].modules() if isinstance(m, DecoderSelfAttention)), None)
+        if attention is None or attention.reference or self.layers[0].cross_self_attention:
+            return None
+        return attention
 
     def reorder_incremental_state_scripting(
         self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]], new_order: Tensor
@@ -233,10 +248,14 @@ class PageSumDecoder(SyncFreeDecoder, TransformerDecoder):
             return
         layout, row_order, page_order = layout.reorder(new_order)
         incremental_state[PAGE_STATE_KEY] = layout
+        shared = self._first_self_attention()
         for module in self.modules():
             if module is self or not hasattr(module, "reorder_incremental_state"):
                 continue
-            if getattr(module, "encoder_decoder_attention", False):
+            if module is shared:
+                module.reorder_groups(incremental_state, new_order, row_order, layout.first_row_of_hypothesis,
+                                      layout.hypothesis_of_row)
+            elif getattr(module, "encoder_decoder_attention", False):
                 if page_order is not None:
                     module.reorder_incremental_state(incremental_state, page_order)
             else:

@@ -19,6 +19,10 @@ and the softmax weights are scattered back so that one more matmul reads each va
 That is ``beams`` times the arithmetic of a plain read, on a step that is bound by memory
 traffic, not arithmetic.
 
+Rows that repeat one another (``share_rows``: PageSum's first layer, whose page rows of a
+hypothesis all carry the same summary prefix) are computed and cached once per group, and
+every row is handed its group's output; beam search then reorders the groups.
+
 A module whose block size is not known (``beams`` None) keeps one row per block and moves
 its rows on a reorder (one copy), which is correct for any order. The full (training)
 forward pass runs through ``scaled_dot_product_attention``. A padding mask of the new
@@ -40,6 +44,7 @@ from .fused_attention import attention_dropout
 
 PENDING_ORDER = "pending_order"  # one-copy path: rows still to be reordered, (rows,) indices into the cached rows
 DEFAULT_CACHE_LENGTH = 64  # positions preallocated when no search length was set
+SHARING = ("first_row", "group_of_row")  # entries of a module whose rows come in identical groups
 
 
 def set_cache_length(model: torch.nn.Module, length: int) -> None:
@@ -86,6 +91,9 @@ class DecoderSelfAttention(MultiheadAttention):
         if "cache_key" in buffer:  # an unusual step after fused ones: continue in fairseq's layout
             buffer = self._to_fairseq_layout(buffer)
             self._set_input_buffer(incremental_state, buffer)
+        elif "group_of_row" in buffer:  # nothing cached yet: the one-copy path keeps every row
+            buffer = {name: value for name, value in buffer.items() if name not in SHARING}
+            self._set_input_buffer(incremental_state, buffer)
         return self._one_copy_forward(buffer, *args)
 
     # ------------------------------------------------------------------ training
@@ -113,9 +121,50 @@ class DecoderSelfAttention(MultiheadAttention):
 
     # ------------------------------------------------------------------ decoding
 
+    def share_rows(self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]], first_row: Tensor,
+                   group_of_row: Tensor) -> None:
+        """The rows this attention is given come in groups of identical rows, prefix and all (at
+        PageSum's first decoder layer, a hypothesis's row for each of its pages). From the next
+        step on it computes and caches one row per group, and hands every row its group's output.
+
+        first_row: (groups,) one row of each group; group_of_row: (rows,) the group of each row.
+        The groups form blocks of ``beams`` as rows would; beam search reorders them through
+        ``reorder_groups``."""
+        buffer = self._get_input_buffer(incremental_state)
+        buffer.update(first_row=first_row, group_of_row=group_of_row)
+        self._set_input_buffer(incremental_state, buffer)
+
+    def reorder_groups(self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]], group_order: Tensor,
+                       row_order: Tensor, first_row: Tensor, group_of_row: Tensor) -> None:
+        """Follow beam search: ``group_order`` orders the groups (the hypotheses), ``row_order``
+        the rows, and ``first_row`` / ``group_of_row`` describe the new rows' groups. A module
+        that shares no rows (any more) reorders its rows."""
+        if "group_of_row" not in self._get_input_buffer(incremental_state):
+            self.reorder_incremental_state(incremental_state, row_order)
+            return
+        self.reorder_incremental_state(incremental_state, group_order)
+        self.share_rows(incremental_state, first_row, group_of_row)
+
     def _cached_step(self, query: Tensor, padding: Optional[Tensor], buffer: Dict, incremental_state,
                      need_weights: bool, need_head_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
-        """One step: padding (rows, tgt_len) True where a new position is padding, or None."""
+        """One step: query (tgt_len, rows, dim); padding (rows, tgt_len) True where a new position
+        is padding, or None."""
+        group_of_row = buffer.get("group_of_row")
+        if group_of_row is None:
+            return self._step_rows(query, padding, buffer, incremental_state, need_weights, need_head_weights)
+        first_row = buffer["first_row"]  # (groups,)
+        out, weights = self._step_rows(query.index_select(1, first_row),  # (tgt_len, groups, dim)
+                                       None if padding is None else padding.index_select(0, first_row),
+                                       buffer, incremental_state, need_weights, need_head_weights)
+        out = out.index_select(1, group_of_row)  # (tgt_len, rows, dim)
+        if weights is not None:  # ([heads,] groups, tgt_len, length) -> ([heads,] rows, tgt_len, length)
+            weights = weights.index_select(-3, group_of_row)
+        return out, weights
+
+    def _step_rows(self, query: Tensor, padding: Optional[Tensor], buffer: Dict, incremental_state,
+                   need_weights: bool, need_head_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
+        """One step of every row given: the new positions written in place, the cache read
+        through the beam table."""
         tgt_len, rows, embed_dim = query.shape
         q, k, v = self._project(query)  # (rows, heads, tgt_len, head_dim)
         if "cache_key" not in buffer:
@@ -193,6 +242,10 @@ class DecoderSelfAttention(MultiheadAttention):
         table = buffer["beam_of_position"][:, :length]
         keys, values = (gather_rows(buffer[name][:, :, :, :length], table) for name in ("cache_key", "cache_value"))
         padding = buffer["padding"][:, :length] if "padding" in buffer else None
+        if "group_of_row" in buffer:  # one cached row per group: every row gets its own again
+            group_of_row = buffer["group_of_row"]
+            keys, values = keys.index_select(0, group_of_row), values.index_select(0, group_of_row)
+            padding = None if padding is None else padding.index_select(0, group_of_row)
         return {"prev_key": keys, "prev_value": values, "prev_key_padding_mask": padding}
 
     # ------------------------------------------------------------------ one copy per step

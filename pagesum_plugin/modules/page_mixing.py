@@ -97,6 +97,8 @@ class PageLayout:
         # the hypothesis each page row extends, and the page of its group it reads: (n_pages * beams,)
         self.hypothesis_of_row = (self.group_of_page[:, None] * beams + beam).view(-1)
         self.page_of_row = self.page_in_group.repeat_interleave(beams)
+        # the row of each hypothesis's first page: (groups * beams,), hypothesis order
+        self.first_row_of_hypothesis = (self.first_page[:, None] * beams + beam).view(-1)
         if not self.dense:
             slots = torch.arange(self.max_pages, device=device)  # (max_pages,)
             missing = slots >= page_counts[:, None]  # (groups, max_pages)
@@ -109,6 +111,11 @@ class PageLayout:
     @property
     def hypotheses(self) -> int:
         return self.page_counts.size(0) * self.beams
+
+    @property
+    def pages_per_hypothesis(self) -> bool:
+        """Whether some hypothesis reads more than one page (its rows then repeat its prefix)."""
+        return self.n_pages != self.page_counts.size(0)
 
     def expand(self, hypothesis_rows: Tensor) -> Tensor:
         """(hypotheses, *rest) -> (page rows, *rest): each hypothesis's row for every page."""
