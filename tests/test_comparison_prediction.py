@@ -30,8 +30,7 @@ def test_each_system_is_priced_as_its_experiment_trains_it(key, data):
     assert step.system == SYSTEMS[key] and step.arch.vocab == 50265 and step.arch.embed_dim == 1024
     assert step.checkpointing == bool(config.model.get("checkpoint_activations", False))
     assert step.summary_tokens == COMPARISON.training.max_summary_tokens
-    # PageSum's and HED's experiments train with the plugin's criterion, whose loss is chunked
-    assert step.loss_chunk == (LOSS_CHUNK_TOKENS if SYSTEMS[key] in ("pagesum", "hed") else 0)
+    assert step.loss_chunk == LOSS_CHUNK_TOKENS  # every experiment trains with the plugin's chunked loss
 
 
 @pytest.mark.parametrize("key", SYSTEMS)

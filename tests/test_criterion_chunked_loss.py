@@ -1,8 +1,9 @@
 """The plugin's criterion takes the loss a chunk of summary tokens at a time
 (``--loss-chunk-tokens``) and gives what the criterion on the whole batch's logits gives: loss
 and NLL to 1e-5 in fp32, every parameter gradient to 1e-4 (relative), the same accuracy and
-page-weight metrics, with padding pages and padded summaries, for every system (PageSum and HED
-train with it; HEPOS, AWESOME and BART may), whether or not the chunk divides the target."""
+page-weight metrics, with padding pages and padded summaries, for every system whose recipes
+train with it (PageSum, HED, HEPOS, AWESOME and full-attention BART), whether or not the chunk
+divides the target."""
 
 import pytest
 import torch
@@ -37,6 +38,8 @@ SYSTEMS = {
     "hed": (lambda d: build_hed(d), lambda task: pages(task, (2, 3, 1, 2), seed=2)),  # documents as pages
     "hepos": (lambda d: build_hepos(d, "--encoder-attention", "window", *SMALL_PATTERNS), flat_source),
     "awesome": (lambda d: build_awesome(d, "--memory", "attentive"), lambda task: flat_source(task)[:, 0]),
+    # recipes/config/bart_full_attention.yaml: the hepos model with both attentions full, fairseq's BART
+    "bart": (lambda d: build_hepos(d, "--encoder-attention", "full", "--cross-attention", "full"), flat_source),
 }
 
 

@@ -38,9 +38,10 @@ KERNELS = ("bmm", "fused")
 OPTIMIZERS = ("adam", "adamw_torch", "adafactor")
 # Summary tokens whose logits the plugin's criterion computes at once (``--loss-chunk-tokens``,
 # whose default this is: the criterion reads it from here, so that a prediction prices what
-# training runs). The systems it trains: their recipes' criterion is the plugin's.
+# training runs). The systems it trains: their recipes' criterion is the plugin's (every
+# system's: PageSum's, HED's, HEPOS's, AWESOME's and full-attention BART's).
 LOSS_CHUNK_TOKENS = 64
-CHUNKED_LOSS_SYSTEMS = ("pagesum", "hed")
+CHUNKED_LOSS_SYSTEMS = SYSTEMS
 
 
 @dataclass(frozen=True)
