@@ -121,10 +121,13 @@ class Step:
     @property
     def loss_chunk(self) -> int:
         """Summary tokens whose logits the loss computes at once, 0 for all of them: the plugin's
-        criterion (``LOSS_CHUNK_TOKENS``) for the systems it trains, fairseq's (all) otherwise."""
-        if self.loss_chunk_tokens is not None:
-            return self.loss_chunk_tokens
-        return LOSS_CHUNK_TOKENS if self.system in CHUNKED_LOSS_SYSTEMS else 0
+        criterion (``LOSS_CHUNK_TOKENS``) for the systems it trains, fairseq's (all) otherwise. In
+        fp16 the plugin's criterion takes the whole logits too: its chunks' gradients, taken before
+        the loss scale is known, would underflow (``criterions.paged_cross_entropy.in_fp16``)."""
+        chunk = self.loss_chunk_tokens
+        if chunk is None:
+            chunk = LOSS_CHUNK_TOKENS if self.system in CHUNKED_LOSS_SYSTEMS else 0
+        return 0 if self.dtype == "fp16" and chunk > 0 else chunk
 
     def check(self) -> "Step":
         if self.system not in SYSTEMS:
