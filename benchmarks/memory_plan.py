@@ -4,8 +4,8 @@ step, ``adam`` against ``adamw_torch``.
 A measured step is fairseq's training step as its trainer runs it: the model built from its
 registered architecture at the given dimensions, fairseq's optimizer (inside its fp16/bf16
 wrapper for a 16-bit dtype), forward, the plugin's label-smoothed loss (a chunk of
-``Step.loss_chunk`` summary tokens at a time for PageSum, all at once for BART, as their recipes
-train), the wrapper's backward and the update; the second step is measured (the optimizer's state exists), with torch's MemTracker on
+``Step.loss_chunk`` summary tokens at a time, as the recipes train), the wrapper's backward and
+the update; the second step is measured (the optimizer's state exists), with torch's MemTracker on
 CPU (``pagesum_plugin.profiling.peak_memory``) or the allocator's peak on CUDA, counting the
 weights, master weights, gradients, optimizer state and activations.
 
@@ -99,7 +99,7 @@ def build(step: Step, device: torch.device, optimizer: str = None, seed: int = 0
 
     def train_step():
         fairseq_optimizer.zero_grad()
-        loss, _, _ = criterion(model, sample)  # the plugin's; for BART, loss_chunk 0 is fairseq's criterion
+        loss, _, _ = criterion(model, sample)  # the plugin's; with loss_chunk 0, fairseq's criterion
         fairseq_optimizer.backward(loss)
         fairseq_optimizer.step()
 

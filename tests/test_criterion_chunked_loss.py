@@ -1,8 +1,9 @@
 """The plugin's criterion takes the loss a chunk of summary tokens at a time
 (``--loss-chunk-tokens``) and gives what the criterion on the whole batch's logits gives: loss
 and NLL to 1e-5 in fp32, every parameter gradient to 1e-4 (relative), the same accuracy and
-page-weight metrics, with padding pages and padded summaries, for every system (PageSum and HED
-train with it; HEPOS, AWESOME and BART may), whether or not the chunk divides the target."""
+page-weight metrics, with padding pages and padded summaries, for every system whose recipes
+train with it (PageSum, HED, HEPOS, AWESOME and full-attention BART), whether or not the chunk
+divides the target."""
 
 import pytest
 import torch
@@ -37,6 +38,8 @@ SYSTEMS = {
     "hed": (lambda d: build_hed(d), lambda task: pages(task, (2, 3, 1, 2), seed=2)),  # documents as pages
     "hepos": (lambda d: build_hepos(d, "--encoder-attention", "window", *SMALL_PATTERNS), flat_source),
     "awesome": (lambda d: build_awesome(d, "--memory", "attentive"), lambda task: flat_source(task)[:, 0]),
+    # recipes/config/bart_full_attention.yaml: the hepos model with both attentions full, fairseq's BART
+    "bart": (lambda d: build_hepos(d, "--encoder-attention", "full", "--cross-attention", "full"), flat_source),
 }
 
 
@@ -117,6 +120,18 @@ def test_no_projection_onto_the_vocabulary_sees_more_rows_than_a_chunk(system, m
     projection's weight, in forward and in backward, takes at most one chunk of tokens, and
     each chunk is projected once."""
     _, task, model, sample = system
+    rows = count_projected_rows(model, monkeypatch)
+    loss_and_grads(model, criterion(task, CHUNK), sample)
+    assert sorted(rows) == CHUNKED_PROJECTIONS
+
+
+CHUNKS = [CHUNK] * (TARGET_TOKENS // CHUNK) + [TARGET_TOKENS % CHUNK]  # 9 chunks of 3 tokens and one of 1
+CHUNKED_PROJECTIONS = sorted(CHUNKS * 2)  # each chunk's logits, and its features' gradient
+
+
+def count_projected_rows(model, monkeypatch):
+    """A list that gets the number of token rows of every product with the output projection's
+    weight from now on (``F.linear`` in forward, ``@`` in the chunks' backward)."""
     weight, rows = model.decoder.output_projection.weight, []
     linear, matmul = torch.nn.functional.linear, torch.Tensor.__matmul__
 
@@ -132,9 +147,7 @@ def test_no_projection_onto_the_vocabulary_sees_more_rows_than_a_chunk(system, m
 
     monkeypatch.setattr(torch.nn.functional, "linear", counted_linear)
     monkeypatch.setattr(torch.Tensor, "__matmul__", counted_matmul)
-    loss_and_grads(model, criterion(task, CHUNK), sample)
-    chunks = [CHUNK] * (TARGET_TOKENS // CHUNK) + [TARGET_TOKENS % CHUNK]  # 9 chunks of 3 tokens and one of 1
-    assert sorted(rows) == sorted(chunks * 2)  # each chunk's logits, and its features' gradient
+    return rows
 
 
 def test_a_dummy_batchs_loss_is_zeroed_in_place_and_gives_zero_gradients(system):
@@ -179,8 +192,26 @@ def test_bf16_chunked_loss_and_gradients_equal_the_whole_batchs_to_bf16_precisio
         torch.testing.assert_close(grad.float(), expected_grads[key].float(), rtol=5e-2, atol=2e-2 * scale, msg=key)
 
 
+def test_under_bf16_autocast_the_loss_is_chunked_and_equals_the_whole_batchs_to_bf16_precision(system, monkeypatch):
+    """bf16 has fp32's range: under a bf16 autocast (``torch.autocast(device, dtype=torch.bfloat16)``)
+    the chunks' gradients, taken before any loss scale, do not underflow, so the criterion chunks."""
+    _, task, model, sample = system
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected_loss, _, _, expected_grads = loss_and_grads(model, criterion(task, 0), sample)
+        rows = count_projected_rows(model, monkeypatch)
+        loss, _, _, grads = loss_and_grads(model, criterion(task, CHUNK), sample)
+    assert sorted(rows) == CHUNKED_PROJECTIONS
+    torch.testing.assert_close(loss, expected_loss, rtol=2e-2, atol=0)
+    assert grads.keys() == expected_grads.keys()
+    scale = max(float(g.abs().max()) for g in expected_grads.values())
+    for key, grad in grads.items():
+        assert grad.dtype == torch.float32, key  # autocast keeps the weights, and their gradients, in fp32
+        torch.testing.assert_close(grad, expected_grads[key], rtol=5e-2, atol=2e-2 * scale, msg=key)
+
+
 def test_fp16_takes_the_whole_logits_whose_gradient_the_loss_scale_keeps_from_underflowing(system, monkeypatch):
-    """In fp16 the chunks' gradients, taken before the loss scale is known, would underflow."""
+    """In fp16, weights (``--fp16``) or autocast (``--amp``), the chunks' gradients, taken
+    before the loss scale is known, would underflow."""
     _, task, model, sample = system
     calls = []
     forward = model.forward
@@ -191,6 +222,8 @@ def test_fp16_takes_the_whole_logits_whose_gradient_the_loss_scale_keeps_from_un
             criterion(task, CHUNK)(model.half(), sample)
     finally:
         model.float().load_state_dict(weights)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        criterion(task, CHUNK)(model, sample)
     with torch.no_grad():
         criterion(task, CHUNK)(model, sample)
-    assert calls == [False, True]
+    assert calls == [False, False, True]  # fp16 weights, fp16 autocast: the whole logits; fp32: the chunks

@@ -1,10 +1,16 @@
 """The memory model (``pagesum_plugin.memory.model``): its parameter count is the model's, it
 prices what each setting saves, and its peaks are within 15% of measured ones."""
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
+from omegaconf import OmegaConf
 
 from benchmarks.memory_plan import VALIDATION, build, error, measured_peak
-from pagesum_plugin.memory.model import ARCHITECTURES, Step, architecture, parameters, predict
+from builders.cli import REPO_ROOT
+from pagesum_plugin.memory.model import (ARCHITECTURES, CHUNKED_LOSS_SYSTEMS, LOSS_CHUNK_TOKENS, SYSTEMS, Step,
+                                         architecture, parameters, predict)
 
 LARGE = ARCHITECTURES["large"]
 
@@ -39,6 +45,25 @@ def test_pagesum_memory_grows_linearly_with_pages_and_full_attention_quadratical
 
     assert activations("pagesum", 8, 1024) / activations("pagesum", 4, 1024) == pytest.approx(2, rel=0.05)
     assert activations("bart", 1, 8192) / activations("bart", 1, 4096) > 3
+
+
+def test_every_system_is_priced_with_the_chunked_loss_its_recipes_train_with():
+    """Every summarizer's recipe (all but AWESOME's extractor) names the plugin's criterion,
+    whose loss takes LOSS_CHUNK_TOKENS summary tokens at a time, and the model prices that."""
+    criteria = {path.stem: OmegaConf.load(path).criterion._name
+                for path in (Path(REPO_ROOT) / "recipes" / "config").glob("*.yaml") if "extractor" not in path.stem
+                and path.stem != "compare"}
+    assert len(criteria) > 20 and set(criteria.values()) == {"paged_label_smoothed_cross_entropy"}
+    assert set(CHUNKED_LOSS_SYSTEMS) == set(SYSTEMS)
+    assert all(Step(system, LARGE, 1, 1024, 512).loss_chunk == LOSS_CHUNK_TOKENS for system in SYSTEMS)
+
+
+def test_fp16_is_priced_with_the_whole_logits_the_criterion_takes_in_fp16():
+    bf16 = Step("pagesum", LARGE, 7, 1024, 1024, dtype="bf16")
+    fp16 = replace(bf16, dtype="fp16")
+    assert bf16.loss_chunk == replace(bf16, loss_chunk_tokens=LOSS_CHUNK_TOKENS).loss_chunk == LOSS_CHUNK_TOKENS
+    assert fp16.loss_chunk == replace(fp16, loss_chunk_tokens=LOSS_CHUNK_TOKENS).loss_chunk == 0
+    assert predict(fp16).peak == predict(replace(bf16, loss_chunk_tokens=0)).peak > predict(bf16).peak
 
 
 def test_a_bad_setting_is_named():

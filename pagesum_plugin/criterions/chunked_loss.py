@@ -14,6 +14,11 @@ autograd then hands every chunk's own (vocabulary, dim) weight gradient to the w
 accumulator, where it is summed with the chunks' before; while it is, two of them exist. At
 ``bart.base`` widths (50,265 x 768) that is 154 MB in fp32, more than a 512-token summary's
 logits save (103 MB a tensor), and the step's peak rose (BENCHMARKS.md).
+
+Under a bf16 autocast the projections of forward and of the features' gradient run in bf16, as
+autocast runs the model's; the weight's gradient is accumulated in the weight's own dtype (fp32),
+its products too: autocast leaves an in-place product alone, and a bf16 product would need a
+(vocabulary, dim) temporary to add to the fp32 accumulator.
 """
 
 from typing import Optional, Tuple
@@ -82,9 +87,9 @@ def chunk_sums(features: Tensor, weight: Tensor, bias: Optional[Tensor], target:
         if count_correct:
             sums[2] += (lprobs.argmax(dim=-1).eq(t) & t.ne(pad)).sum()
         if grads is not None:
-            g = logit_gradient(lprobs, t, epsilon, pad).to(features.dtype)  # (chunk, vocab); lprobs reused
-            grads[0][rows] = g @ weight  # (chunk, dim)
-            grads[1].addmm_(g.t(), x)  # (vocab, dim)
+            g = logit_gradient(lprobs, t, epsilon, pad).to(weight.dtype)  # (chunk, vocab); lprobs reused
+            grads[0][rows] = g @ weight  # (chunk, dim), in autocast's dtype where it is on
+            grads[1].addmm_(g.t(), x.to(weight.dtype))  # (vocab, dim), in the weight's dtype (see above)
             if bias is not None:
                 grads[2] += g.sum(dim=0)
     return sums, grads

@@ -41,8 +41,8 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     every model of the plugin, and fairseq's BART), the model returns its final (page-mixed)
     features and the criterion projects and scores them N tokens at a time, the gradients
     taken chunk by chunk as it goes (``chunked_loss``): no more than one chunk's logits ever
-    exist. Otherwise, for an unreduced loss, and in fp16 (``in_fp16``), it is fairseq's criterion
-    on the full logits.
+    exist. Otherwise, for an unreduced loss, and in fp16 (``in_fp16``: fp16 weights or an fp16
+    autocast; bf16 chunks), it is fairseq's criterion on the full logits.
     """
 
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
@@ -122,11 +122,13 @@ def projects_features(model) -> bool:
 
 
 def in_fp16(model) -> bool:
-    """Whether the model's logits would be fp16 (``--fp16``, or ``--amp``'s autocast). The
-    chunked loss takes its gradients before the loss scale is known; cast to fp16 unscaled, a
-    probability of 1/50,000 would underflow. bf16 has fp32's range."""
-    autocast = any(torch.is_autocast_enabled(device) for device in ("cuda", "cpu"))
-    return autocast or model.decoder.output_projection.weight.dtype == torch.float16
+    """Whether the model's logits would be fp16: fp16 weights (``--fp16``) or an fp16 autocast
+    (``--amp``) on CUDA or CPU. The chunked loss takes its gradients before the loss scale is
+    known; cast to fp16 unscaled, a probability of 1/50,000 would underflow. bf16, weights or
+    autocast, has fp32's range and takes the chunks."""
+    fp16_autocast = any(torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.float16
+                        for device in ("cuda", "cpu"))
+    return fp16_autocast or model.decoder.output_projection.weight.dtype == torch.float16
 
 
 @torch.no_grad()

@@ -38,9 +38,10 @@ KERNELS = ("bmm", "fused")
 OPTIMIZERS = ("adam", "adamw_torch", "adafactor")
 # Summary tokens whose logits the plugin's criterion computes at once (``--loss-chunk-tokens``,
 # whose default this is: the criterion reads it from here, so that a prediction prices what
-# training runs). The systems it trains: their recipes' criterion is the plugin's.
+# training runs). The systems it trains: their recipes' criterion is the plugin's (every
+# system's: PageSum's, HED's, HEPOS's, AWESOME's and full-attention BART's).
 LOSS_CHUNK_TOKENS = 64
-CHUNKED_LOSS_SYSTEMS = ("pagesum", "hed")
+CHUNKED_LOSS_SYSTEMS = SYSTEMS
 
 
 @dataclass(frozen=True)
@@ -120,10 +121,13 @@ class Step:
     @property
     def loss_chunk(self) -> int:
         """Summary tokens whose logits the loss computes at once, 0 for all of them: the plugin's
-        criterion (``LOSS_CHUNK_TOKENS``) for the systems it trains, fairseq's (all) otherwise."""
-        if self.loss_chunk_tokens is not None:
-            return self.loss_chunk_tokens
-        return LOSS_CHUNK_TOKENS if self.system in CHUNKED_LOSS_SYSTEMS else 0
+        criterion (``LOSS_CHUNK_TOKENS``) for the systems it trains, fairseq's (all) otherwise. In
+        fp16 the plugin's criterion takes the whole logits too: its chunks' gradients, taken before
+        the loss scale is known, would underflow (``criterions.paged_cross_entropy.in_fp16``)."""
+        chunk = self.loss_chunk_tokens
+        if chunk is None:
+            chunk = LOSS_CHUNK_TOKENS if self.system in CHUNKED_LOSS_SYSTEMS else 0
+        return 0 if self.dtype == "fp16" and chunk > 0 else chunk
 
     def check(self) -> "Step":
         if self.system not in SYSTEMS:
