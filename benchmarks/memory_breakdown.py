@@ -1,5 +1,6 @@
 """Where a PageSum training step's memory goes: with the attention of before, with fused
-attention, and with fused attention and the chunked output-layer loss.
+attention, with the feed-forward's activation recomputed in backward, and with the chunked
+output-layer loss.
 
 The step (forward, the plugin's label-smoothed cross entropy, backward) is measured with
 torch's ``MemTracker`` on CPU (``pagesum_plugin.profiling``), ``bart.base`` widths (d=768, 12
@@ -13,12 +14,14 @@ heads, ffn 3,072, a 50,264-word vocabulary) and random weights, in two ways:
 * **per module**: the activations each sub-module of one decoder layer keeps for backward
   (what it added to the live tensors between its forward's start and end).
 
-Three steps (``STEPS``): ``before`` runs every attention of the plugin on its path from
-before fused kernels (``reference_attention``: cross-attention as fairseq's bmm + softmax,
-with its probabilities kept in fp32, and in bf16 a second copy in the model's dtype) and the
-loss on the whole summary's logits (``--loss-chunk-tokens 0``); ``fused`` is fused attention
-with that loss; ``chunked`` is the default: fused attention and the loss taken
-``--loss-chunk-tokens`` summary tokens at a time. ``--dtype bf16`` shows the precision that
+Four steps (``STEPS``), each adding one change to the one before: ``before`` runs every
+layer of the plugin on its path from before (``reference_attention``: cross-attention as
+fairseq's bmm + softmax, with its probabilities kept in fp32, and in bf16 a second copy in the
+model's dtype; the feed-forward keeping its hidden layer before and after the activation) and
+the loss on the whole summary's logits (``--loss-chunk-tokens 0``); ``fused`` is fused
+attention; ``recomputed`` also folds the feed-forward's activation into ``fc2``
+(``modules/feed_forward.py``: backward computes it again); ``chunked`` is the default, with the
+loss taken ``--loss-chunk-tokens`` summary tokens at a time as well. ``--dtype bf16`` shows the precision that
 training on a GPU uses, where the fp32 copy of the probabilities weighs three times a bf16
 activation.
 
@@ -36,17 +39,20 @@ from torch.distributed._tools.mem_tracker import MemTracker, _ModState, _MemRefT
 
 from benchmarks.common import ModelSize, build_model, criterion_step, markdown_table, paged_source, start, summary_io
 from pagesum_plugin.memory.model import LOSS_CHUNK_TOKENS
+from pagesum_plugin.modules.feed_forward import ActivationLinear
 from pagesum_plugin.modules.fused_attention import reference_attention
 from pagesum_plugin.profiling import peak_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-ATTENTIONS = ("today", "fused")
-STEPS = {  # name: (attention, whether the loss is chunked)
+ATTENTIONS = ("today", "fused")  # the per-module table: every change of the layer, or none
+STEPS = {  # name: (the layers' path, whether the loss is chunked)
     "before": ("today", False),
-    "fused": ("fused", False),
+    "fused": ("fused attention", False),
+    "recomputed": ("fused", False),
     "chunked": ("fused", True),
 }
-STEP_LABELS = {"before": "before", "fused": "fused attention", "chunked": "fused + chunked loss"}
+STEP_LABELS = {"before": "before", "fused": "fused attention", "recomputed": "+ activation recomputed",
+               "chunked": "+ chunked loss"}
 BART_BASE_LAYERS = 6
 MB = 2**20
 # one decoder layer's sub-modules in forward order, and what each is charged with: the
@@ -94,7 +100,26 @@ def size_of(args, layers: int) -> ModelSize:
 
 
 def attention(model: torch.nn.Module, name: str):
-    return reference_attention(model) if name == "today" else contextlib.nullcontext(model)
+    """today: every layer's path from before; fused attention: the feed-forward's activation
+    kept as before; fused: the layers as they are."""
+    if name == "today":
+        return reference_attention(model)
+    if name == "fused attention":
+        return unfolded_feed_forward(model)
+    return contextlib.nullcontext(model)
+
+
+@contextlib.contextmanager
+def unfolded_feed_forward(model: torch.nn.Module):
+    """The feed-forward's activation applied before ``fc2`` and kept, as fairseq's layer does."""
+    folded = [m for m in model.modules() if isinstance(m, ActivationLinear)]
+    for module in folded:
+        module.reference = True
+    try:
+        yield model
+    finally:
+        for module in folded:
+            del module.reference
 
 
 def build(args, layers: int):
@@ -160,7 +185,8 @@ def render(args, peaks, parts) -> str:
     if args.check_layers:
         lines.append((f"{args.check_layers} layers, measured", {name: peaks[name][args.check_layers] for name in STEPS}))
     rows = [[label] + [f"{values[name]:.0f}" for name in STEPS]
-            + [f"{values[name] / values['before']:.2f}x" for name in ("fused", "chunked")] for label, values in lines]
+            + [f"{values[name] / values['before']:.2f}x" for name in ("fused", "recomputed", "chunked")]
+            for label, values in lines]
     part_rows = [[DECODER_PARTS[part], f"{parts['today'].get(part, 0):.0f}", f"{parts['fused'].get(part, 0):.0f}"]
                  for part in DECODER_PARTS]
     part_rows.append(["all of the above", f"{sum(parts['today'].values()):.0f}", f"{sum(parts['fused'].values()):.0f}"])
@@ -170,9 +196,10 @@ def render(args, peaks, parts) -> str:
     return "\n\n".join([
         heading,
         "Step peak on top of the weights, MB (measured at 1 and 2 layers):",
-        markdown_table(["", *STEP_LABELS.values(), "fused / before", "fused + chunked / before"], rows),
+        markdown_table(["", *STEP_LABELS.values(), "fused / before", "+ recomputed / before", "+ chunked / before"],
+                       rows),
         "Activations one decoder layer keeps for backward, MB (forward):",
-        markdown_table(["decoder layer part", "attention of before", "fused"], part_rows),
+        markdown_table(["decoder layer part", "before", "fused attention, activation recomputed"], part_rows),
     ])
 
 

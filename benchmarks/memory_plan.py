@@ -33,8 +33,9 @@ from pagesum_plugin.memory.model import (ARCHITECTURES, COUNTS, Architecture, Co
 from pagesum_plugin.profiling import peak_memory
 
 MB = 2**20
-# counted, not fitted: the feed-forward layer keeps its hidden layer before and after the
-# activation (every BART has ffn = 4 d, so a fit could not tell these from the d-wide counts),
+# counted, not fitted: the feed-forward layer keeps its hidden layer before the activation,
+# once (backward computes the activation again; every BART has ffn = 4 d, so a fit could not
+# tell it from the d-wide counts),
 # cross-attention its keys and values (every decoder row reads as many source tokens as the
 # encoder wrote: a fit could not tell them from the encoder's counts), and a checkpointed layer
 # its input

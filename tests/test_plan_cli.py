@@ -19,7 +19,7 @@ def test_the_issues_command_prints_every_system_and_batch(capsys):
     rows = [line.split() for line in lines[2:]]
     assert [(row[0], row[1]) for row in rows] == [(s, str(b)) for s in SYSTEMS for b in (1, 2, 4, 8)]
     pagesum = rows[0]
-    assert pagesum[2:5] == ["43", "x", "1024"]  # PageSum-large, batch 1, today's decoder attention
+    assert pagesum[2:5] == ["64", "x", "1024"]  # PageSum-large, batch 1, fused attention
 
 
 @pytest.mark.parametrize("system", [s for s in SYSTEMS if s != "awesome"])

@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=65536, help="the longest input tried")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
-    parser.add_argument("--decoder-attention", choices=KERNELS, default="bmm",
+    parser.add_argument("--decoder-attention", choices=KERNELS, default="fused",
                         help="the decoder's attention kernel: bmm (scores kept) or fused (SDPA)")
     return parser
 

@@ -4,7 +4,8 @@ built from ``as_bart_args``, with its encoder and decoder classes swapped.
 A model names its two classes; fairseq's ``build_encoder`` / ``build_decoder`` hooks build
 them with BART's arguments, and ``forward`` runs them as BART does. The encoder's input is
 the view the model reads (pages, documents, one flat sequence, a segment per row): only the
-encoder knows its layout. Layers a model builds itself go through ``wrap_layer``, as
+encoder knows its layout. Every layer's feed-forward recomputes its activation in backward
+(``modules/feed_forward.fold_activation``). Layers a model builds itself go through ``wrap_layer``, as
 fairseq's own do. Their decoder layers take ``modules/fused_layer.FusedAttentionLayer``, and
 their decoders ``SyncFreeDecoder`` (and, where nothing reads the attention weights of a
 decoding step, ``TokenWeightsOnRequest``).
@@ -21,6 +22,7 @@ from torch import Tensor, nn
 
 from .bart_args import as_bart_args
 from ..modules.decoder_self_attention import set_cache_beams
+from ..modules.feed_forward import fold_activation
 
 NO_ALIGNMENT = -1  # an alignment layer that no layer index matches
 
@@ -31,7 +33,12 @@ class LongInputBARTModel(BARTModel):
 
     @classmethod
     def build_model(cls, args, task):
-        return super().build_model(as_bart_args(args), task)
+        args = as_bart_args(args)
+        model = super().build_model(args, task)
+        # every layer's feed-forward keeps one ffn-wide tensor for backward, not two
+        for layer in [*model.encoder.layers, *model.decoder.layers]:
+            fold_activation(layer, args.activation_fn)
+        return model
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
