@@ -25,13 +25,14 @@ loss taken ``--loss-chunk-tokens`` summary tokens at a time as well. ``--dtype b
 training on a GPU uses, where the fp32 copy of the probabilities weighs three times a bf16
 activation.
 
-    python -m benchmarks.memory_breakdown --dtype fp32
+    python -m benchmarks.memory_breakdown --dtype fp32 [--time-repeats 4]
     python -m benchmarks.memory_breakdown --dtype bf16 --heads 1
 """
 
 import argparse
 import contextlib
 import sys
+import time
 from typing import Dict, List
 
 import torch
@@ -85,6 +86,8 @@ def parse_args(argv=None):
                         help=f"summary tokens per chunk of the chunked loss (default: the criterion's, {LOSS_CHUNK_TOKENS})")
     parser.add_argument("--check-layers", type=int, default=0, metavar="N",
                         help="also measure the N-layer step of each kind, against fixed + N x layer (0: do not)")
+    parser.add_argument("--time-repeats", type=int, default=0, metavar="N",
+                        help="also time each kind of step at 2 layers, the kinds taking turns, best of N (0: do not)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="tiny widths and lengths, for a smoke run")
     args = parser.parse_args(argv)
@@ -149,6 +152,22 @@ def step_peaks(args, task, model, src, target, prev_output_tokens) -> Dict[str, 
     return peaks
 
 
+def step_seconds(args, task, model, src, target, prev_output_tokens) -> Dict[str, float]:
+    """{step: the best of ``args.time_repeats`` timed steps}, the kinds taking turns (reversed every other round)."""
+    best = {name: float("inf") for name in STEPS}
+    for round_ in range(args.time_repeats):
+        for name in (list(STEPS) if round_ % 2 == 0 else list(reversed(STEPS))):
+            kind, chunked = STEPS[name]
+            step = criterion_step(model, task, src, target, prev_output_tokens, args.loss_chunk_tokens if chunked else 0)
+            with attention(model, kind):
+                model.zero_grad(set_to_none=True)
+                started = time.perf_counter()
+                step()
+                best[name] = min(best[name], time.perf_counter() - started)
+    model.zero_grad(set_to_none=True)
+    return best
+
+
 def activations(stats, state) -> int:
     """Bytes of live activations in a module's first ``state`` snapshot (MemTracker)."""
     return stats.snapshots[state][0][torch.device("cpu")].get(_MemRefType.ACT, 0)
@@ -176,7 +195,7 @@ def decoder_layer_parts(model, src, prev_output_tokens) -> Dict[str, Dict[str, f
     return parts
 
 
-def render(args, peaks, parts) -> str:
+def render(args, peaks, parts, seconds=None) -> str:
     per_layer = {name: peaks[name][2] - peaks[name][1] for name in STEPS}
     fixed = {name: peaks[name][1] - per_layer[name] for name in STEPS}
     full = {name: fixed[name] + BART_BASE_LAYERS * per_layer[name] for name in STEPS}
@@ -193,6 +212,12 @@ def render(args, peaks, parts) -> str:
     heading = (f"PageSum training step, {args.pages} pages x {args.page_len} tokens, a {args.tgt_len}-token summary, "
                f"{args.dtype}, d={size_of(args, 1).embed_dim}, {size_of(args, 1).heads} heads; chunked loss: "
                f"{args.loss_chunk_tokens} tokens a chunk; torch {torch.__version__}, CPU, MemTracker")
+    timing = []
+    if seconds:
+        timing = [f"Step time at 2 layers, s (best of {args.time_repeats}, the kinds taking turns):",
+                  markdown_table(["", *STEP_LABELS.values()],
+                                 [["seconds"] + [f"{seconds[name]:.2f}" for name in STEPS],
+                                  ["/ before"] + [f"{seconds[name] / seconds['before']:.2f}x" for name in STEPS]])]
     return "\n\n".join([
         heading,
         "Step peak on top of the weights, MB (measured at 1 and 2 layers):",
@@ -200,6 +225,7 @@ def render(args, peaks, parts) -> str:
                        rows),
         "Activations one decoder layer keeps for backward, MB (forward):",
         markdown_table(["decoder layer part", "before", "fused attention, activation recomputed"], part_rows),
+        *timing,
     ])
 
 
@@ -209,6 +235,7 @@ def main(argv=None):
     if args.quick:
         args.pages, args.page_len, args.tgt_len, args.loss_chunk_tokens = 2, 32, 16, 4
     peaks: Dict[str, Dict[int, float]] = {name: {} for name in STEPS}  # step -> layers -> MB
+    seconds = None
     for layers in sorted({1, 2, args.check_layers} - {0}):
         task, model, src, target, prev_output_tokens = build(args, layers)
         for name, mb in step_peaks(args, task, model, src, target, prev_output_tokens).items():
@@ -216,7 +243,9 @@ def main(argv=None):
             print(f"{layers} layer(s), {name}: {mb:.0f} MB", file=sys.stderr, flush=True)
         if layers == 1:
             parts = decoder_layer_parts(model, src, prev_output_tokens)
-    print(render(args, peaks, parts))
+        if layers == 2 and args.time_repeats:
+            seconds = step_seconds(args, task, model, src, target, prev_output_tokens)
+    print(render(args, peaks, parts, seconds))
 
 
 if __name__ == "__main__":

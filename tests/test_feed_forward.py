@@ -1,7 +1,9 @@
 """Every layer's feed-forward keeps one ffn-wide tensor for backward, not two: its activation
 moves into ``fc2`` and is computed again in backward. Outputs and every gradient equal fairseq's
-feed-forward, in fp32 and bf16, for every system; checkpoints keep their parameter names; and
-a layer where folding would not be exact (activation dropout) is left as it is."""
+feed-forward, in fp32 and in bf16 bit for bit; every system's layers are folded, with activation
+checkpointing too, and keep their parameter names (each system's whole training step against the
+path of before: ``tests/test_fused_attention.py``); a layer where folding would not be exact is
+left as it is."""
 
 import argparse
 
@@ -25,6 +27,7 @@ BUILDERS = {
     "hed": lambda d: build_hed(d),
     "hepos": lambda d: build_hepos(d, "--encoder-attention", "window", *SMALL_PATTERNS),
     "awesome": lambda d: build_awesome(d, "--memory", "attentive"),
+    "pagesum, checkpointing": lambda d: build_tiny(d, "--checkpoint-activations"),
 }
 
 
