@@ -221,7 +221,7 @@ class PageSumDecoder(SyncFreeDecoder, TransformerDecoder):
             # consecutive rows that beam search reorders among themselves
             set_cache_beams(self, layout.beams if self.beams_share_pages else None)
             shared = self._first_self_attention()
-            if shared is not None and layout.pages_per_hypothesis:
+            if shared is not None and layout.repeats_prefixes:
                 shared.share_rows(incremental_state, layout.first_row_of_hypothesis, layout.hypothesis_of_row)
         return layout
 

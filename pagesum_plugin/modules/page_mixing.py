@@ -113,8 +113,8 @@ class PageLayout:
         return self.page_counts.size(0) * self.beams
 
     @property
-    def pages_per_hypothesis(self) -> bool:
-        """Whether some hypothesis reads more than one page (its rows then repeat its prefix)."""
+    def repeats_prefixes(self) -> bool:
+        """Whether some hypothesis reads more than one page, so that its page rows repeat its prefix."""
         return self.n_pages != self.page_counts.size(0)
 
     def expand(self, hypothesis_rows: Tensor) -> Tensor:
