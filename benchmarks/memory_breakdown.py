@@ -108,21 +108,8 @@ def attention(model: torch.nn.Module, name: str):
     if name == "today":
         return reference_attention(model)
     if name == "fused attention":
-        return unfolded_feed_forward(model)
+        return reference_attention(model, only=ActivationLinear)
     return contextlib.nullcontext(model)
-
-
-@contextlib.contextmanager
-def unfolded_feed_forward(model: torch.nn.Module):
-    """The feed-forward's activation applied before ``fc2`` and kept, as fairseq's layer does."""
-    folded = [m for m in model.modules() if isinstance(m, ActivationLinear)]
-    for module in folded:
-        module.reference = True
-    try:
-        yield model
-    finally:
-        for module in folded:
-            del module.reference
 
 
 def build(args, layers: int):

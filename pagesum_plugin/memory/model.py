@@ -129,7 +129,7 @@ class Step:
         chunk = self.loss_chunk_tokens
         if chunk is None:
             chunk = LOSS_CHUNK_TOKENS if self.system in CHUNKED_LOSS_SYSTEMS else 0
-        return 0 if self.dtype == "fp16" and chunk > 0 else chunk
+        return 0 if self.dtype == "fp16" else chunk
 
     def check(self) -> "Step":
         if self.system not in SYSTEMS:

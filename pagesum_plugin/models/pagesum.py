@@ -240,7 +240,8 @@ class PageSumDecoder(SyncFreeDecoder, TransformerDecoder):
     ):
         """Beam search reorders hypotheses (example x beam); cached states live on page rows.
 
-        Self-attention states follow every page row. Cross-attention keys and values are
+        Self-attention states follow every page row (the first layer's, kept once per
+        hypothesis, follow the hypotheses). Cross-attention keys and values are
         kept once per page of each encoder row and only move when finished examples are
         dropped (see ``PageLayout.reorder``)."""
         layout = incremental_state.get(PAGE_STATE_KEY)
@@ -248,11 +249,10 @@ class PageSumDecoder(SyncFreeDecoder, TransformerDecoder):
             return
         layout, row_order, page_order = layout.reorder(new_order)
         incremental_state[PAGE_STATE_KEY] = layout
-        shared = self._first_self_attention()
         for module in self.modules():
             if module is self or not hasattr(module, "reorder_incremental_state"):
                 continue
-            if module is shared:
+            if isinstance(module, DecoderSelfAttention):  # by hypothesis if it shares its rows, else by row
                 module.reorder_groups(incremental_state, new_order, row_order, layout.first_row_of_hypothesis,
                                       layout.hypothesis_of_row)
             elif getattr(module, "encoder_decoder_attention", False):

@@ -138,7 +138,7 @@ class DecoderSelfAttention(MultiheadAttention):
                        row_order: Tensor, first_row: Tensor, group_of_row: Tensor) -> None:
         """Follow beam search: ``group_order`` orders the groups (the hypotheses), ``row_order``
         the rows, and ``first_row`` / ``group_of_row`` describe the new rows' groups. A module
-        that shares no rows (any more) reorders its rows."""
+        that shares no rows (any more, or never did) reorders its rows."""
         if "group_of_row" not in self._get_input_buffer(incremental_state):
             self.reorder_incremental_state(incremental_state, row_order)
             return

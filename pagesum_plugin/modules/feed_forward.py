@@ -52,8 +52,9 @@ class ActivationLinear(nn.Linear):
 
     reference: bool = False  # benchmarks and equivalence tests: act, then fairseq's linear, as before
 
-    def __init__(self, in_features: int, out_features: int, activation: str, bias: bool = True):
-        super().__init__(in_features, out_features, bias=bias)
+    def __init__(self, in_features: int, out_features: int, activation: str, bias: bool = True, device=None,
+                 dtype=None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.activation = activation
         self.activation_fn: Callable[[Tensor], Tensor] = utils.get_activation_fn(activation)
 
@@ -103,7 +104,9 @@ def fold_activation(layer: nn.Module, activation: str) -> bool:
             or getattr(layer, "ffn_layernorm", None) is not None or type(fc2) is not nn.Linear
             or fc2._forward_pre_hooks):  # quantization noise
         return False
-    folded = ActivationLinear(fc2.in_features, fc2.out_features, activation, bias=fc2.bias is not None)
+    # built on the meta device (no weights of its own allocated or initialised), then given fc2's
+    folded = ActivationLinear(fc2.in_features, fc2.out_features, activation, bias=fc2.bias is not None,
+                              device="meta")
     folded.weight, folded.bias = fc2.weight, fc2.bias  # the same parameters, under the same names
     layer.fc2 = folded
     layer.activation_fn = keep_input

@@ -85,11 +85,13 @@ class FusedCrossAttention(MultiheadAttention):
 
 
 @contextlib.contextmanager
-def reference_attention(model: nn.Module):
+def reference_attention(model: nn.Module, only: Optional[type] = None):
     """Benchmarks and equivalence tests only: run ``model`` with every attention of this plugin
     on its path from before fused kernels (fairseq's bmm + softmax, score matrices
-    materialised, the self-attention cache copied once per step)."""
-    modules = [m for m in model.modules() if hasattr(m, "reference")]
+    materialised, the self-attention cache copied once per step), and every module with a
+    ``reference`` switch on its path from before (the feed-forward keeping its activation);
+    with ``only``, the modules of that class alone."""
+    modules = [m for m in model.modules() if hasattr(m, "reference") and (only is None or isinstance(m, only))]
     for module in modules:
         module.reference = True
     try:
