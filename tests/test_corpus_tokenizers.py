@@ -1,6 +1,9 @@
 """Tokenizers give exactly the symbols of fairseq's own BPE classes."""
 
+import random
+
 import pytest
+import regex
 from fairseq.data import Dictionary
 from fairseq.data.encoders.gpt2_bpe import GPT2BPE, GPT2BPEConfig
 from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
@@ -8,7 +11,8 @@ from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, Sentencepi
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_papers
 from pagesum_plugin.corpus.sentences import split_sentences
-from pagesum_plugin.corpus.tokenizers import build_dictionary, build_tokenizer, train_sentencepiece
+from pagesum_plugin.corpus import tokenizers
+from pagesum_plugin.corpus.tokenizers import ASCII_PIECES, build_dictionary, build_tokenizer, train_sentencepiece
 
 TRICKY = [
     "  leading and  double  spaces\n\nnew\tlines and tabs  ",
@@ -38,6 +42,48 @@ def test_gpt2_symbols_equal_fairseq_gpt2_bpe(gpt2_files, texts):
         assert ours.encode(text) == fairseq_bpe.encode(text).split(), text[:80]
         assert ours.decode(ours.encode(text)) == text
         assert fairseq_bpe.decode(" ".join(ours.encode(text))) == text
+
+
+# GPT-2's pre-tokenization as its authors (and fairseq's gpt2_bpe_utils) wrote it, in Unicode classes
+GPT2_PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+
+
+def ascii_noise(count: int, seed: int = 0) -> list:
+    """Random ASCII strings over all 128 characters, control characters included, with spaces,
+    newlines, apostrophes and letters frequent enough to form contractions and whitespace runs."""
+    rng = random.Random(seed)
+    alphabet = [chr(i) for i in range(128)]
+    weights = [8 if c in " \n\t'" else 3 if c.isalnum() else 1 for c in alphabet]
+    return ["".join(rng.choices(alphabet, weights, k=rng.randrange(40))) for _ in range(count)]
+
+
+def test_ascii_pieces_cut_ascii_text_as_gpt2s_unicode_pattern(texts):
+    ascii_texts = [text for text in texts + TRICKY if text.isascii()] + ascii_noise(5000)
+    assert [ASCII_PIECES.findall(text) for text in ascii_texts] == [GPT2_PATTERN.findall(text) for text in ascii_texts]
+
+
+def test_gpt2_encode_ids_equals_hf_tokenizers_on_whole_texts(gpt2_files, texts, monkeypatch):
+    ours = build_tokenizer("gpt2", encoder_json=gpt2_files.encoder_json, vocab_bpe=gpt2_files.vocab_bpe)
+    batch = [" " + text for text in texts] + texts + TRICKY + ascii_noise(3000)
+    reference = ours.encode_ids_whole(batch)
+    assert ours.encode_ids(batch) == reference  # every piece new
+    assert ours.encode_ids(batch) == reference  # every piece remembered
+    assert ours.encode_ids(batch[::-1]) == reference[::-1]
+    monkeypatch.setattr(tokenizers, "PIECE_CACHE_SIZE", 50)  # forgets its pieces at almost every text
+    fresh = build_tokenizer("gpt2", encoder_json=gpt2_files.encoder_json, vocab_bpe=gpt2_files.vocab_bpe)
+    assert [fresh.encode_ids([text])[0] for text in batch] == reference
+    assert len(fresh._pieces) <= 50 + max(len(set(ASCII_PIECES.findall(text))) for text in batch)
+
+
+def test_gpt2_encode_ids_encodes_each_distinct_ascii_piece_once(gpt2_files, monkeypatch):
+    ours = build_tokenizer("gpt2", encoder_json=gpt2_files.encoder_json, vocab_bpe=gpt2_files.vocab_bpe)
+    calls = []
+    whole = ours.encode_ids_whole
+    monkeypatch.setattr(ours, "encode_ids_whole", lambda batch: calls.append(list(batch)) or whole(batch))
+    ours.encode_ids([" the cat", " the dog", "the cat sat"])
+    assert calls == [[" the", " cat", " dog", "the", " sat"], []]  # the pieces, then no text needs HF whole
+    ours.encode_ids([" the dog sat", " café"])
+    assert calls[2:] == [[" café"]]  # nothing new in ASCII; the other text goes whole
 
 
 def test_gpt2_dictionary_is_barts_dict_file(gpt2_files):
