@@ -10,10 +10,10 @@ and 2 workers, alternating the code under test with ``--before REV`` (that commi
 repository, exported with ``git archive``), and keeps the best of ``--repeat`` runs. It reports
 documents/s and tokens/s of wall time, CPU seconds per document (the command and its
 workers), and MB/s of document text, each document's text counted once (the arXiv layout
-stores it twice). The last rows are the tokenizer alone (``encode_ids`` on every sentence and
-summary, one call, one process): the ceiling of preprocessing, both as the command encodes
-(``encode_ids``: GPT-2 pieces cut by a regex, each distinct piece encoded once) and with HF
-``tokenizers`` on every text whole. The table after it times sentence
+stores it twice). The last rows are the tokenizer alone on every sentence and summary, in one
+call and one process: the ceiling of preprocessing, both as the command encodes (``encode_flat``:
+GPT-2 pieces cut by a regex, each distinct piece encoded once) and with HF ``tokenizers`` on
+every text whole. The table after it times sentence
 splitting alone, in process, on the jsonl corpus's texts: NLTK's own Punkt with the same
 parameters, ``--before``'s splitter and the new one, alternating, best of ``--repeat``.
 
@@ -43,7 +43,7 @@ from pagesum_plugin.corpus.tokenizers import build_tokenizer
 
 ENTRY = "pagesum_preprocess.cli:main"
 PAPER_DIR = Path(aclsum.__file__).parent / "dataset" / "paper_jsons"
-TOKENIZER_ALONE = {"tokenizer alone (encode_ids)": False, "HF tokenizers alone, whole texts": True}
+TOKENIZER_ALONE = {"tokenizer alone (encode_flat)": False, "HF tokenizers alone, whole texts": True}
 WORDS_PER_DOCUMENT = 6000  # about 8,000 GPT-2 tokens of scientific English
 SECTIONS_PER_DOCUMENT = 8
 
@@ -114,7 +114,7 @@ def measure(command: list[str], corpus: Path, input_format: str, gpt2_dir: Path,
 
 def tokenizer_alone(corpus: Path, input_format: str, gpt2_dir: Path, whole: bool) -> tuple[float, float]:
     """Wall and CPU seconds of the tokenizer alone on every sentence and summary of the corpus, in
-    one call of a fresh tokenizer: ``encode_ids`` (its piece cache starting empty), or with
+    one call of a fresh tokenizer: ``encode_flat`` (its piece cache starting empty), or with
     ``whole`` HF ``tokenizers`` on every text whole (``encode_ids_whole``)."""
     texts = []
     for record in iter_records(corpus, input_format):
@@ -122,7 +122,7 @@ def tokenizer_alone(corpus: Path, input_format: str, gpt2_dir: Path, whole: bool
         texts += [" " + sentence for unit in example.units for sentence in unit.sentence_list()]
         texts.append(" ".join(example.summary.split()))
     tokenizer = build_tokenizer("gpt2", encoder_json=gpt2_dir / "encoder.json", vocab_bpe=gpt2_dir / "vocab.bpe")
-    encode = tokenizer.encode_ids_whole if whole else tokenizer.encode_ids
+    encode = tokenizer.encode_ids_whole if whole else tokenizer.encode_flat
     start, cpu = time.perf_counter(), time.process_time()
     encode(texts)
     return time.perf_counter() - start, time.process_time() - cpu

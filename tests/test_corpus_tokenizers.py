@@ -2,6 +2,7 @@
 
 import random
 
+import numpy as np
 import pytest
 import regex
 from fairseq.data import Dictionary
@@ -62,28 +63,33 @@ def test_ascii_pieces_cut_ascii_text_as_gpt2s_unicode_pattern(texts):
     assert [ASCII_PIECES.findall(text) for text in ascii_texts] == [GPT2_PATTERN.findall(text) for text in ascii_texts]
 
 
-def test_gpt2_encode_ids_equals_hf_tokenizers_on_whole_texts(gpt2_files, texts, monkeypatch):
+def split_flat(flat, lengths) -> list:
+    return [ids.tolist() for ids in np.split(flat, np.cumsum(lengths)[:-1])] if len(lengths) else []
+
+
+def test_gpt2_encode_flat_equals_hf_tokenizers_on_whole_texts(gpt2_files, texts, monkeypatch):
     ours = build_tokenizer("gpt2", encoder_json=gpt2_files.encoder_json, vocab_bpe=gpt2_files.vocab_bpe)
     batch = [" " + text for text in texts] + texts + TRICKY + ascii_noise(3000)
     reference = ours.encode_ids_whole(batch)
-    assert ours.encode_ids(batch) == reference  # every piece new
-    assert ours.encode_ids(batch) == reference  # every piece remembered
-    assert ours.encode_ids(batch[::-1]) == reference[::-1]
-    monkeypatch.setattr(tokenizers, "PIECE_CACHE_SIZE", 50)  # forgets its pieces at almost every text
+    assert split_flat(*ours.encode_flat(batch)) == reference  # every piece new
+    assert split_flat(*ours.encode_flat(batch)) == reference  # every piece remembered
+    assert split_flat(*ours.encode_flat(batch[::-1])) == reference[::-1]
+    assert split_flat(*ours.encode_flat([])) == []
+    monkeypatch.setattr(tokenizers, "PIECE_CACHE_SIZE", 50)  # starts afresh at almost every text
     fresh = build_tokenizer("gpt2", encoder_json=gpt2_files.encoder_json, vocab_bpe=gpt2_files.vocab_bpe)
-    assert [fresh.encode_ids([text])[0] for text in batch] == reference
-    assert len(fresh._pieces) <= 50 + max(len(set(ASCII_PIECES.findall(text))) for text in batch)
+    assert [split_flat(*fresh.encode_flat([text]))[0] for text in batch] == reference
+    assert len(fresh.pieces.rows) <= 50 + max(len(set(ASCII_PIECES.findall(text))) for text in batch)
 
 
-def test_gpt2_encode_ids_encodes_each_distinct_ascii_piece_once(gpt2_files, monkeypatch):
+def test_gpt2_encode_flat_encodes_each_distinct_piece_once(gpt2_files, monkeypatch):
     ours = build_tokenizer("gpt2", encoder_json=gpt2_files.encoder_json, vocab_bpe=gpt2_files.vocab_bpe)
     calls = []
-    whole = ours.encode_ids_whole
-    monkeypatch.setattr(ours, "encode_ids_whole", lambda batch: calls.append(list(batch)) or whole(batch))
-    ours.encode_ids([" the cat", " the dog", "the cat sat"])
-    assert calls == [[" the", " cat", " dog", "the", " sat"], []]  # the pieces, then no text needs HF whole
-    ours.encode_ids([" the dog sat", " café"])
-    assert calls[2:] == [[" café"]]  # nothing new in ASCII; the other text goes whole
+    whole = ours.pieces.encode
+    monkeypatch.setattr(ours.pieces, "encode", lambda batch: calls.append(sorted(batch)) or whole(batch))
+    ours.encode_flat([" the cat", " the dog", "the cat sat"])
+    assert calls == [sorted([" the", " cat", " dog", "the", " sat"])]
+    ours.encode_flat([" the dog sat", " café au lait", " café au lait"])
+    assert calls[1:] == [[" café au lait"]]  # nothing new in ASCII; a text with other characters is one piece
 
 
 def test_gpt2_dictionary_is_barts_dict_file(gpt2_files):

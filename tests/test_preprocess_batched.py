@@ -137,8 +137,8 @@ def test_one_call_encodes_every_text_of_a_batch(monkeypatch, papers, gpt2_args, 
                                   "--destdir", tmp_path / "data", *gpt2_args, "--no-progress"]]) == 0
     codec = TextCodec.from_data_dir(tmp_path / "data")
     calls = []
-    encode_ids = codec.tokenizer.encode_ids
-    monkeypatch.setattr(codec.tokenizer, "encode_ids", lambda texts: calls.append(len(texts)) or encode_ids(texts))
+    encode_flat = codec.tokenizer.encode_flat
+    monkeypatch.setattr(codec.tokenizer, "encode_flat", lambda texts: calls.append(len(texts)) or encode_flat(texts))
     examples = list(read_examples(tmp_path / "c.jsonl", "jsonl"))
     encoded = codec.encode_examples(examples)
     sentences = sum(len(unit.sentence_list()) for example in examples for unit in example.units)

@@ -14,7 +14,6 @@ Whitespace rule: a unit is a sentence with its whitespace collapsed, and units a
 joined by single spaces in every view.
 """
 
-from itertools import chain
 from pathlib import Path
 from typing import List
 
@@ -53,9 +52,7 @@ class TextCodec:
 
     def _encode_flat(self, texts: list[str]) -> tuple:
         """The dictionary ids of every text, concatenated, and each text's length."""
-        token_ids = self.tokenizer.encode_ids(texts)
-        lengths = np.fromiter(map(len, token_ids), dtype=np.int64, count=len(token_ids))
-        flat = np.fromiter(chain.from_iterable(token_ids), dtype=np.int64, count=int(lengths.sum()))
+        flat, lengths = self.tokenizer.encode_flat(texts)
         return self._to_dictionary[flat], lengths  # (total_tokens,), (texts,)
 
     def encode_summary(self, text: str) -> np.ndarray:

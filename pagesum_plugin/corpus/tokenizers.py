@@ -6,9 +6,9 @@
 * ``sentencepiece``: a model trained on the training split; symbols are its pieces,
   which is what fairseq's ``SentencepieceBPE`` produces.
 
-``encode_ids(texts)`` encodes a whole batch of texts in one call into the tokenizer's own
-ids, and ``symbol(i)`` names id ``i`` as the dictionary spells it: the codec maps a batch's
-ids to dictionary ids with one array lookup built from them.
+``encode_flat(texts)`` encodes a whole batch of texts in one call into the tokenizer's own
+ids, every text's concatenated, and ``symbol(i)`` names id ``i`` as the dictionary spells it:
+the codec maps a batch's ids to dictionary ids with one array lookup built from them.
 """
 
 import os
@@ -18,6 +18,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Iterable, Protocol
 
+import numpy as np
 import sentencepiece as spm
 from fairseq.data import Dictionary
 from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
@@ -42,11 +43,13 @@ PIECE_CACHE_SIZE = 200_000  # pieces remembered per process (a few tens of MB); 
 
 class Tokenizer(Protocol):
     name: str
-    vocab_size: int  # every id that encode_ids can return is below it
+    vocab_size: int  # every id that encode_flat can return is below it
 
     def encode(self, text: str) -> list[str]: ...
 
-    def encode_ids(self, texts: list[str]) -> list[list[int]]: ...
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(total_tokens,) the ids of every text, concatenated, and (texts,) each text's length."""
+        ...
 
     def symbol(self, token_id: int) -> str: ...
 
@@ -59,10 +62,11 @@ class Gpt2Tokenizer:
     """GPT-2 byte-level BPE, identical in output to ``fairseq.data.encoders.gpt2_bpe``.
 
     BPE never merges across the pieces that pre-tokenization cuts, so a piece has the same
-    ids wherever it occurs. ``encode_ids`` cuts ASCII texts itself (``ASCII_PIECES``) and
-    encodes each distinct piece once, with HF ``tokenizers``, remembering it: on a long
-    corpus almost every piece has been seen before, and a text costs one regex pass and
-    one lookup per piece. Texts with other characters go to HF ``tokenizers`` whole.
+    ids wherever it occurs. ``encode_flat`` cuts ASCII texts itself (``ASCII_PIECES``) and
+    looks each piece up in a ``PieceCache``, which encodes a piece with HF ``tokenizers``
+    the first time it is seen: on a long corpus almost every piece has been seen before, and
+    a text costs one regex pass and one lookup per piece. A text with other characters is one
+    piece of its own, encoded whole by HF ``tokenizers``.
     """
 
     name = "gpt2"
@@ -75,43 +79,18 @@ class Gpt2Tokenizer:
         self._hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         self._hf.decoder = decoders.ByteLevel()
         self.vocab_size = max(self._hf.get_vocab().values()) + 1
-        self._pieces: dict[str, list[int]] = {}  # piece -> its ids
+        self.pieces = PieceCache(self.encode_ids_whole)
 
     def encode(self, text: str) -> list[str]:
         return [str(i) for i in self._hf.encode(text, add_special_tokens=False).ids]
 
-    def encode_ids(self, texts: list[str]) -> list[list[int]]:
-        pieces = [ASCII_PIECES.findall(text) if text.isascii() else None for text in texts]
-        ids = [self._known(text_pieces) for text_pieces in pieces]  # None: a new piece, or not ASCII
-        unseen = [i for i, text_pieces in enumerate(pieces) if text_pieces is not None and ids[i] is None]
-        if unseen:
-            self._remember(list(dict.fromkeys(piece for i in unseen for piece in pieces[i])))
-            for i in unseen:
-                ids[i] = self._known(pieces[i])
-        whole = [i for i, text_pieces in enumerate(pieces) if text_pieces is None]
-        for i, text_ids in zip(whole, self.encode_ids_whole([texts[i] for i in whole])):
-            ids[i] = text_ids
-        return ids
-
-    def _known(self, pieces: list[str] | None) -> list[int] | None:
-        """The ids of a text's pieces if every one of them is remembered, else None."""
-        if pieces is None:
-            return None
-        try:
-            return list(chain.from_iterable(map(self._pieces.__getitem__, pieces)))
-        except KeyError:
-            return None
-
-    def _remember(self, needed: list[str]) -> None:
-        """Makes every piece of ``needed`` known, starting afresh when the cache would grow too large."""
-        new = [piece for piece in needed if piece not in self._pieces]
-        if len(self._pieces) + len(new) > PIECE_CACHE_SIZE:
-            self._pieces.clear()
-            new = needed
-        self._pieces.update(zip(new, self.encode_ids_whole(new)))
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        pieces = [ASCII_PIECES.findall(text) if text.isascii() else [text] for text in texts]
+        per_text = np.fromiter(map(len, pieces), dtype=np.int64, count=len(texts))  # (texts,)
+        return self.pieces.lookup(list(chain.from_iterable(pieces)), per_text)
 
     def encode_ids_whole(self, texts: list[str]) -> list[list[int]]:
-        """``encode_ids`` without the piece cache: HF ``tokenizers`` on every text whole."""
+        """Each text's ids from HF ``tokenizers`` on the whole text, without the piece cache."""
         # encode_batch_fast: the ids without the character offsets, which nothing here reads.
         return [encoding.ids for encoding in self._hf.encode_batch_fast(texts, add_special_tokens=False)]
 
@@ -140,6 +119,48 @@ class Gpt2Tokenizer:
                 shutil.copyfile(source, target)
 
 
+class PieceCache:
+    """The ids of every piece seen so far, as one ragged table: ``tokens[starts[r]:][:lengths[r]]``
+    are the ids of the piece in row ``r``. ``encode`` encodes the pieces not seen yet, in one call;
+    past ``PIECE_CACHE_SIZE`` pieces the table starts afresh."""
+
+    def __init__(self, encode):
+        self.encode = encode  # list of texts -> list of their ids
+        self.clear()
+
+    def clear(self) -> None:
+        self.rows: dict[str, int] = {}  # piece -> row
+        self.tokens = np.zeros(0, dtype=np.int64)  # (cached tokens,)
+        self.starts = np.zeros(0, dtype=np.int64)  # (rows,)
+        self.lengths = np.zeros(0, dtype=np.int64)  # (rows,)
+
+    def lookup(self, pieces: list[str], per_text: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of ``pieces`` concatenated, and the number of ids of each text, whose pieces
+        are the next ``per_text[i]`` of ``pieces``."""
+        new = set(pieces).difference(self.rows)
+        if len(self.rows) + len(new) > PIECE_CACHE_SIZE:
+            self.clear()
+            new = set(pieces)
+        if new:
+            self._add(sorted(new))
+        rows = np.fromiter(map(self.rows.__getitem__, pieces), dtype=np.int64, count=len(pieces))  # (pieces,)
+        lengths = self.lengths[rows]  # (pieces,)
+        ends = np.cumsum(lengths)  # (pieces,)
+        # token k of piece p sits at tokens[starts[rows[p]] + k]
+        flat = self.tokens[np.repeat(self.starts[rows] - (ends - lengths), lengths) + np.arange(ends[-1] if len(ends) else 0)]
+        bounds = np.concatenate([[0], ends])[np.cumsum(np.concatenate([[0], per_text]))]  # (texts + 1,)
+        return flat, np.diff(bounds)
+
+    def _add(self, pieces: list[str]) -> None:
+        ids = self.encode(pieces)
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        self.rows.update(zip(pieces, range(len(self.rows), len(self.rows) + len(pieces))))
+        self.starts = np.concatenate([self.starts, len(self.tokens) + np.cumsum(lengths) - lengths])
+        self.lengths = np.concatenate([self.lengths, lengths])
+        self.tokens = np.concatenate([self.tokens, np.fromiter(chain.from_iterable(ids), dtype=np.int64,
+                                                               count=int(lengths.sum()))])
+
+
 class SentencePieceTokenizer:
     """A sentencepiece model, used as fairseq's ``SentencepieceBPE`` uses it."""
 
@@ -153,9 +174,11 @@ class SentencePieceTokenizer:
     def encode(self, text: str) -> list[str]:
         return self.sp.encode(text, out_type=str)
 
-    def encode_ids(self, texts: list[str]) -> list[list[int]]:
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         # One thread: each preprocessing worker is one process on one core.
-        return self.sp.encode(texts, num_threads=1)
+        ids = self.sp.encode(texts, num_threads=1)
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        return np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum())), lengths
 
     def symbol(self, token_id: int) -> str:
         # A character the model lacks is its unknown piece, which no dictionary holds: it
