@@ -144,10 +144,11 @@ class PieceCache:
         if new:
             self._add(sorted(new))
         rows = np.fromiter(map(self.rows.__getitem__, pieces), dtype=np.int64, count=len(pieces))  # (pieces,)
-        lengths = self.lengths[rows]  # (pieces,)
-        ends = np.cumsum(lengths)  # (pieces,)
-        # token k of piece p sits at tokens[starts[rows[p]] + k]
-        flat = self.tokens[np.repeat(self.starts[rows] - (ends - lengths), lengths) + np.arange(ends[-1] if len(ends) else 0)]
+        lengths = self.lengths[rows]  # (pieces,) ids per piece
+        ends = np.cumsum(lengths)  # (pieces,) where each piece's ids end in the output
+        total = int(ends[-1]) if len(ends) else 0
+        # output position j, inside piece p, reads tokens[starts[rows[p]] + j - (ends[p] - lengths[p])]
+        flat = self.tokens[np.repeat(self.starts[rows] - (ends - lengths), lengths) + np.arange(total)]  # (total,)
         bounds = np.concatenate([[0], ends])[np.cumsum(np.concatenate([[0], per_text]))]  # (texts + 1,)
         return flat, np.diff(bounds)
 
