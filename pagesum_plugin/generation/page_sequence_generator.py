@@ -62,7 +62,7 @@ class PageSumSequenceGenerator(SearchLoop):
         if prefix_tokens is None:
             # Targets are "<s> summary </s>", so the first generated token is always <s>.
             prefix_tokens = src_tokens.new_full((src_tokens.size(0), 1), self.bos)
-        page_counts = real_pages(src_tokens, self.pad).sum(dim=1)  # (batch,)
+        page_counts = real_pages(src_tokens, self.pad).sum(dim=1).tolist()  # (batch,), read back once
         kept_pages = None
         mixes_pages = self.model.single_model.mixes_pages
         if 0 < self.top_pages < src_tokens.size(1):  # the model can prune: checked when the generator was built
@@ -73,7 +73,7 @@ class PageSumSequenceGenerator(SearchLoop):
         finalized = self._generate_counting_summary_tokens(sample, prefix_tokens, constraints, bos_token)
 
         for i, hypos in enumerate(finalized):
-            num_pages = int(page_counts[i])
+            num_pages = page_counts[i]
             for hypo in hypos:
                 if not mixes_pages:  # a model without page weights (a single-sequence rival)
                     hypo["page_weights"] = None
