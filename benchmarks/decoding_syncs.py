@@ -46,7 +46,8 @@ def main(argv=None):
                                          no_repeat_ngram_size=args.no_repeat_ngram_size)
     sample = {"net_input": {"src_tokens": src}}
     print(f"Machine: {describe_device(device)}.")
-    for name, loop in (("the generator's own loop", contextlib.nullcontext()), ("fairseq's loop", fairseq_loop(generator))):
+    loops = {"the generator's own loop": contextlib.nullcontext(), "fairseq's loop": fairseq_loop(generator)}
+    for name, loop in loops.items():
         with torch.no_grad(), loop, HostSyncs() as syncs:
             generator.generate([model], sample)
         counts = collections.Counter(syncs.seen)

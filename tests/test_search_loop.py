@@ -134,6 +134,16 @@ def test_the_beam_settings_end_beams_at_different_steps_and_drop_finished_exampl
     assert len({max(n_best) for n_best in lengths}) > 1, "examples ended at different steps and were dropped"
 
 
+def test_the_length_settings_bind(pagesum):
+    """The min-len setting keeps every summary at 12 tokens or more, and the max-len setting
+    stops some at its 4 (the forced <s> and </s> come on top)."""
+    sample = pagesum.make_sample(COUNTS, seed=1)
+    at_least = assert_searches_agree(pagesum.generator(**BEAM_SETTINGS["min-len"]), sample)
+    assert min(len(h["tokens"]) for n_best in at_least for h in n_best) >= 12 + 2
+    capped = assert_searches_agree(pagesum.generator(**BEAM_SETTINGS["max-len-reached"]), sample)
+    assert max(len(h["tokens"]) for n_best in capped for h in n_best) == 4 + 2
+
+
 @pytest.mark.parametrize("strategy", [
     lambda d: search.Sampling(d, sampling_topk=8),
     lambda d: search.Sampling(d, sampling_topp=0.9),
