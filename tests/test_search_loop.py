@@ -252,3 +252,8 @@ def slice_sample(sample, i, pad):
     real_pages = int(src.ne(pad).any(dim=2).sum())
     src = src[:, :real_pages, : int(src.ne(pad).sum(dim=2).max())]
     return {"id": sample["id"][i : i + 1], "net_input": {"src_tokens": src, "src_lengths": src.ne(pad).sum((1, 2))}}
+
+
+def test_a_minimum_length_above_the_maximum_is_refused_in_one_line(pagesum):
+    with pytest.raises(ValueError, match=r"^--min-len 10 is above the longest summary this search allows, 5 tokens"):
+        pagesum.generator(beam_size=2, min_len=10, max_len_b=5).generate([pagesum.model], pagesum.make_sample((1,), 0))
