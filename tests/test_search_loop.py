@@ -60,14 +60,16 @@ def build_system(name, data_dir):
         model = make_source_sensitive(randomize_memories(model), task.dictionary)
         return System(task, model, SegmentSequenceGenerator, lambda counts, seed: segmented_sample(task, counts, seed))
     builders = {"pagesum": build_tiny, "hed": build_hed,
-                "hepos": lambda d: build_hepos(d, "--encoder-attention", "window", *SMALL_PATTERNS)}
+                "hepos": lambda d: build_hepos(d, "--encoder-attention", "window", *SMALL_PATTERNS),
+                # full-attention BART: HEPOS's model with both attentions full
+                "bart": lambda d: build_hepos(d, "--encoder-attention", "full", "--cross-attention", "full")}
     _, task, model = builders[name](data_dir)
     model = make_source_sensitive(model, task.dictionary)
     return System(task, model, PageSumSequenceGenerator,
-                  lambda counts, seed: paged_sample(task, counts, seed, first_page_only=name == "hepos"))
+                  lambda counts, seed: paged_sample(task, counts, seed, first_page_only=name in ("hepos", "bart")))
 
 
-@pytest.fixture(scope="module", params=["pagesum", "hepos", "hed", "awesome"])
+@pytest.fixture(scope="module", params=["pagesum", "hepos", "bart", "hed", "awesome"])
 def system(request, copy_task_dir):
     return build_system(request.param, copy_task_dir)
 
