@@ -4,19 +4,22 @@ operator and by the line that calls it, per step.
 A search of ``--steps`` tokens (forced lengths) over a batch whose examples have different
 page counts runs inside ``pagesum_plugin.profiling.HostSyncs``, which records each operator
 that makes the host wait (a value read back, a data-dependent shape, a boolean-mask index)
-with its caller. The table gives each call site's count divided by the number of steps.
-Weights are random; the syncs do not depend on them.
+with its caller. The table gives each call site's count divided by the number of steps, for the
+generator's own search loop and, for comparison, fairseq's loop run by the same generator
+(``generation.search_loop.fairseq_loop``). Weights are random; the syncs do not depend on them.
 
     python -m benchmarks.decoding_syncs --device cpu
 """
 
 import argparse
 import collections
+import contextlib
 
 import torch
 
 from benchmarks.common import CPU_SMALL, add_device_args, build_model, describe_device, markdown_table, paged_source, start
 from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.search_loop import fairseq_loop
 from pagesum_plugin.profiling import HostSyncs
 
 
@@ -42,15 +45,18 @@ def main(argv=None):
                                          max_len_b=args.steps, min_len=args.steps,
                                          no_repeat_ngram_size=args.no_repeat_ngram_size)
     sample = {"net_input": {"src_tokens": src}}
-    with torch.no_grad(), HostSyncs() as syncs:
-        generator.generate([model], sample)
-    counts = collections.Counter(syncs.seen)
-    rows = [[place, operator, f"{count / args.steps:.2f}"] for (operator, place), count in
-            sorted(counts.items(), key=lambda item: item[0][1])]
     print(f"Machine: {describe_device(device)}.")
-    print(f"Beam {args.beam}, {args.steps} steps, --no-repeat-ngram-size {args.no_repeat_ngram_size}, "
-          f"3 examples: host syncs per step by call site (the encoder pass and the search's set-up included):")
-    print(markdown_table(["call site", "operator", "per step"], rows))
+    loops = {"the generator's own loop": contextlib.nullcontext(), "fairseq's loop": fairseq_loop(generator)}
+    for name, loop in loops.items():
+        with torch.no_grad(), loop, HostSyncs() as syncs:
+            generator.generate([model], sample)
+        counts = collections.Counter(syncs.seen)
+        rows = [[place, operator, f"{count / args.steps:.2f}"] for (operator, place), count in
+                sorted(counts.items(), key=lambda item: item[0][1])]
+        print(f"\n{name}: beam {args.beam}, {args.steps} steps, --no-repeat-ngram-size "
+              f"{args.no_repeat_ngram_size}, 3 examples: host syncs per step by call site (the encoder pass and "
+              f"the search's set-up included):")
+        print(markdown_table(["call site", "operator", "per step"], rows))
 
 
 if __name__ == "__main__":

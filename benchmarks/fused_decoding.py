@@ -3,10 +3,11 @@
 One run, three tables.
 
 1. **One page**, ``bart.base`` dimensions, beam 4, a summary of ``--short`` tokens (lengths
-   forced: min = max), batch 1: the time per summary of PageSum's generator, of fairseq's
-   stock ``SequenceGenerator`` on the same BART (the same weights), and of ``transformers``'
-   ``BartForConditionalGeneration.generate`` on the converted weights
-   (``pagesum_plugin.checkpoints``: what ``pagesum-convert to-hf`` writes). The three take
+   forced: min = max), batch 1: the time per summary of PageSum's generator, of the same
+   generator running fairseq's search loop instead of its own (``generation.search_loop.fairseq_loop``),
+   of fairseq's stock ``SequenceGenerator`` on the same BART (the same weights), and of
+   ``transformers``' ``BartForConditionalGeneration.generate`` on the converted weights
+   (``pagesum_plugin.checkpoints``: what ``pagesum-convert to-hf`` writes). The four take
    turns for ``--repeats`` rounds: the best round of each, and the median over rounds of
    each round's ratio to fairseq (on a shared machine, the steadier of the two).
 
@@ -67,6 +68,7 @@ from benchmarks.scale.costs import decoder_weight_bytes, step_bytes
 from pagesum_plugin.checkpoints.hf_config import bart_config_from_args
 from pagesum_plugin.checkpoints.hf_weights import fairseq_state_to_hf
 from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.search_loop import fairseq_loop
 from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention, set_cache_length
 from pagesum_plugin.modules.fused_attention import reference_attention
@@ -126,6 +128,7 @@ def one_page_rows(args, size: ModelSize, device, dtype) -> List[List[object]]:
     flat_sample = {"net_input": {"src_tokens": flat, "src_lengths": flat.ne(dictionary.pad()).sum(1)}}
     runs = {
         "PageSum (this plugin)": lambda: ours.generate([pagesum], sample),
+        "PageSum, fairseq's search loop": lambda: generate_in(fairseq_loop(ours), pagesum, sample),
         "fairseq SequenceGenerator": lambda: stock.generate([bart], flat_sample, prefix_tokens=bos),
         "transformers generate": lambda: hf.generate(
             flat, num_beams=beam, max_new_tokens=length + 2, min_new_tokens=length + 2, do_sample=False,
@@ -139,6 +142,11 @@ def one_page_rows(args, size: ModelSize, device, dtype) -> List[List[object]]:
         paired = statistics.median(t / b for t, b in zip(times, rounds[base]))
         rows.append([name, f"{min(times):.2f}", f"{min(times) / min(rounds[base]):.2f}x", f"{paired:.2f}x"])
     return rows
+
+
+def generate_in(context, model, sample):
+    with context as generator:
+        return generator.generate([model], sample)
 
 
 def alternating_rounds(runs: Dict[str, Callable[[], object]], repeats: int, device) -> Dict[str, List[float]]:

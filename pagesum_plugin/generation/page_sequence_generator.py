@@ -1,10 +1,11 @@
 """Page-combined beam search (Eq. 9 of the PageSum paper at every decoding step).
 
-fairseq's beam search is reused unchanged: the PageSum decoder already turns the
-(example x beam) rows it is given into one row per page of every beam, mixes the page
-states and returns one distribution per beam row, and it moves every page's cached
-state whenever beams are reordered or finished examples are pruned. This generator
-adds what summarization with PageSum needs on top:
+The search is fairseq's, run by the plugin's own step loop (``generation/search_loop.py``:
+the same hypotheses and scores, with one host sync a step): the PageSum decoder already
+turns the (example x beam) rows it is given into one row per page of every beam, mixes
+the page states and returns one distribution per beam row, and it moves every page's
+cached state whenever beams are reordered or finished examples are pruned. This
+generator adds what summarization with PageSum needs on top:
 
 * the summary always starts with <s> (the training convention), and <s> can never
   come again after it, in beam search and sampling alike;
@@ -27,16 +28,16 @@ generator is built: a model that cannot prune its pages is refused ``top_pages``
 from typing import Dict, List, Optional, Tuple, Union
 
 import torch
-from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
 from ..modules.decoder_self_attention import set_cache_beams, set_cache_length
 from ..modules.page_mixing import real_pages
 from .contract import check_models
 from .ngram_blocking import NoRepeatNGramBlocker
+from .search_loop import SearchLoop
 
 
-class PageSumSequenceGenerator(SequenceGenerator):
+class PageSumSequenceGenerator(SearchLoop):
     def __init__(self, models, tgt_dict, top_pages: int = 0, compile_decoder: Union[bool, str] = False, **kwargs):
         check_models(models, top_pages)
         if compile_decoder:  # True: torch.compile's default backend; a string: that backend
@@ -61,7 +62,7 @@ class PageSumSequenceGenerator(SequenceGenerator):
         if prefix_tokens is None:
             # Targets are "<s> summary </s>", so the first generated token is always <s>.
             prefix_tokens = src_tokens.new_full((src_tokens.size(0), 1), self.bos)
-        page_counts = real_pages(src_tokens, self.pad).sum(dim=1)  # (batch,)
+        page_counts = real_pages(src_tokens, self.pad).sum(dim=1).tolist()  # (batch,), read back once
         kept_pages = None
         mixes_pages = self.model.single_model.mixes_pages
         if 0 < self.top_pages < src_tokens.size(1):  # the model can prune: checked when the generator was built
@@ -72,7 +73,7 @@ class PageSumSequenceGenerator(SequenceGenerator):
         finalized = self._generate_counting_summary_tokens(sample, prefix_tokens, constraints, bos_token)
 
         for i, hypos in enumerate(finalized):
-            num_pages = int(page_counts[i])
+            num_pages = page_counts[i]
             for hypo in hypos:
                 if not mixes_pages:  # a model without page weights (a single-sequence rival)
                     hypo["page_weights"] = None
@@ -87,11 +88,16 @@ class PageSumSequenceGenerator(SequenceGenerator):
         return finalized
 
     def _generate_counting_summary_tokens(self, sample, prefix_tokens, constraints, bos_token):
-        """fairseq's search with lengths in summary tokens: one more step for the forced <s>,
+        """The search with lengths in summary tokens: one more step for the forced <s>,
         and the length budget ``a * source tokens + b`` of the longest example in the batch."""
         src_tokens = sample["net_input"]["src_tokens"]  # (batch, max_pages, page_len)
         source_tokens = int(src_tokens.ne(self.pad).sum(dim=(1, 2)).max()) if self.max_len_a else 0
         settings = (self.max_len_a, self.max_len_b, self.min_len)
+        longest = min(int(settings[0] * source_tokens + settings[1]), self.max_len - 2)  # summary tokens
+        if self.min_len > longest and not self.match_source_len:
+            raise ValueError(f"--min-len {self.min_len} is above the longest summary this search allows, {longest} "
+                             f"tokens (--max-len-a {settings[0]} --max-len-b {settings[1]}, and the decoder's "
+                             f"{self.max_len} positions): lower --min-len or raise --max-len-b")
         self.max_len_a = 0
         self.max_len_b = int(settings[0] * source_tokens + settings[1]) + 1
         self.min_len = settings[2] + 1
