@@ -109,9 +109,10 @@ class NormOutputs:
 def _hooks_free() -> bool:
     """Whether this thread may install saved-tensors hooks of its own: hooks are enabled and no
     other pair is active (only the innermost pair runs, so ours would override it)."""
-    autograd = torch._C._autograd  # no public query for either (torch 2.x)
-    return (autograd._saved_tensors_hooks_get_disabled_error_message() is None
-            and autograd._top_saved_tensors_default_hooks(False) is None)
+    autograd = torch._C._autograd  # no public query for either (torch 2.x); without one, assume not free
+    disabled = getattr(autograd, "_saved_tensors_hooks_get_disabled_error_message", None)
+    top = getattr(autograd, "_top_saved_tensors_default_hooks", None)
+    return disabled is not None and top is not None and disabled() is None and top(False) is None
 
 
 @contextlib.contextmanager
