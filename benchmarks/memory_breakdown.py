@@ -1,6 +1,7 @@
 """Where a PageSum training step's memory goes: with the attention of before, with fused
-attention, with the feed-forward's activation recomputed in backward, and with the chunked
-output-layer loss.
+attention, with the feed-forward's activation recomputed in backward, with the chunked
+output-layer loss, with the layer norms' outputs recomputed in backward, and with bool dropout
+masks.
 
 The step (forward, the plugin's label-smoothed cross entropy, backward) is measured with
 torch's ``MemTracker`` on CPU (``pagesum_plugin.profiling``), ``bart.base`` widths (d=768, 12
@@ -11,19 +12,21 @@ heads, ffn 3,072, a 50,264-word vocabulary) and random weights, in two ways:
   the 1-layer peak minus it is what does not depend on depth (embeddings, the output
   layer's logits and their gradient); ``bart.base``'s 6 layers are then
   ``fixed + 6 x per layer`` (``--check-layers 6`` measures that step too);
-* **per module**: the activations each sub-module of one decoder layer keeps for backward
-  (what it added to the live tensors between its forward's start and end).
+* **per module**: the activations each sub-module of the second of two decoder layers keeps for
+  backward (what it added to the live tensors between its forward's start and end).
 
-Four steps (``STEPS``), each adding one change to the one before: ``before`` runs every
+Six steps (``STEPS``), each adding one change to the one before: ``before`` runs every
 layer of the plugin on its path from before (``reference_attention``: cross-attention as
 fairseq's bmm + softmax, with its probabilities kept in fp32, and in bf16 a second copy in the
-model's dtype; the feed-forward keeping its hidden layer before and after the activation) and
-the loss on the whole summary's logits (``--loss-chunk-tokens 0``); ``fused`` is fused
-attention; ``recomputed`` also folds the feed-forward's activation into ``fc2``
-(``modules/feed_forward.py``: backward computes it again); ``chunked`` is the default, with the
-loss taken ``--loss-chunk-tokens`` summary tokens at a time as well. ``--dtype bf16`` shows the precision that
-training on a GPU uses, where the fp32 copy of the probabilities weighs three times a bf16
-activation.
+model's dtype; the feed-forward keeping its hidden layer before and after the activation; every
+layer norm's output kept by the projections that read it; fairseq's dropout, whose CPU mask is
+kept in the model's dtype) and the loss on the whole summary's logits (``--loss-chunk-tokens
+0``); ``fused`` is fused attention; ``recomputed`` also folds the feed-forward's activation into
+``fc2`` (``modules/feed_forward.py``: backward computes it again); ``chunked`` takes the loss
+``--loss-chunk-tokens`` summary tokens at a time as well; ``norms`` computes the layer norms'
+outputs again in backward (``modules/layer_norm.py``); ``masks``, the default, keeps bool dropout
+masks (``modules/dropout.py``). ``--dtype bf16`` shows the precision that training on a GPU
+uses, where the fp32 copy of the probabilities weighs three times a bf16 activation.
 
     python -m benchmarks.memory_breakdown --dtype fp32 [--time-repeats 4]
     python -m benchmarks.memory_breakdown --dtype bf16 --heads 1
@@ -40,20 +43,25 @@ from torch.distributed._tools.mem_tracker import MemTracker, _ModState, _MemRefT
 
 from benchmarks.common import ModelSize, build_model, criterion_step, markdown_table, paged_source, start, summary_io
 from pagesum_plugin.memory.model import LOSS_CHUNK_TOKENS
+from pagesum_plugin.modules.dropout import BoolMaskDropout
 from pagesum_plugin.modules.feed_forward import ActivationLinear
 from pagesum_plugin.modules.fused_attention import reference_attention
+from pagesum_plugin.modules.layer_norm import RecomputedLayerNorm
 from pagesum_plugin.profiling import peak_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-ATTENTIONS = ("today", "fused")  # the per-module table: every change of the layer, or none
-STEPS = {  # name: (the layers' path, whether the loss is chunked)
-    "before": ("today", False),
-    "fused": ("fused attention", False),
-    "recomputed": ("fused", False),
-    "chunked": ("fused", True),
+ALL = None  # reference_attention's ``only``: every module with a path of before
+STEPS = {  # name: (the modules on their path of before: ALL, or these classes; whether the loss is chunked)
+    "before": (ALL, False),
+    "fused": ((ActivationLinear, RecomputedLayerNorm, BoolMaskDropout), False),
+    "recomputed": ((RecomputedLayerNorm, BoolMaskDropout), False),
+    "chunked": ((RecomputedLayerNorm, BoolMaskDropout), True),
+    "norms": ((BoolMaskDropout,), True),
+    "masks": ((), True),
 }
 STEP_LABELS = {"before": "before", "fused": "fused attention", "recomputed": "+ activation recomputed",
-               "chunked": "+ chunked loss"}
+               "chunked": "+ chunked loss", "norms": "+ layer norms recomputed", "masks": "+ bool dropout masks"}
+PART_STEPS = ("before", "masks")  # the per-module table: every change of the layer, or none
 BART_BASE_LAYERS = 6
 MB = 2**20
 # one decoder layer's sub-modules in forward order, and what each is charged with: the
@@ -102,14 +110,10 @@ def size_of(args, layers: int) -> ModelSize:
     return ModelSize(embed_dim=width, ffn_dim=4 * width, layers=layers, heads=args.heads, vocab_words=50260)
 
 
-def attention(model: torch.nn.Module, name: str):
-    """today: every layer's path from before; fused attention: the feed-forward's activation
-    kept as before; fused: the layers as they are."""
-    if name == "today":
-        return reference_attention(model)
-    if name == "fused attention":
-        return reference_attention(model, only=ActivationLinear)
-    return contextlib.nullcontext(model)
+def layers_of(model: torch.nn.Module, step: str):
+    """The layers as ``step`` runs them: the modules it names (``STEPS``) on their path of before."""
+    reverted, _ = STEPS[step]
+    return reference_attention(model, only=reverted) if reverted != () else contextlib.nullcontext(model)
 
 
 def build(args, layers: int):
@@ -129,9 +133,9 @@ def build(args, layers: int):
 def step_peaks(args, task, model, src, target, prev_output_tokens) -> Dict[str, float]:
     """{step (``STEPS``): the training step's peak MB on top of the weights}."""
     peaks = {}
-    for name, (kind, chunked) in STEPS.items():
+    for name, (_, chunked) in STEPS.items():
         step = criterion_step(model, task, src, target, prev_output_tokens, args.loss_chunk_tokens if chunked else 0)
-        with attention(model, kind):
+        with layers_of(model, name):
             step()  # warm-up: lazily built buffers do not count
             model.zero_grad(set_to_none=True)
             peaks[name] = peak_memory(step, torch.device("cpu"), [model]).added / MB
@@ -144,9 +148,9 @@ def step_seconds(args, task, model, src, target, prev_output_tokens) -> Dict[str
     best = {name: float("inf") for name in STEPS}
     for round_ in range(args.time_repeats):
         for name in (list(STEPS) if round_ % 2 == 0 else list(reversed(STEPS))):
-            kind, chunked = STEPS[name]
+            _, chunked = STEPS[name]
             step = criterion_step(model, task, src, target, prev_output_tokens, args.loss_chunk_tokens if chunked else 0)
-            with attention(model, kind):
+            with layers_of(model, name):
                 model.zero_grad(set_to_none=True)
                 started = time.perf_counter()
                 step()
@@ -161,10 +165,12 @@ def activations(stats, state) -> int:
 
 
 def decoder_layer_parts(model, src, prev_output_tokens) -> Dict[str, Dict[str, float]]:
-    """{attention: {part: activation MB that the first decoder layer's sub-module keeps}} (forward only)."""
+    """{step (``PART_STEPS``): {part: activation MB that the last decoder layer's sub-module keeps}}
+    (forward only; the last layer of two reads a layer norm's output, as every layer but the first)."""
     parts: Dict[str, Dict[str, float]] = {}
-    for name in ATTENTIONS:
-        with attention(model, name):
+    layer = f"decoder.layers.{len(model.decoder.layers) - 1}"
+    for name in PART_STEPS:
+        with layers_of(model, name):
             tracker = MemTracker()
             tracker.track_external(model)
             with tracker:
@@ -172,9 +178,9 @@ def decoder_layer_parts(model, src, prev_output_tokens) -> Dict[str, Dict[str, f
             starts = {}  # sub-module (or "end") -> live activations when its forward began
             for stats in tracker.memory_tracking.values():
                 prefix, _, part = stats.mod_fqn.rpartition(".")
-                if stats.mod_fqn.endswith("decoder.layers.0"):
+                if stats.mod_fqn.endswith(layer):
                     starts["end"] = activations(stats, _ModState.POST_FW)
-                elif prefix.endswith("decoder.layers.0") and part in DECODER_PARTS:
+                elif prefix.endswith(layer) and part in DECODER_PARTS:
                     starts[part] = activations(stats, _ModState.PRE_FW)
             order = [*DECODER_PARTS, "end"]
             parts[name] = {part: (starts[after] - starts[part]) / MB for part, after in zip(order, order[1:])}
@@ -190,12 +196,11 @@ def render(args, peaks, parts, seconds=None) -> str:
              (f"{BART_BASE_LAYERS} layers: fixed + {BART_BASE_LAYERS} x layer", full)]
     if args.check_layers:
         lines.append((f"{args.check_layers} layers, measured", {name: peaks[name][args.check_layers] for name in STEPS}))
-    rows = [[label] + [f"{values[name]:.0f}" for name in STEPS]
-            + [f"{values[name] / values['before']:.2f}x" for name in ("fused", "recomputed", "chunked")]
-            for label, values in lines]
-    part_rows = [[DECODER_PARTS[part], f"{parts['today'].get(part, 0):.0f}", f"{parts['fused'].get(part, 0):.0f}"]
+    rows = [[label] + [f"{values[name]:.0f}" for name in STEPS] for label, values in lines]
+    ratio_rows = [[label] + [f"{values[name] / values['before']:.2f}x" for name in STEPS] for label, values in lines]
+    part_rows = [[DECODER_PARTS[part]] + [f"{parts[name].get(part, 0):.0f}" for name in PART_STEPS]
                  for part in DECODER_PARTS]
-    part_rows.append(["all of the above", f"{sum(parts['today'].values()):.0f}", f"{sum(parts['fused'].values()):.0f}"])
+    part_rows.append(["all of the above"] + [f"{sum(parts[name].values()):.0f}" for name in PART_STEPS])
     heading = (f"PageSum training step, {args.pages} pages x {args.page_len} tokens, a {args.tgt_len}-token summary, "
                f"{args.dtype}, d={size_of(args, 1).embed_dim}, {size_of(args, 1).heads} heads; chunked loss: "
                f"{args.loss_chunk_tokens} tokens a chunk; torch {torch.__version__}, CPU, MemTracker")
@@ -208,10 +213,11 @@ def render(args, peaks, parts, seconds=None) -> str:
     return "\n\n".join([
         heading,
         "Step peak on top of the weights, MB (measured at 1 and 2 layers):",
-        markdown_table(["", *STEP_LABELS.values(), "fused / before", "+ recomputed / before", "+ chunked / before"],
-                       rows),
-        "Activations one decoder layer keeps for backward, MB (forward):",
-        markdown_table(["decoder layer part", "before", "fused attention, activation recomputed"], part_rows),
+        markdown_table(["", *STEP_LABELS.values()], rows),
+        "The same, against before:",
+        markdown_table(["", *STEP_LABELS.values()], ratio_rows),
+        "Activations the second of two decoder layers keeps for backward, MB (forward):",
+        markdown_table(["decoder layer part", "before", "now (every change)"], part_rows),
         *timing,
     ])
 
@@ -228,7 +234,7 @@ def main(argv=None):
         for name, mb in step_peaks(args, task, model, src, target, prev_output_tokens).items():
             peaks[name][layers] = mb
             print(f"{layers} layer(s), {name}: {mb:.0f} MB", file=sys.stderr, flush=True)
-        if layers == 1:
+        if layers == 2:
             parts = decoder_layer_parts(model, src, prev_output_tokens)
         if layers == 2 and args.time_repeats:
             seconds = step_seconds(args, task, model, src, target, prev_output_tokens)

@@ -182,3 +182,32 @@ def test_the_full_pass_through_sdpa_equals_fairseqs_attention_and_its_gradients(
     expected_grads = torch.autograd.grad((expected * real).sum(), [x] + list(stock.parameters()))
     for grad, expected_grad in zip(grads, expected_grads):
         torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-4)
+
+
+
+def kept_token_tensors(module, x: torch.Tensor) -> int:
+    """How many (tgt_len, rows, dim)-sized tensors the full pass keeps for backward, each storage once."""
+    storages = set()
+
+    def pack(tensor):
+        if tensor.numel() == x.numel():
+            storages.add(tensor.untyped_storage().data_ptr())
+        return tensor
+
+    causal = torch.triu(torch.full((x.size(0), x.size(0)), float("-inf")), 1)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        module(x, x, x, attn_mask=causal, need_weights=False)
+    return len(storages)
+
+
+def test_a_transposed_input_is_copied_once_for_the_three_projections_not_once_each():
+    """The first decoder layer's input is the embeddings transposed (not contiguous): fairseq's
+    attention keeps a contiguous copy per projection, this one one copy for the three."""
+    ours, stock = twins()
+    x = torch.randn(3, 5, EMBED, requires_grad=True).transpose(0, 1)  # (tgt_len, rows, dim), not contiguous
+    read = []
+    for projection in (ours.q_proj, ours.k_proj, ours.v_proj):
+        projection.register_forward_hook(lambda module, args, out: read.append(args[0]))
+    kept, stock_kept = kept_token_tensors(ours.train(), x), kept_token_tensors(stock.train(), x)
+    assert len({t.untyped_storage().data_ptr() for t in read}) == 1 and read[0].is_contiguous()
+    assert kept == stock_kept - 2  # the copy, q, k, v and the attention's output

@@ -14,21 +14,13 @@ from fairseq.models.transformer import TransformerConfig
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import nn
 
-from builders.awesome import build_awesome
-from builders.hed import build_hed
-from builders.hepos import SMALL_PATTERNS, build_hepos
 from builders.models import build_tiny
+from builders.systems import EVERY_SYSTEM
 from pagesum_plugin.modules.feed_forward import ActivationLinear, fold_activation
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-BUILDERS = {
-    "pagesum": lambda d: build_tiny(d),
-    "hed": lambda d: build_hed(d),
-    "hepos": lambda d: build_hepos(d, "--encoder-attention", "window", *SMALL_PATTERNS),
-    "awesome": lambda d: build_awesome(d, "--memory", "attentive"),
-    "pagesum, checkpointing": lambda d: build_tiny(d, "--checkpoint-activations"),
-}
+BUILDERS = {**EVERY_SYSTEM, "pagesum, checkpointing": lambda d: build_tiny(d, "--checkpoint-activations")}
 
 
 def stock_feed_forward(fc1: nn.Linear, fc2: nn.Linear, activation: str, x: torch.Tensor) -> torch.Tensor:

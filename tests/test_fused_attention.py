@@ -2,10 +2,15 @@
 it replaced (``reference_attention``): the loss to 1e-5 and the gradients to 1e-4 (relative)
 in fp32, bf16 to its precision, and beam search gives the same hypotheses with scores to
 1e-5, with padding pages, padded summaries, beams and examples finishing at different
-steps, --top-pages, trigram blocking, and batches against one document at a time."""
+steps, --top-pages, trigram blocking, and batches against one document at a time. The path of
+before also keeps every layer norm's output and float dropout masks, so each system's training
+step, with dropout too, covers the layer norms computed again in backward and the bool masks."""
+
+import contextlib
 
 import pytest
 import torch
+from fairseq.modules import FairseqDropout, MultiheadAttention
 
 from builders.awesome import build_awesome, segment_sample
 from builders.hed import build_hed
@@ -72,7 +77,8 @@ def loss_and_grads(model, src, prev, target, pad):
     return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
-def test_training_loss_and_gradients_equal_the_unfused_attentions_in_fp32(system):
+def assert_trains_as_before(system):
+    """The training step's loss within 1e-5 and its gradients within 1e-4 (relative) of the path of before."""
     name, task, model, src = system
     target, prev = decoder_input(SUMMARIES, task.dictionary)
     model.train()
@@ -84,6 +90,34 @@ def test_training_loss_and_gradients_equal_the_unfused_attentions_in_fp32(system
         model.eval()
     torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-6)
     assert_gradients_close(grads, expected_grads)
+
+
+def test_training_loss_and_gradients_equal_the_unfused_attentions_in_fp32(system):
+    assert_trains_as_before(system)
+
+
+@contextlib.contextmanager
+def residual_dropout(model, p: float):
+    """Every dropout before a residual sum (the layers' and the embeddings'), at ``p``: not the
+    attention's (SDPA and bmm + softmax draw differently) nor the activation's (a layer whose
+    feed-forward is folded has none)."""
+    modules = [module for parent in model.modules() if not isinstance(parent, MultiheadAttention)
+               for name, module in parent.named_children() if name == "dropout_module"
+               and isinstance(module, FairseqDropout)]
+    before = [module.p for module in modules]
+    for module in modules:
+        module.p = p
+    try:
+        yield modules
+    finally:
+        for module, kept in zip(modules, before):
+            module.p = kept
+
+
+def test_training_with_dropout_equals_the_path_of_before_in_fp32(system):
+    with residual_dropout(system[2], 0.1) as dropouts:
+        assert dropouts
+        assert_trains_as_before(system)  # the same seed: the same draws on both paths
 
 
 def test_bf16_training_loss_equals_the_unfused_attentions_to_bf16_precision(system):

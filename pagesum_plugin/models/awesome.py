@@ -39,6 +39,7 @@ from .bart_args import as_bart_args, tiny_dimensions
 from .long_input_bart import LongInputBARTModel, TokenWeightsOnRequest, wrap_layer
 from ..modules.decoder_self_attention import set_cache_beams
 from ..modules.fused_layer import FusedDecoderLayer, as_config
+from ..modules.layer_norm import recomputing_norms
 from ..modules.memory import (
     MEMORY_KINDS,
     MemoryDecoderLayer,
@@ -331,6 +332,7 @@ class AwesomeModel(LongInputBARTModel):
         return (windows(self.encoder.memories, memory.encoder if started else None),
                 windows(self.decoder.memories, memory.decoder if started else None))
 
+    @recomputing_norms
     def forward(
         self,
         src_tokens: Tensor,

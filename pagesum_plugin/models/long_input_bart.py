@@ -5,7 +5,9 @@ A model names its two classes; fairseq's ``build_encoder`` / ``build_decoder`` h
 them with BART's arguments, and ``forward`` runs them as BART does. The encoder's input is
 the view the model reads (pages, documents, one flat sequence, a segment per row): only the
 encoder knows its layout. Every layer's feed-forward recomputes its activation in backward
-(``modules/feed_forward.fold_activation``). Layers a model builds itself go through ``wrap_layer``, as
+(``modules/feed_forward.fold_activation``), every layer norm its output
+(``modules/layer_norm.recompute_layer_norms``, while ``forward`` runs), and every dropout keeps
+a bool mask (``modules/dropout.keep_bool_masks``). Layers a model builds itself go through ``wrap_layer``, as
 fairseq's own do. Their decoder layers take ``modules/fused_layer.FusedAttentionLayer``, and
 their decoders ``SyncFreeDecoder`` (and, where nothing reads the attention weights of a
 decoding step, ``TokenWeightsOnRequest``).
@@ -22,7 +24,9 @@ from torch import Tensor, nn
 
 from .bart_args import as_bart_args
 from ..modules.decoder_self_attention import set_cache_beams
+from ..modules.dropout import keep_bool_masks
 from ..modules.feed_forward import fold_activation
+from ..modules.layer_norm import recompute_layer_norms, recomputing_norms
 
 NO_ALIGNMENT = -1  # an alignment layer that no layer index matches
 
@@ -38,6 +42,8 @@ class LongInputBARTModel(BARTModel):
         # every layer's feed-forward keeps one ffn-wide tensor for backward, not two
         for layer in [*model.encoder.layers, *model.decoder.layers]:
             fold_activation(layer, args.activation_fn)
+        recompute_layer_norms(model)  # and no layer norm's output is kept: computed again in backward
+        keep_bool_masks(model)  # and no dropout keeps a mask wider than a byte
         return model
 
     @classmethod
@@ -54,6 +60,7 @@ class LongInputBARTModel(BARTModel):
         super().set_beam_size(beam)
         set_cache_beams(self.decoder, beam)
 
+    @recomputing_norms
     def forward(
         self,
         src_tokens: Tensor,

@@ -111,7 +111,9 @@ class DecoderSelfAttention(MultiheadAttention):
         """The whole prefix at once: attn_mask (tgt_len, tgt_len) additive (fairseq's causal mask),
         key_padding_mask (rows, tgt_len) True at padding."""
         tgt_len, rows, embed_dim = query.shape
-        q, k, v = self._project(query)
+        # the first layer's input is the embeddings transposed: each projection would keep a
+        # contiguous copy of its own for backward; one copy serves the three
+        q, k, v = self._project(query.contiguous())
         mask = None if attn_mask is None else attn_mask.to(q.dtype)[None, None]  # (1, 1, tgt_len, tgt_len)
         if key_padding_mask is not None:
             padding = key_padding_mask.bool()[:, None, None, :]  # (rows, 1, 1, tgt_len)
