@@ -236,8 +236,8 @@ def main(argv=None):
             print(f"{layers} layer(s), {name}: {mb:.0f} MB", file=sys.stderr, flush=True)
         if layers == 2:
             parts = decoder_layer_parts(model, src, prev_output_tokens)
-        if layers == 2 and args.time_repeats:
-            seconds = step_seconds(args, task, model, src, target, prev_output_tokens)
+            if args.time_repeats:
+                seconds = step_seconds(args, task, model, src, target, prev_output_tokens)
     print(render(args, peaks, parts, seconds))
 
 

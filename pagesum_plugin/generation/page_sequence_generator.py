@@ -93,13 +93,14 @@ class PageSumSequenceGenerator(SearchLoop):
         src_tokens = sample["net_input"]["src_tokens"]  # (batch, max_pages, page_len)
         source_tokens = int(src_tokens.ne(self.pad).sum(dim=(1, 2)).max()) if self.max_len_a else 0
         settings = (self.max_len_a, self.max_len_b, self.min_len)
-        longest = min(int(settings[0] * source_tokens + settings[1]), self.max_len - 2)  # summary tokens
+        budget = int(settings[0] * source_tokens + settings[1])  # summary tokens
+        longest = min(budget, self.max_len - 2)
         if self.min_len > longest and not self.match_source_len:
             raise ValueError(f"--min-len {self.min_len} is above the longest summary this search allows, {longest} "
                              f"tokens (--max-len-a {settings[0]} --max-len-b {settings[1]}, and the decoder's "
                              f"{self.max_len} positions): lower --min-len or raise --max-len-b")
         self.max_len_a = 0
-        self.max_len_b = int(settings[0] * source_tokens + settings[1]) + 1
+        self.max_len_b = budget + 1
         self.min_len = settings[2] + 1
         # the decoder runs one step per output position: at most max_len + 1 of them
         for model in self.model.models:

@@ -14,6 +14,8 @@ import torch
 from fairseq.modules import FairseqDropout
 from torch import Tensor, nn
 
+from .swap import swap_modules
+
 
 class BoolMaskDropout(FairseqDropout):
     """fairseq's dropout, keeping a bool mask for backward."""
@@ -46,14 +48,10 @@ class _BoolMaskDropout(torch.autograd.Function):
 def keep_bool_masks(model: nn.Module) -> int:
     """Make every ``FairseqDropout`` of ``model`` (exactly that class) a ``BoolMaskDropout`` with
     the same settings. Returns how many were replaced."""
-    replaced = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is not FairseqDropout:
-                continue
-            dropout = BoolMaskDropout(child.p, module_name=child.module_name)
-            dropout.apply_during_inference = child.apply_during_inference
-            dropout.train(child.training)
-            setattr(parent, name, dropout)
-            replaced += 1
-    return replaced
+    return swap_modules(model, FairseqDropout, _bool_mask)
+
+
+def _bool_mask(dropout: FairseqDropout) -> BoolMaskDropout:
+    replacement = BoolMaskDropout(dropout.p, module_name=dropout.module_name)
+    replacement.apply_during_inference = dropout.apply_during_inference
+    return replacement

@@ -32,6 +32,8 @@ from typing import Dict, Iterator, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from .swap import swap_modules
+
 _recording = threading.local()  # .outputs: the NormOutputs of the forward running in this thread, or None
 
 
@@ -148,17 +150,12 @@ def recompute_layer_norms(model: nn.Module) -> int:
     """Make every ``nn.LayerNorm`` of ``model`` (exactly that class: apex's fused one is left
     as it is) a ``RecomputedLayerNorm`` with the same parameters, under the same names.
     Returns how many were replaced."""
-    replaced = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is not nn.LayerNorm:
-                continue
-            # built on the meta device (no weights of its own), then given the norm's parameters
-            norm = RecomputedLayerNorm(child.normalized_shape, eps=child.eps,
-                                       elementwise_affine=child.elementwise_affine, bias=child.bias is not None,
-                                       device="meta")
-            norm.weight, norm.bias = child.weight, child.bias
-            norm.train(child.training)
-            setattr(parent, name, norm)
-            replaced += 1
-    return replaced
+    return swap_modules(model, nn.LayerNorm, _recomputed)
+
+
+def _recomputed(norm: nn.LayerNorm) -> RecomputedLayerNorm:
+    # built on the meta device (no weights of its own), then given the norm's parameters
+    recomputed = RecomputedLayerNorm(norm.normalized_shape, eps=norm.eps, elementwise_affine=norm.elementwise_affine,
+                                     bias=norm.bias is not None, device="meta")
+    recomputed.weight, recomputed.bias = norm.weight, norm.bias
+    return recomputed
