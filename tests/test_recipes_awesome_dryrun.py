@@ -20,6 +20,7 @@ from pagesum_plugin.corpus.format import CorpusMeta
 pytestmark = pytest.mark.slow  # the recipe end to end
 
 N_TRAIN, N_VALID, N_TEST = 3, 2, 2
+SECTIONS = 5  # each paper's first sections: several segments per document, not twenty
 CONFIGS = os.path.join(REPO_ROOT, "recipes", "config")
 RECIPES = {  # recipe: (dataset variable, writer, split file names, the paper's settings)
     "govreport_awesome": ("GOVREPORT_DIR", write_govreport, ("train.jsonl", "valid.jsonl", "test.jsonl"),
@@ -35,7 +36,7 @@ DRY_RUN_ARGS = {"govreport_awesome": "", "arxiv_awesome": "task.salient_sentence
 def inputs(tmp_path_factory):
     """Per recipe, the tiny corpus in its dataset's layout and ``$BART_DIR`` with a tiny BART as
     bart.large: the recipe's variables for them."""
-    papers = split_papers(N_TRAIN, N_VALID, N_TEST, offset=40)
+    papers = split_papers(N_TRAIN, N_VALID, N_TEST, offset=40, sections=SECTIONS)
     root = tmp_path_factory.mktemp("awesome_recipe")
     write_bart_dir(root / "bart", papers)
     variables = {}

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 from builders.bpe import Gpt2BpeFiles, build_gpt2_bpe
 from builders.cli import REPO_ROOT, subprocess_env
@@ -20,9 +21,13 @@ from pagesum_plugin.corpus.format import CorpusMeta
 SPLITS = ("train", "valid", "test")
 
 
-def split_papers(n_train: int, n_valid: int, n_test: int, offset: int = 0) -> dict[str, list[dict]]:
-    """``{"train", "valid", "test"}``: consecutive real papers, ``offset`` papers in."""
+def split_papers(n_train: int, n_valid: int, n_test: int, offset: int = 0,
+                 sections: Optional[int] = None) -> dict[str, list[dict]]:
+    """``{"train", "valid", "test"}``: consecutive real papers, ``offset`` papers in; with
+    ``sections``, each paper cut to its first ``sections`` sections."""
     papers = acl_papers(n_train + n_valid + n_test, offset=offset)
+    if sections is not None:
+        papers = [dict(paper, sections=paper["sections"][:sections]) for paper in papers]
     return {"train": papers[:n_train], "valid": papers[n_train:n_train + n_valid], "test": papers[n_train + n_valid:]}
 
 
