@@ -1,10 +1,16 @@
 """--compile-decoder: beam search with every decoder layer compiled by torch.compile gives
-the same hypotheses and scores as without. On CPU the test compiles through torch's
-``aot_eager`` backend (the same graph capture, with dynamic cache lengths, without
-generating C++ kernels, which takes minutes on a small machine)."""
+the same hypotheses and scores as without, and a stack of any depth compiles one set of
+graphs that all its layers share, every layer running compiled at every step. On CPU the
+test compiles through torch's ``aot_eager`` backend (the same graph capture, with dynamic
+cache lengths, without generating C++ kernels, which takes minutes on a small machine),
+counting the graphs it is given and their calls."""
+
+from collections import Counter
 
 import pytest
 import torch
+import torch._dynamo
+from torch._dynamo.backends.registry import lookup_backend
 
 from builders.models import build_tiny, make_source_sensitive, paged_batch, random_pages, vocab
 from builders.stock import assert_same_hypotheses
@@ -12,16 +18,60 @@ from pagesum_plugin.generation import PageSumSequenceGenerator
 
 pytestmark = pytest.mark.slow
 
+SETTINGS = {"beam_size": 3, "max_len_b": 6, "min_len": 1, "no_repeat_ngram_size": 3}
 
-def test_a_compiled_decoder_decodes_as_the_eager_one(copy_task_dir):
-    _, task, model = build_tiny(copy_task_dir)
+
+def tiny_search(data_dir, *extra_args):
+    """A tiny PageSum model and a batch of 3 examples of 3, 1 and 2 pages."""
+    _, task, model = build_tiny(data_dir, *extra_args)
     model = make_source_sensitive(model, task.dictionary)
     rng = torch.Generator().manual_seed(0)
     low, high = vocab(task.dictionary)
     src = paged_batch([random_pages(rng, n, low, high) for n in (3, 1, 2)], task.dictionary)
-    sample = {"id": torch.arange(3), "net_input": {"src_tokens": src}}
-    settings = {"beam_size": 3, "max_len_b": 6, "min_len": 1, "no_repeat_ngram_size": 3}
-    eager = PageSumSequenceGenerator([model], task.dictionary, **settings).generate([model], sample)
-    compiled = PageSumSequenceGenerator([model], task.dictionary, compile_decoder="aot_eager", **settings)
-    assert all(layer._compiled_call_impl is not None for layer in model.decoder.layers)
-    assert_same_hypotheses(compiled.generate([model], sample), eager)
+    return task, model, {"id": torch.arange(3), "net_input": {"src_tokens": src}}
+
+
+class CountingBackend:
+    """torch.compile's ``aot_eager`` backend, counting the calls of each graph it is given
+    (torch.compile may give a graph and discard it: ``calls`` holds the graphs in use)."""
+
+    def __init__(self):
+        self.graphs = 0
+        self.calls = Counter()  # graph index: calls
+        self.backend = lookup_backend("aot_eager")
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs):
+        index, self.graphs = self.graphs, self.graphs + 1
+        compiled = self.backend(graph, example_inputs)
+
+        def run(*args):
+            self.calls[index] += 1
+            return compiled(*args)
+
+        return run
+
+
+def counted_decoder_calls(model) -> Counter:
+    calls = Counter()
+    forward = model.decoder.forward
+
+    def counting(*args, **kwargs):
+        calls["decoder"] += 1
+        return forward(*args, **kwargs)
+
+    model.decoder.forward = counting
+    return calls
+
+
+def test_every_layer_of_a_deep_compiled_decoder_runs_compiled_and_decodes_as_the_eager_one(copy_task_dir):
+    torch._dynamo.reset()
+    layers = 12  # bart.large's decoder, beyond torch.compile's 8 graphs per code object
+    task, model, sample = tiny_search(copy_task_dir, "--decoder-layers", str(layers))
+    eager = PageSumSequenceGenerator([model], task.dictionary, **SETTINGS).generate([model], sample)
+    backend = CountingBackend()
+    generator = PageSumSequenceGenerator([model], task.dictionary, compile_decoder=backend, **SETTINGS)
+    decoder_calls = counted_decoder_calls(model)
+    assert_same_hypotheses(generator.generate([model], sample), eager)
+    assert sum(backend.calls.values()) == layers * decoder_calls["decoder"]  # no layer fell back to eager
+    assert len(backend.calls) < 8  # one set of graphs (the first step, the later ones, their layouts) for the stack
+    torch._dynamo.reset()

@@ -16,7 +16,8 @@ generator adds what summarization with PageSum needs on top:
   pages); other systems decode with the same rules and ``page_weights`` None;
 * optionally, only the k most confident pages are decoded (``top_pages``); their
   encoder output is taken from the pass that scored them, not computed again;
-* optionally (``compile_decoder``), every decoder layer runs compiled by ``torch.compile``;
+* optionally (``compile_decoder``), every decoder layer runs compiled by ``torch.compile``,
+  all layers sharing their graphs (``generation/compiled_layers.py``);
 * the model is told the beam size for every search, beam 1 included, so that a
   PageSum model keeps one copy of each page's encoder output per example, never per beam,
   and the search's length, to which the decoder preallocates its self-attention cache.
@@ -25,22 +26,24 @@ What it asks of a model is ``generation/contract.py``'s ``SummaryModel``, checke
 generator is built: a model that cannot prune its pages is refused ``top_pages`` there.
 """
 
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from ..modules.decoder_self_attention import set_cache_beams, set_cache_length
 from ..modules.page_mixing import real_pages
+from .compiled_layers import compile_decoder_layers
 from .contract import check_models
 from .ngram_blocking import NoRepeatNGramBlocker
 from .search_loop import SearchLoop
 
 
 class PageSumSequenceGenerator(SearchLoop):
-    def __init__(self, models, tgt_dict, top_pages: int = 0, compile_decoder: Union[bool, str] = False, **kwargs):
+    def __init__(self, models, tgt_dict, top_pages: int = 0, compile_decoder: Union[bool, str, Callable] = False,
+                 **kwargs):
         check_models(models, top_pages)
-        if compile_decoder:  # True: torch.compile's default backend; a string: that backend
+        if compile_decoder:  # True: torch.compile's default backend; a name or a callable: that backend
             for model in models:
                 compile_decoder_layers(model, "inductor" if compile_decoder is True else compile_decoder)
         # fairseq suppresses these tokens at every step after the prefix (the forced <s>)
@@ -123,14 +126,3 @@ class PageSumSequenceGenerator(SearchLoop):
         scores = extra["page_weights"].mean(dim=2)  # (batch, max_pages), 0 for missing pages
         kept = scores.topk(k, dim=1).indices.sort(dim=1).values  # (batch, k)
         return kept, model.keep_pages(encoder_out, kept)
-
-
-def compile_decoder_layers(model, backend: str = "inductor") -> None:
-    """Compile each decoder layer with ``torch.compile`` (in place; once per model): a
-    decoding step's attention and feed-forward run as fused kernels, with the cache's length
-    a symbolic size, so that a search compiles each layer once rather than once per step.
-    The decoder's bookkeeping around the layers (page layout, mixing, beam reordering) stays
-    eager. The first search pays the compilation (BENCHMARKS.md)."""
-    for layer in model.decoder.layers:
-        if getattr(layer, "_compiled_call_impl", None) is None:
-            layer.compile(dynamic=True, backend=backend)

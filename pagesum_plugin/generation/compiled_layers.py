@@ -1,0 +1,72 @@
+"""Decoder layers compiled by ``torch.compile``, every layer of a stack sharing one set of graphs.
+
+fairseq's attention modules keep their decoding state in the search's ``incremental_state``
+dict under keys made of a random id per module (``FairseqIncrementalState``). torch.compile
+guards on every string a graph reads, so each layer of a stack would compile graphs of its own
+(two or three: the first step, the later ones), all on the single code object of the layer
+class's ``forward``, whose recompile limit (8) is reached by the fourth layer: the layers after
+that ran eager, with a warning. Here each compiled call sees its layer's entries under keys
+named by the module's place in the layer (``layer_state_0.attn_state``: the same in every
+layer), so that one set of graphs serves a stack of any depth; after the call the entries go
+back under their real keys, so that beam reordering, page pruning and everything else outside
+the layer see the dict as it always was.
+"""
+
+import inspect
+from typing import Callable, Dict, List, Tuple, Union
+
+import torch
+from fairseq.incremental_decoding_utils import FairseqIncrementalState
+from torch import nn
+
+STATE_ID = "layer_state_{}"  # a stateful module's id inside a compiled call: its place among the layer's
+
+
+def compile_decoder_layers(model: nn.Module, backend: Union[str, Callable] = "inductor") -> None:
+    """Compile each decoder layer with ``torch.compile`` (in place; once per model): a
+    decoding step's attention and feed-forward run as fused kernels, with the cache's length
+    a symbolic size, so that a search compiles once rather than once per step, and once for
+    the stack rather than once per layer. The decoder's bookkeeping around the layers (page
+    layout, mixing, beam reordering) stays eager. The first search pays the compilation
+    (BENCHMARKS.md)."""
+    for layer in model.decoder.layers:
+        if getattr(layer, "_compiled_call_impl", None) is None:
+            # nn.Module's __call__ runs _compiled_call_impl when it is set (as Module.compile sets it)
+            layer._compiled_call_impl = SharedGraphCall(layer, torch.compile(layer._call_impl, dynamic=True,
+                                                                             backend=backend))
+
+
+class SharedGraphCall:
+    """One layer's compiled call, with the layer's decoding state under layer-independent keys."""
+
+    def __init__(self, layer: nn.Module, compiled: Callable):
+        self.compiled = compiled
+        self.signature = inspect.signature(layer.forward)
+        # every module of the layer that keeps decoding state, with its id inside a compiled call
+        self.stateful: List[Tuple[nn.Module, str]] = [
+            (module, STATE_ID.format(i))
+            for i, module in enumerate(m for m in layer.modules() if isinstance(m, FairseqIncrementalState))
+        ]
+
+    def __call__(self, *args, **kwargs):
+        call = self.signature.bind(*args, **kwargs)
+        state = call.arguments.get("incremental_state")
+        if state is None:  # training or a full forward pass: no keys to translate
+            return self.compiled(*args, **kwargs)
+        real_ids = [module._incremental_state_id for module, _ in self.stateful]
+        local: Dict[str, Dict] = {}
+        for real_id, (_, local_id) in zip(real_ids, self.stateful):
+            prefix = real_id + "."
+            for key in [k for k in state if k.startswith(prefix)]:
+                local[local_id + key[len(real_id):]] = state.pop(key)
+        call.arguments["incremental_state"] = local
+        for module, local_id in self.stateful:
+            module._incremental_state_id = local_id
+        try:
+            return self.compiled(*call.args, **call.kwargs)
+        finally:
+            for (module, local_id), real_id in zip(self.stateful, real_ids):
+                module._incremental_state_id = real_id
+                prefix = local_id + "."
+                for key in [k for k in local if k.startswith(prefix)]:
+                    state[real_id + key[len(local_id):]] = local.pop(key)
