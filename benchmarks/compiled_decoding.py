@@ -9,8 +9,8 @@ the layer class, until torch's recompile limit (8) sends the other calls to eage
 ``shared``: ``generation.compiled_layers`` (the layers see their state under the same keys, so
 one set of graphs serves the stack). Each row builds a fresh PageSum model of that depth,
 resets torch.compile's caches, runs one eager search, then the first compiled search (which
-pays the compilation) and the next ones (best of ``--repeats``). A backend that counts the
-graphs in use and their calls wraps ``--backend``.
+pays the compilation) and the next ones (best of ``--repeats``). ``profiling.CountedGraphs``
+wraps ``--backend`` to count the graphs in use and their calls.
 
     python -m benchmarks.compiled_decoding --device cpu
 """
@@ -21,32 +21,12 @@ from collections import Counter
 
 import torch
 import torch._dynamo
-from torch._dynamo.backends.registry import lookup_backend
 
 from benchmarks.common import CPU_TINY, BART_LARGE, add_device_args, build_model, describe_device, markdown_table, \
     paged_source, start
 from pagesum_plugin.generation import PageSumSequenceGenerator
 from pagesum_plugin.generation.compiled_layers import compile_decoder_layers
-
-
-class CountingBackend:
-    """``backend``, counting the calls of each graph it is given (torch.compile may give a graph
-    and discard it: ``calls`` holds the graphs in use)."""
-
-    def __init__(self, backend: str):
-        self.backend = lookup_backend(backend)
-        self.graphs = 0
-        self.calls = Counter()
-
-    def __call__(self, graph, example_inputs):
-        index, self.graphs = self.graphs, self.graphs + 1
-        compiled = self.backend(graph, example_inputs)
-
-        def run(*args):
-            self.calls[index] += 1
-            return compiled(*args)
-
-        return run
+from pagesum_plugin.profiling import CountedGraphs
 
 
 def compile_per_layer(model, backend) -> None:
@@ -113,7 +93,7 @@ def main(argv=None):
 
             eager = min(timed(search) for _ in range(2))  # the first one warms up
             torch._dynamo.reset()
-            counting = CountingBackend(backend)
+            counting = CountedGraphs(backend)
             compile_layers(model, counting)
             first = timed(search)
             graph_calls, decoder_calls = sum(counting.calls.values()), count_calls(model.decoder)

@@ -1,5 +1,5 @@
-"""What a call costs on a device: its wall time, its peak tensor memory, and where it waits
-for the device (``HostSyncs``).
+"""What a call costs on a device: its wall time, its peak tensor memory, where it waits
+for the device (``HostSyncs``), and which graphs torch.compile ran it on (``CountedGraphs``).
 
 Shared by the benchmarks (``benchmarks/``) and the fit stage of the side-by-side comparison
 (``recipes/comparison/fit.py``), which must measure memory the same way.
@@ -8,10 +8,12 @@ Shared by the benchmarks (``benchmarks/``) and the fit stage of the side-by-side
 import gc
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Union
 
 import torch
+from torch._dynamo.backends.registry import lookup_backend
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -185,3 +187,24 @@ class HostSyncs(TorchDispatchMode):
                 place = f"{path}:{frames[-1].lineno}"
             self.seen.append((name, place))
         return func(*args, **(kwargs or {}))
+
+
+class CountedGraphs:
+    """A torch.compile backend: ``backend``, counting the calls of each graph it compiles.
+    torch.compile may compile a graph and discard it, so ``calls`` (graph index: calls) holds
+    the graphs in use, and ``len(calls)`` counts them."""
+
+    def __init__(self, backend: Union[str, Callable] = "aot_eager"):
+        self.backend = lookup_backend(backend) if isinstance(backend, str) else backend
+        self.compiled = 0
+        self.calls = Counter()
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs):
+        index, self.compiled = self.compiled, self.compiled + 1
+        compiled = self.backend(graph, example_inputs)
+
+        def run(*args):
+            self.calls[index] += 1
+            return compiled(*args)
+
+        return run

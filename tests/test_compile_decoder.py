@@ -10,11 +10,11 @@ from collections import Counter
 import pytest
 import torch
 import torch._dynamo
-from torch._dynamo.backends.registry import lookup_backend
 
 from builders.models import build_tiny, make_source_sensitive, paged_batch, random_pages, vocab
 from builders.stock import assert_same_hypotheses
 from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.profiling import CountedGraphs
 
 pytestmark = pytest.mark.slow
 
@@ -29,26 +29,6 @@ def tiny_search(data_dir, *extra_args):
     low, high = vocab(task.dictionary)
     src = paged_batch([random_pages(rng, n, low, high) for n in (3, 1, 2)], task.dictionary)
     return task, model, {"id": torch.arange(3), "net_input": {"src_tokens": src}}
-
-
-class CountingBackend:
-    """torch.compile's ``aot_eager`` backend, counting the calls of each graph it is given
-    (torch.compile may give a graph and discard it: ``calls`` holds the graphs in use)."""
-
-    def __init__(self):
-        self.graphs = 0
-        self.calls = Counter()  # graph index: calls
-        self.backend = lookup_backend("aot_eager")
-
-    def __call__(self, graph: torch.fx.GraphModule, example_inputs):
-        index, self.graphs = self.graphs, self.graphs + 1
-        compiled = self.backend(graph, example_inputs)
-
-        def run(*args):
-            self.calls[index] += 1
-            return compiled(*args)
-
-        return run
 
 
 def counted_decoder_calls(model) -> Counter:
@@ -68,7 +48,7 @@ def test_every_layer_of_a_deep_compiled_decoder_runs_compiled_and_decodes_as_the
     layers = 12  # bart.large's decoder, beyond torch.compile's 8 graphs per code object
     task, model, sample = tiny_search(copy_task_dir, "--decoder-layers", str(layers))
     eager = PageSumSequenceGenerator([model], task.dictionary, **SETTINGS).generate([model], sample)
-    backend = CountingBackend()
+    backend = CountedGraphs("aot_eager")
     generator = PageSumSequenceGenerator([model], task.dictionary, compile_decoder=backend, **SETTINGS)
     decoder_calls = counted_decoder_calls(model)
     assert_same_hypotheses(generator.generate([model], sample), eager)
