@@ -26,7 +26,7 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
                    ["HED block-sparse", "HED dense mask", "PageSum doc pages"]),
     "memory_scaling": (["--device", "cpu", "--quick", "--size", "small", "--pages", "1", "2", "--page-len", "64",
                         "--tgt-len", "16"],
-                       ["PageSum", "BART", "fused / today"]),
+                       ["PageSum", "BART", "now / before"]),
     "memory_breakdown": (["--quick", "--time-repeats", "1"], ["+ chunked loss", "+ layer norms recomputed",
                                                                "+ bool dropout masks", "The same, against before",
                                                                "one encoder + decoder layer", "cross-attention",
