@@ -16,8 +16,6 @@ wraps ``--backend`` to count the graphs in use and their calls.
 """
 
 import argparse
-import time
-from collections import Counter
 
 import torch
 import torch._dynamo
@@ -26,7 +24,7 @@ from benchmarks.common import CPU_TINY, BART_LARGE, add_device_args, build_model
     paged_source, start
 from pagesum_plugin.generation import PageSumSequenceGenerator
 from pagesum_plugin.generation.compiled_layers import compile_decoder_layers
-from pagesum_plugin.profiling import CountedGraphs
+from pagesum_plugin.profiling import CountedGraphs, best_seconds, count_calls
 
 
 def compile_per_layer(model, backend) -> None:
@@ -48,24 +46,6 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def count_calls(module) -> Counter:
-    """Counts the calls of ``module.forward`` from now on."""
-    calls, forward = Counter(), module.forward
-
-    def counted(*args, **kwargs):
-        calls["forward"] += 1
-        return forward(*args, **kwargs)
-
-    module.forward = counted
-    return calls
-
-
-def timed(fn) -> float:
-    start_time = time.perf_counter()
-    fn()
-    return time.perf_counter() - start_time
-
-
 def main(argv=None):
     args = parse_args(argv)
     device, dtype = start(args)
@@ -73,7 +53,6 @@ def main(argv=None):
     size = BART_LARGE if device.type == "cuda" else CPU_TINY
     if args.quick:
         args.layers, args.steps, args.repeats = [2, 4], 4, 1
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     rows = []
     for layers in args.layers:
         for name, compile_layers in COMPILATIONS.items():
@@ -89,16 +68,15 @@ def main(argv=None):
             def search():
                 with torch.no_grad():
                     generator.generate([model], sample)
-                sync()
 
-            eager = min(timed(search) for _ in range(2))  # the first one warms up
+            eager = best_seconds(search, device, repeats=1)  # after one search that warms up
             torch._dynamo.reset()
             counting = CountedGraphs(backend)
             compile_layers(model, counting)
-            first = timed(search)
-            graph_calls, decoder_calls = sum(counting.calls.values()), count_calls(model.decoder)
-            after = min(timed(search) for _ in range(args.repeats))
-            graph_calls = (sum(counting.calls.values()) - graph_calls) // args.repeats
+            first = best_seconds(search, device, repeats=1, warmup=0)  # pays the compilation
+            compiled_before, decoder_calls = sum(counting.calls.values()), count_calls(model.decoder)
+            after = best_seconds(search, device, repeats=args.repeats, warmup=0)
+            graph_calls = (sum(counting.calls.values()) - compiled_before) // args.repeats
             layer_calls = layers * decoder_calls["forward"] // args.repeats
             rows.append([layers, name, len(counting.calls), f"{graph_calls} of {layer_calls}", f"{first:.2f}",
                          f"{after:.3f}", f"{eager:.3f}"])

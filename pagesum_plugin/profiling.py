@@ -1,5 +1,6 @@
 """What a call costs on a device: its wall time, its peak tensor memory, where it waits
-for the device (``HostSyncs``), and which graphs torch.compile ran it on (``CountedGraphs``).
+for the device (``HostSyncs``), and which graphs torch.compile ran it on (``CountedGraphs``,
+``count_calls``).
 
 Shared by the benchmarks (``benchmarks/``) and the fit stage of the side-by-side comparison
 (``recipes/comparison/fit.py``), which must measure memory the same way.
@@ -208,3 +209,16 @@ class CountedGraphs:
             return compiled(*args)
 
         return run
+
+
+def count_calls(module: torch.nn.Module) -> Counter:
+    """From now on, ``counter["forward"]`` counts the calls of ``module.forward``, also those that
+    bypass ``module.__call__`` (fairseq's ensemble calls its decoders' ``forward`` directly)."""
+    calls, forward = Counter(), module.forward
+
+    def counted(*args, **kwargs):
+        calls["forward"] += 1
+        return forward(*args, **kwargs)
+
+    module.forward = counted
+    return calls

@@ -5,8 +5,6 @@ test compiles through torch's ``aot_eager`` backend (the same graph capture, wit
 cache lengths, without generating C++ kernels, which takes minutes on a small machine),
 counting the graphs it is given and their calls."""
 
-from collections import Counter
-
 import pytest
 import torch
 import torch._dynamo
@@ -14,7 +12,7 @@ import torch._dynamo
 from builders.models import build_tiny, make_source_sensitive, paged_batch, random_pages, vocab
 from builders.stock import assert_same_hypotheses
 from pagesum_plugin.generation import PageSumSequenceGenerator
-from pagesum_plugin.profiling import CountedGraphs
+from pagesum_plugin.profiling import CountedGraphs, count_calls
 
 pytestmark = pytest.mark.slow
 
@@ -31,18 +29,6 @@ def tiny_search(data_dir, *extra_args):
     return task, model, {"id": torch.arange(3), "net_input": {"src_tokens": src}}
 
 
-def counted_decoder_calls(model) -> Counter:
-    calls = Counter()
-    forward = model.decoder.forward
-
-    def counting(*args, **kwargs):
-        calls["decoder"] += 1
-        return forward(*args, **kwargs)
-
-    model.decoder.forward = counting
-    return calls
-
-
 def test_every_layer_of_a_deep_compiled_decoder_runs_compiled_and_decodes_as_the_eager_one(copy_task_dir):
     torch._dynamo.reset()
     layers = 12  # bart.large's decoder, beyond torch.compile's 8 graphs per code object
@@ -50,8 +36,8 @@ def test_every_layer_of_a_deep_compiled_decoder_runs_compiled_and_decodes_as_the
     eager = PageSumSequenceGenerator([model], task.dictionary, **SETTINGS).generate([model], sample)
     backend = CountedGraphs("aot_eager")
     generator = PageSumSequenceGenerator([model], task.dictionary, compile_decoder=backend, **SETTINGS)
-    decoder_calls = counted_decoder_calls(model)
+    decoder_calls = count_calls(model.decoder)
     assert_same_hypotheses(generator.generate([model], sample), eager)
-    assert sum(backend.calls.values()) == layers * decoder_calls["decoder"]  # no layer fell back to eager
+    assert sum(backend.calls.values()) == layers * decoder_calls["forward"]  # no layer fell back to eager
     assert len(backend.calls) < 8  # one set of graphs (the first step, the later ones, their layouts) for the stack
     torch._dynamo.reset()

@@ -153,13 +153,17 @@ class PieceCache:
         return flat, np.diff(bounds)
 
     def _add(self, pieces: list[str]) -> None:
-        ids = self.encode(pieces)
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        tokens, lengths = flatten(self.encode(pieces))
         self.rows.update(zip(pieces, range(len(self.rows), len(self.rows) + len(pieces))))
         self.starts = np.concatenate([self.starts, len(self.tokens) + np.cumsum(lengths) - lengths])
         self.lengths = np.concatenate([self.lengths, lengths])
-        self.tokens = np.concatenate([self.tokens, np.fromiter(chain.from_iterable(ids), dtype=np.int64,
-                                                               count=int(lengths.sum()))])
+        self.tokens = np.concatenate([self.tokens, tokens])
+
+
+def flatten(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(total,) every list of ``ids`` concatenated, and (lists,) each one's length."""
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    return np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum())), lengths
 
 
 class SentencePieceTokenizer:
@@ -177,9 +181,7 @@ class SentencePieceTokenizer:
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         # One thread: each preprocessing worker is one process on one core.
-        ids = self.sp.encode(texts, num_threads=1)
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        return np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum())), lengths
+        return flatten(self.sp.encode(texts, num_threads=1))
 
     def symbol(self, token_id: int) -> str:
         # A character the model lacks is its unknown piece, which no dictionary holds: it

@@ -13,7 +13,7 @@ the layer see the dict as it always was.
 """
 
 import inspect
-from typing import Callable, Dict, List, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from fairseq.incremental_decoding_utils import FairseqIncrementalState
@@ -42,31 +42,35 @@ class SharedGraphCall:
     def __init__(self, layer: nn.Module, compiled: Callable):
         self.compiled = compiled
         self.signature = inspect.signature(layer.forward)
-        # every module of the layer that keeps decoding state, with its id inside a compiled call
-        self.stateful: List[Tuple[nn.Module, str]] = [
-            (module, STATE_ID.format(i))
+        # every module of the layer that keeps decoding state, its own id and its id inside a compiled call
+        self.stateful: List[Tuple[nn.Module, str, str]] = [
+            (module, module._incremental_state_id, STATE_ID.format(i))
             for i, module in enumerate(m for m in layer.modules() if isinstance(m, FairseqIncrementalState))
         ]
+        self.local_id = {real: local for _, real, local in self.stateful}
+        self.real_id = {local: real for _, real, local in self.stateful}
 
     def __call__(self, *args, **kwargs):
         call = self.signature.bind(*args, **kwargs)
         state = call.arguments.get("incremental_state")
         if state is None:  # training or a full forward pass: no keys to translate
             return self.compiled(*args, **kwargs)
-        real_ids = [module._incremental_state_id for module, _ in self.stateful]
-        local: Dict[str, Dict] = {}
-        for real_id, (_, local_id) in zip(real_ids, self.stateful):
-            prefix = real_id + "."
-            for key in [k for k in state if k.startswith(prefix)]:
-                local[local_id + key[len(real_id):]] = state.pop(key)
+        renamed = [(key, _renamed(key, self.local_id)) for key in state]
+        local = {new: state.pop(key) for key, new in renamed if new is not None}
         call.arguments["incremental_state"] = local
-        for module, local_id in self.stateful:
+        for module, _, local_id in self.stateful:
             module._incremental_state_id = local_id
         try:
             return self.compiled(*call.args, **call.kwargs)
         finally:
-            for (module, local_id), real_id in zip(self.stateful, real_ids):
+            for module, real_id, _ in self.stateful:
                 module._incremental_state_id = real_id
-                prefix = local_id + "."
-                for key in [k for k in local if k.startswith(prefix)]:
-                    state[real_id + key[len(local_id):]] = local.pop(key)
+            for key, value in local.items():
+                state[_renamed(key, self.real_id)] = value
+
+
+def _renamed(key: str, ids: Dict[str, str]) -> Optional[str]:
+    """fairseq's state key ``key`` ("{module id}.{name}"; neither uuids nor ``STATE_ID`` hold a
+    dot) under the id ``ids`` gives its module, or None for a module ``ids`` does not name."""
+    module_id, _, name = key.partition(".")
+    return f"{ids[module_id]}.{name}" if module_id in ids else None
