@@ -2,14 +2,15 @@
 
 One run, three tables.
 
-1. **One page**, ``bart.base`` dimensions, beam 4, a summary of ``--short`` tokens (lengths
-   forced: min = max), batch 1: the time per summary of PageSum's generator, of the same
-   generator running fairseq's search loop instead of its own (``generation.search_loop.fairseq_loop``),
-   of fairseq's stock ``SequenceGenerator`` on the same BART (the same weights), and of
-   ``transformers``' ``BartForConditionalGeneration.generate`` on the converted weights
+1. **One page**, ``bart.large`` dimensions on CUDA (``bart.base`` on the CPU), beam 4, a
+   summary of ``--short`` tokens (lengths forced: min = max), batch 1: the time per summary
+   of PageSum's generator, of the same generator running fairseq's search loop instead of its
+   own (``generation.search_loop.fairseq_loop``), of fairseq's stock ``SequenceGenerator`` on
+   the same BART (the same weights), and of ``transformers``'
+   ``BartForConditionalGeneration.generate`` on the converted weights
    (``pagesum_plugin.checkpoints``: what ``pagesum-convert to-hf`` writes). The four take
-   turns for ``--repeats`` rounds: the best round of each, and the median over rounds of
-   each round's ratio to fairseq (on a shared machine, the steadier of the two).
+   turns for ``--repeats`` rounds: the best round of each, and the median over rounds of each
+   round's ratio to fairseq (on a shared machine, the steadier of the two).
 
 2. **7 pages x 512 tokens, beam 4, batch 1 and 8, caches of 256 and 900 positions**: a
    decoding step as beam search drives it (every beam continues a random beam of its
@@ -310,7 +311,8 @@ def main(argv=None):
     args = parse_args(argv)
     device, dtype = start(args)
     size = BART_LARGE if device.type == "cuda" else BART_BASE
-    print(f"Machine: {describe_device(device)}. Dimensions: bart.base (d={size.embed_dim}, {size.heads} heads, "
+    name = "bart.large" if size is BART_LARGE else "bart.base"
+    print(f"Machine: {describe_device(device)}. Dimensions: {name} (d={size.embed_dim}, {size.heads} heads, "
           f"vocab {size.vocab_words + 4}) in {dtype_name(dtype)}, random weights, beam {args.beam}.", flush=True)
     if "one-page" in args.tables:
         print(f"\nOne page of {args.page_len} tokens, {size.layers}+{size.layers} layers, a {args.short}-token "

@@ -18,7 +18,7 @@ from benchmarks.scale.cli import parse_args as scale_args
 from benchmarks.scale.hardware import peaks_by_name
 from builders.cli import REPO_ROOT
 
-MAX_FILES = 7  # what the machine hands back: a few files, in one folder
+MAX_FILES = 8  # what the machine hands back: at most 8 files, in one folder
 H100 = peaks_by_name("NVIDIA H100 80GB HBM3")
 
 
@@ -28,24 +28,35 @@ def test_every_test_module_that_needs_cuda_is_run_by_the_kit():
     assert needs_cuda and needs_cuda <= set(kit.GPU_TESTS)
 
 
-def test_the_planned_calls_run_every_gpu_group_once():
-    planned = [group for call in kit.CALLS.values() for group in call["rows"]]
+def test_the_plan_runs_every_gpu_group_once_after_the_tests():
+    planned = [step for step in kit.PLAN if step != "tests" and step not in kit.BENCHMARKS]
     assert sorted(planned) == sorted(group.id for group in scale_args(["--device", "cuda"]).groups)
+    assert kit.PLAN[0] == "tests" and set(kit.BENCHMARKS) <= set(kit.PLAN)
 
 
-@pytest.mark.parametrize("number", sorted(kit.CALLS))
-def test_each_planned_call_fits_its_budget_by_the_estimates(number):
-    call = kit.CALLS[number]
-    groups = scale_args(["--device", "cuda", "--rows", *call["rows"]]).groups
-    seconds = sum(group.cost(group.settings, BART_LARGE, 2).seconds(H100) for group in groups)
-    seconds += kit.PLANNED_STEP_SECONDS["install"] + kit.PLANNED_STEP_SECONDS["scale: list groups"]
-    seconds += kit.PLANNED_STEP_SECONDS["tests"] if call["tests"] else 0
+def test_the_most_valuable_steps_fit_one_call_by_the_estimates():
+    """The tests, training memory and throughput, and decoding at 256 tokens fit the call's
+    budget with the install, whatever follows them."""
+    first = ["1", "3", "4:256"]
+    assert list(kit.PLAN[1:4]) == first
+    seconds = sum(group.cost(group.settings, BART_LARGE, 2).seconds(H100)
+                  for group in scale_args(["--device", "cuda", "--rows", *first]).groups)
+    seconds += sum(kit.STEP_SECONDS[name] for name in ("install", "import check", "tests", "scale: list groups"))
     assert seconds <= kit.BUDGET_SECONDS - kit.RESERVE_SECONDS
 
 
-def test_only_the_first_call_runs_the_tests():
-    assert kit.parse_args(["--out", "x", "--call", "1"]).tests == list(kit.GPU_TESTS)
-    assert kit.parse_args(["--out", "x", "--call", "2"]).tests == []
+def test_the_tests_run_unless_none_are_named():
+    assert kit.parse_args(["--out", "x"]).tests == list(kit.GPU_TESTS)
+    assert kit.parse_args(["--out", "x", "--tests"]).tests == []
+
+
+def test_a_step_whose_estimate_exceeds_the_time_left_is_skipped_and_a_cheaper_one_after_it_runs(tmp_path):
+    box = quick_kit(tmp_path, budget=kit.RESERVE_SECONDS + 40)
+    dear = box.step("dear", [sys.executable, "-c", "pass"], "kit.log", box.time_left(), estimate=300)
+    cheap = box.step("cheap", [sys.executable, "-c", "pass"], "kit.log", box.time_left(), estimate=5)
+    assert (dear["status"], dear["estimate_s"], cheap["status"]) == ("skipped", 300, "passed")
+    table = kit.estimates_table(box.record["steps"])
+    assert "| dear | skipped | 300 | 0 | - |" in table and "| cheap | passed | 5 |" in table
 
 
 def test_the_wheelhouse_lock_holds_exactly_what_the_machine_lacks_at_the_versions_installed_here():
@@ -129,12 +140,17 @@ def test_the_device_command_rehearsed_on_the_cpu_leaves_its_logs_and_results_whe
     assert steps["import check"]["status"] == "passed" and record["environment"]["torch"]
     assert (tmp_path / "site" / "pagesum_plugin" / "__init__.py").exists(), "the project's wheel was installed"
     assert steps["tests"]["status"] == "failed" and re.match(r"1 failed, \d+ passed, \d+ skipped", steps["tests"]["note"])
-    groups = [group.id for group in scale_args(["--device", "cpu"]).groups]
-    assert record["groups"] == groups
+    groups = [group.id for group in scale_args(["--device", "cpu", "--quick"]).groups]
+    assert sorted(record["groups"]) == sorted(groups)
     assert [steps[f"scale {group}"]["status"] for group in groups] == ["passed"] * len(groups), \
         "the groups after the failed tests still ran"
     assert record["group_status"] == {group: "done" for group in groups}
+    assert steps["one-page"]["status"] == "passed" and "transformers generate" in (out / "one-page.md").read_text()
     assert steps["report"]["status"] == "passed"
+    names = [step["name"] for step in record["steps"]]
+    assert names.index("tests") < names.index("scale 1") < names.index("scale 3") < names.index("one-page") \
+        < names.index("scale 2"), "the plan's order"
+    assert "Every step's estimate against its real time" in (out / "kit.log").read_text()
 
     assert (out / "scale.jsonl").read_text() == results.read_text()
     report = (out / "report.md").read_text()

@@ -12,69 +12,17 @@ import pytest
 import torch
 from fairseq.modules import FairseqDropout, MultiheadAttention
 
-from builders.awesome import build_awesome, segment_sample
-from builders.hed import build_hed
-from builders.hepos import SMALL_PATTERNS, build_hepos, flat_batch, random_texts
-from builders.models import (assert_gradients_close, build_tiny, decoder_input, make_source_sensitive, paged_batch,
-                             random_pages, vocab)
+from builders.models import assert_gradients_close, build_tiny, decoder_input, make_source_sensitive
 from builders.stock import assert_same_hypotheses
+from builders.systems import SUMMARIES, TRAINED_SYSTEMS, loss_and_grads, pages, trained_system
 from pagesum_plugin.generation import PageSumSequenceGenerator
 from pagesum_plugin.modules.fused_attention import reference_attention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
 
-SUMMARIES = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15], [16]]  # padded to the longest
-
-
-def pages(task, counts, seed=0):
-    rng = torch.Generator().manual_seed(seed)
-    low, high = vocab(task.dictionary)
-    return paged_batch([random_pages(rng, n, low, high) for n in counts], task.dictionary)
-
-
-def pagesum_source(task):
-    return pages(task, (3, 1, 4, 2))  # (4, 4, len): padding pages after the 1st, 2nd and 4th examples
-
-
-def flat_source(task):
-    return flat_batch(random_texts(torch.Generator().manual_seed(1), [40, 17, 33, 9], task.dictionary), task.dictionary)
-
-
-def hed_source(task):
-    return pages(task, (2, 3, 1, 2), seed=2)  # documents as pages
-
-
-SYSTEMS = {
-    # name: (build(data_dir) -> (args, task, model), source(task) -> src_tokens)
-    "pagesum": (lambda d: build_tiny(d), pagesum_source),
-    "pagesum-global": (lambda d: build_tiny(d, "--page-decoding", "global"), pagesum_source),
-    "hepos": (lambda d: build_hepos(d, "--encoder-attention", "window", *SMALL_PATTERNS), flat_source),
-    "hepos-sinkhorn-full": (lambda d: build_hepos(d, "--encoder-attention", "sinkhorn", "--encoder-layout", "uniform",
-                                                  "--cross-attention", "full", *SMALL_PATTERNS), flat_source),
-    "hed": (lambda d: build_hed(d), hed_source),
-    "awesome": (lambda d: build_awesome(d, "--memory", "attentive"), flat_source),
-}
-
-
-@pytest.fixture(scope="module", params=sorted(SYSTEMS))
+@pytest.fixture(scope="module", params=sorted(TRAINED_SYSTEMS))
 def system(request, copy_task_dir):
-    build, source = SYSTEMS[request.param]
-    args, task, model = build(copy_task_dir)
-    src = source(task)
-    if src.dim() == 3 and request.param == "awesome":
-        src = src[:, 0]
-    return request.param, task, model, src
-
-
-def loss_and_grads(model, src, prev, target, pad):
-    torch.manual_seed(0)  # the same noise for Sinkhorn's sorting network in training
-    model.zero_grad()
-    logits, _ = model(src, None, prev)
-    lprobs = torch.log_softmax(logits.float(), dim=-1)
-    nll = -lprobs.gather(2, target.unsqueeze(2)).squeeze(2)
-    loss = nll.masked_fill(target.eq(pad), 0.0).sum()
-    loss.backward()
-    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return (request.param, *trained_system(request.param, copy_task_dir))
 
 
 def assert_trains_as_before(system):

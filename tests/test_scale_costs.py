@@ -2,6 +2,9 @@
 from the dimensions, the operator counts behind the estimates, the estimate that every default
 group fits in a call, and the GPU memory readings."""
 
+import shlex
+from pathlib import Path
+
 import pytest
 import torch
 from torch.nn.attention import sdpa_kernel
@@ -12,7 +15,7 @@ from benchmarks.beam_cache import generator_for
 from benchmarks.common import (ATTENTION_KERNELS, BART_LARGE, ModelSize, build_model, cuda_peaks,
                                label_smoothed_loss, paged_source, summary_io)
 from benchmarks.generation_speed import net_input
-from benchmarks.scale import costs
+from benchmarks.scale import costs, results
 from benchmarks.scale.cli import GROUP_BUDGET_SECONDS, main, parse_args
 from benchmarks.scale.hardware import peaks_by_name
 
@@ -102,11 +105,51 @@ def test_every_default_gpu_group_is_estimated_to_finish_within_the_budget_on_an_
     assert cost.seconds(H100) < GROUP_BUDGET_SECONDS
 
 
-def test_a_decoding_estimate_grows_with_the_summary_length_and_the_batch():
-    def search(batch, steps):
-        return costs.beam_search(SMALL, 2, batch, 4, 7, 1024, steps).seconds(H100)
+FIRST_VISIT = Path(__file__).resolve().parent.parent / "docs/benchmarks/gpu/2026-11-26-h100/scale.jsonl"
+CHANGED_SINCE = {"1": "row 1 runs a second optimizer since", "4": "row 4 profiles its searches since"}
 
-    assert search(1, 900) > search(1, 256) and search(8, 256) > search(1, 256)
+
+def visited_groups():
+    """(group, the command's options, measured seconds) of every group of the first H100 visit."""
+    runs = [r for r in results.read(str(FIRST_VISIT)) if r["type"] == "run" and r["status"] == "done"]
+    for run in runs:
+        options = shlex.split(run["command"].split(" --rows ")[1])[1:]
+        kept = [o for o, before in zip(options, [None, *options]) if o not in ("--results", "--time-left")
+                and before not in ("--results", "--time-left")]
+        yield pytest.param(run["group"], kept, run["seconds"], id=run["group"])
+
+
+@pytest.mark.parametrize("group_id, options, measured", list(visited_groups()))
+def test_the_estimates_are_calibrated_on_the_first_h100_visit(group_id, options, measured):
+    """Each group's estimate, less the process's start-up (which the measured seconds leave out),
+    within 0.6-1.6x what the group took on the H100, with the options it ran with."""
+    if group_id.split(":")[0] in CHANGED_SINCE:
+        pytest.skip(CHANGED_SINCE[group_id.split(":")[0]])
+    (group,) = parse_args(["--device", "cuda", "--rows", group_id, *options]).groups
+    estimate = group.cost(group.settings, BART_LARGE, 2).seconds(H100) - costs.START_SECONDS
+    assert 0.6 <= estimate / measured <= 1.6, f"estimate {estimate:.0f} s, measured {measured:.0f} s"
+
+
+def test_a_decoding_estimate_grows_with_the_summary_length_and_its_device_time_with_the_batch():
+    def search(batch, steps):
+        return costs.beam_search(BART_LARGE, 2, batch, 4, 7, 1024, steps)
+
+    assert search(1, 900).seconds(H100) > search(1, 256).seconds(H100)
+    device = [sum(search(batch, 256).parts(H100)[kind] for kind in ("compute", "memory")) for batch in (1, 8, 64)]
+    assert device[0] < device[1] < device[2]
+
+
+def test_host_and_device_time_overlap_the_slower_sets_the_pace():
+    """Eager decoding is host-bound at batch 1 (the launches), and a large enough batch makes
+    the device the slower of the two."""
+    def parts(batch):
+        cost = costs.beam_search(BART_LARGE, 2, batch, 4, 7, 1024, 256)
+        return cost.parts(H100), cost.seconds(H100)
+
+    small, seconds = parts(1)
+    assert seconds == pytest.approx(small["host"]) and small["host"] > small["compute"] + small["memory"]
+    large, seconds = parts(128)
+    assert seconds == pytest.approx(large["compute"] + large["memory"]) and seconds > large["host"]
 
 
 def test_one_copy_of_the_pages_per_beam_moves_more_than_pages_shared_by_the_beams():

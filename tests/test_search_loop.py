@@ -5,71 +5,22 @@ attention (bit for bit: the loop runs the same operations, only arranged so that
 does not wait for the device)."""
 
 import contextlib
-from dataclasses import dataclass
-from typing import Callable
 
-import numpy as np
 import pytest
 import torch
 from fairseq import search
 from fairseq.token_generation_constraints import pack_constraints
 
-from builders.awesome import build_awesome, randomize_memories, segment_sample
-from builders.hed import build_hed
-from builders.hepos import SMALL_PATTERNS, build_hepos
-from builders.models import bart_twin, build_tiny, make_source_sensitive, paged_batch, random_pages, vocab
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from builders.models import bart_twin, build_tiny, make_source_sensitive, vocab
+from builders.systems import SEARCHED_SYSTEMS, build_system
 from pagesum_plugin.generation.search_loop import fairseq_loop
-from pagesum_plugin.generation.segment_sequence_generator import SegmentSequenceGenerator
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
 
 COUNTS = (3, 1, 4, 2, 1)  # pages, documents or segments of each example of a batch
 
 
-@dataclass
-class System:
-    task: object
-    model: object
-    generator_cls: type
-    make_sample: Callable  # (counts, seed) -> sample
-
-    def generator(self, models=None, **settings):
-        return self.generator_cls(models or [self.model], self.task.dictionary, **settings)
-
-
-def paged_sample(task, counts, seed, first_page_only=False):
-    rng = torch.Generator().manual_seed(seed)
-    src = paged_batch([random_pages(rng, n, *vocab(task.dictionary)) for n in counts], task.dictionary)
-    if first_page_only:  # one flat sequence per example (HEPOS)
-        src = src[:, :1, : int(src[:, 0].ne(task.dictionary.pad()).sum(1).max())]
-    return {"id": torch.arange(len(counts)),
-            "net_input": {"src_tokens": src, "src_lengths": src.ne(task.dictionary.pad()).sum((1, 2))}}
-
-
-def segmented_sample(task, counts, seed):
-    rng = np.random.RandomState(seed)
-    low, high = vocab(task.dictionary)
-    documents = [[rng.randint(low, high, size=rng.randint(4, 11)).tolist() for _ in range(n)] for n in counts]
-    return segment_sample(documents, [[[low]] * n for n in counts], task.dictionary)
-
-
-def build_system(name, data_dir):
-    if name == "awesome":
-        _, task, model = build_awesome(data_dir, "--memory", "attentive")
-        model = make_source_sensitive(randomize_memories(model), task.dictionary)
-        return System(task, model, SegmentSequenceGenerator, lambda counts, seed: segmented_sample(task, counts, seed))
-    builders = {"pagesum": build_tiny, "hed": build_hed,
-                "hepos": lambda d: build_hepos(d, "--encoder-attention", "window", *SMALL_PATTERNS),
-                # full-attention BART: HEPOS's model with both attentions full
-                "bart": lambda d: build_hepos(d, "--encoder-attention", "full", "--cross-attention", "full")}
-    _, task, model = builders[name](data_dir)
-    model = make_source_sensitive(model, task.dictionary)
-    return System(task, model, PageSumSequenceGenerator,
-                  lambda counts, seed: paged_sample(task, counts, seed, first_page_only=name in ("hepos", "bart")))
-
-
-@pytest.fixture(scope="module", params=["pagesum", "hepos", "bart", "hed", "awesome"])
+@pytest.fixture(scope="module", params=SEARCHED_SYSTEMS)
 def system(request, copy_task_dir):
     return build_system(request.param, copy_task_dir)
 

@@ -1,10 +1,11 @@
 """The GPU kit: one command that, on a GPU machine with Python 3.12 and its own CUDA torch but
 no package index, installs this project from the carried wheelhouse, runs the GPU-only tests
-and the scale benchmark's row groups, and leaves every log and one JSON summary in one flat
-folder (``--out``, default ``$OUT``): the folder such a machine hands back after a call.
+and then the benchmarks in the order of their value to the project, and leaves every log and
+one JSON summary in one flat folder (``--out``, default ``$OUT``): the folder such a machine
+hands back after a call.
 
-Steps, each in its own time box inside ``--budget`` (the call's whole length), each recorded
-in ``kit.json`` whatever happens, none stopping the next:
+One call of at most ``--budget`` seconds (default 9 minutes: a visit to the machine is 15,
+its start and idle time included) runs ``PLAN`` in order:
 
 1. install: ``pip install --no-index --no-deps --target SITE`` of the wheelhouse into the
    machine's own interpreter, with SITE first on ``PYTHONPATH``, never torch (the check that
@@ -13,15 +14,22 @@ in ``kit.json`` whatever happens, none stopping the next:
    wheelhouse lock and installs only the project's wheel: the rehearsal on a machine that
    has everything else.
 2. tests: pytest on the GPU-only tests (``GPU_TESTS``).
-3. one process per row group of ``benchmarks.scale`` (``--call N``: the planned groups of
-   call N; ``--rows``; ``--pending``: every planned group without a finished run yet), each
-   told the time left, so that a group whose estimate does not fit is skipped, not cut off.
-   The groups append to ``--results``, which later calls append to as well.
+3. the benchmarks: each row group of ``benchmarks.scale`` in its own process, told the time
+   left, and the one-page decoding table (``BENCHMARKS``). The groups append to
+   ``--results``, which later calls append to as well.
 4. report: ``benchmarks.scale --report`` of the results so far, and a copy of them.
+
+Every step has an estimate (the scale groups' from ``benchmarks/scale/costs.py``, the others'
+in ``STEP_SECONDS``, both calibrated on the first H100 visit); a step whose estimate exceeds
+the time left is skipped and the next one is tried, so a cheap step is never lost to a dear
+one before it. Each step runs in its own time box and is recorded in ``kit.json`` whatever
+happens, none stopping the next; the log ends with every step's estimate against its real
+time. ``--rows`` runs other groups instead of the plan's, ``--pending`` only the planned
+groups without a finished run in ``--results``.
 
 Only the standard library: it runs before anything is installed.
 
-    OUT=/some/folder bash benchmarks/device/run.sh --call 1
+    OUT=/some/folder bash benchmarks/device/run.sh
 """
 
 import argparse
@@ -40,21 +48,25 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-GPU_TESTS = ("tests/test_cuda.py", "tests/test_training_precision.py", "tests/test_half_precision_stress.py")
-# The planned split of the scale benchmark into calls of at most 10 minutes, by the groups'
-# estimates on an H100 (python -m benchmarks.scale --device cuda --plan) and the kit's own steps
-# (PLANNED_STEP_SECONDS); the first call also runs the tests. tests/test_device_kit.py checks
-# every call against the budget.
-CALLS = {
-    1: {"tests": True, "rows": ["1", "2", "3", "5:fidelity", "6:arxiv"]},
-    2: {"tests": False, "rows": ["4:256", "4:900"]},
-    3: {"tests": False, "rows": ["5:256", "5:900"]},
-    4: {"tests": False, "rows": ["6:govreport"]},
-}
-PLANNED_STEP_SECONDS = {"install": 40, "tests": 120, "scale: list groups": 20}  # the kit's own steps, at most
-OUTPUTS = ("kit.json", "kit.log", "tests.log", "scale.log", "scale.jsonl", "report.md")  # all the kit writes
-BUDGET_SECONDS = 580  # one call: the machine allows 10 minutes a command
-RESERVE_SECONDS = 30  # kept back for the report and the copy of the results
+GPU_TESTS = ("tests/test_cuda.py", "tests/test_cuda_equals_cpu.py", "tests/test_training_precision.py",
+             "tests/test_half_precision_stress.py")
+# What the call measures, most valuable first: the tests, then the scale groups (ids of
+# ``benchmarks.scale --list``) and other benchmarks (``BENCHMARKS``) in the order the project needs
+# their numbers. tests/test_device_kit.py checks that the plan names every GPU group once.
+PLAN = ("tests", "1", "3", "4:256", "4:900", "one-page", "5:256", "6:arxiv", "2", "5:900", "6:govreport",
+        "5:fidelity")
+# Benchmarks other than the scale groups: name -> (module and options on CUDA, extra options on the
+# CPU rehearsal, the file its tables go to)
+BENCHMARKS = {"one-page": (["benchmarks.fused_decoding", "--tables", "one-page", "--repeats", "3"], ["--quick"],
+                           "one-page.md")}
+# Estimates of the steps other than the scale groups, in seconds on an H100 (the first visit: the
+# install 2 s, the import check 16 s, the GPU-only tests 74 s before test_cuda_equals_cpu.py; the
+# one-page table's four decoders, 3 rounds of about 2 s each, after building bart.large three times)
+STEP_SECONDS = {"nvidia-smi": 2, "install": 10, "import check": 20, "tests": 150, "scale: list groups": 20,
+                "one-page": 90, "report": 10}
+OUTPUTS = ("kit.json", "kit.log", "tests.log", "scale.log", "scale.jsonl", "report.md", "one-page.md")  # all it writes
+BUDGET_SECONDS = 540  # one call: 9 minutes of a 15-minute visit
+RESERVE_SECONDS = 20  # kept back for the report and the copy of the results
 MIN_STEP_SECONDS = 15  # a step with less time than this left is skipped
 CAPS = {"install": 240, "import check": 120, "tests": 300, "scale: list groups": 120}  # the longest each step may take
 
@@ -88,14 +100,21 @@ class Kit:
         partial.write_text(json.dumps(self.record, indent=1) + "\n", encoding="utf-8")
         partial.replace(self.out / "kit.json")
 
-    def step(self, name: str, command: List[str], log: str, timeout: float, stdout: Optional[Path] = None) -> Dict:
+    def step(self, name: str, command: List[str], log: str, timeout: float, stdout: Optional[Path] = None,
+             estimate: Optional[float] = None) -> Dict:
         """Runs ``command`` from the repository root, its output appended to ``log`` (stdout to
         ``stdout`` if given), killed with its process group when ``timeout`` runs out; records
-        and returns {name, status: passed | failed | timed out | skipped, rc, seconds, ...}."""
-        entry = {"name": name, "command": shlex.join(command), "log": log, "time_box_s": round(timeout)}
-        self.log(log, f"\n===== {name}: {entry['command']} (time box {timeout:.0f} s)\n")
-        if timeout < MIN_STEP_SECONDS:
-            entry.update(status="skipped", rc=None, seconds=0.0, note=f"{timeout:.0f} s left")
+        and returns {name, status: passed | failed | timed out | skipped, rc, seconds, ...}.
+        Skipped, not started, when less than ``MIN_STEP_SECONDS`` or than its ``estimate`` (by
+        default ``STEP_SECONDS``) is left."""
+        estimate = STEP_SECONDS.get(name) if estimate is None else estimate
+        entry = {"name": name, "command": shlex.join(command), "log": log, "time_box_s": round(timeout),
+                 "estimate_s": None if estimate is None else round(estimate)}
+        self.log(log, f"\n===== {name}: {entry['command']} (time box {timeout:.0f} s, estimate "
+                      f"{entry['estimate_s']} s)\n")
+        if timeout < max(MIN_STEP_SECONDS, estimate or 0):
+            entry.update(status="skipped", rc=None, seconds=0.0,
+                         note=f"{max(timeout, 0):.0f} s left, estimate {entry['estimate_s']} s")
             return self.finish(entry, log)
         started = time.monotonic()
         with open(self.out / log, "a", encoding="utf-8") as output, \
@@ -164,8 +183,6 @@ def install(kit: Kit) -> None:
 
 
 def run_tests(kit: Kit) -> None:
-    if not kit.args.tests:
-        return
     entry = kit.step("tests", [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                                *kit.args.tests], "tests.log", kit.time_left(CAPS["tests"]))
     summary = re.findall(r"^=*\s*(\d+ (?:passed|failed|skipped|errors?|deselected)\b.*?)\s*=*$",
@@ -200,26 +217,59 @@ def group_statuses(path: Path) -> Dict[str, str]:
     return statuses
 
 
-def run_groups(kit: Kit) -> None:
+def list_groups(kit: Kit) -> Dict[str, float]:
+    """The scale groups the call may run, in the scale benchmark's order, with their estimates
+    (``benchmarks.scale --list``): those of the plan, or of ``--rows``."""
     args = kit.args
     listing = kit.scratch / "groups"
     name = "scale: list groups"
-    listed = kit.step(name, [sys.executable, "-m", "benchmarks.scale", *scale_options(args), "--list", "--rows",
-                             *args.rows], "scale.log", kit.time_left(CAPS[name]), stdout=listing)
-    groups = read_back(listing).split() if listed["status"] == "passed" else []
+    listed = kit.step(name, [sys.executable, "-m", "benchmarks.scale", *scale_options(args), "--list",
+                             *(["--rows", *args.rows] if args.rows else [])], "scale.log", kit.time_left(CAPS[name]),
+                      stdout=listing)
+    if listed["status"] != "passed":
+        return {}
+    return {group: float(seconds) for group, seconds in (line.split() for line in read_back(listing).splitlines())}
+
+
+def run_group(kit: Kit, group: str, estimate: float) -> None:
+    time_box = kit.time_left()
+    entry = kit.step(f"scale {group}", [sys.executable, "-m", "benchmarks.scale", *scale_options(kit.args), "--rows",
+                                        group, "--time-left", f"{max(time_box, 0):.0f}"], "scale.log", time_box,
+                     estimate=estimate)
+    if entry["status"] == "passed" and group_statuses(Path(kit.args.results)).get(group) == "skipped":
+        entry["status"] = "skipped"
+        entry["note"] = "its estimate exceeded the time left"
+        kit.save()
+
+
+def run_benchmark(kit: Kit, name: str) -> None:
+    module, on_the_cpu, table = BENCHMARKS[name]
+    options = ["--device", kit.args.device] + (on_the_cpu if kit.args.device == "cpu" or kit.args.quick else [])
+    if kit.args.threads:
+        options += ["--threads", str(kit.args.threads)]
+    kit.step(name, [sys.executable, "-m", *module, *options], "scale.log", kit.time_left(), stdout=kit.out / table)
+
+
+def run_plan(kit: Kit) -> None:
+    """The tests, then every planned benchmark in order, each skipped whose estimate exceeds
+    the time left (the next still tried)."""
+    args = kit.args
+    if args.tests:
+        run_tests(kit)
+    estimates = list_groups(kit)
+    unplanned = [group for group in estimates if group not in PLAN]  # other sizes (--quick): after the plan's
+    groups = list(estimates) if args.rows else [step for step in PLAN if step in estimates] + unplanned
     if args.pending:
         done = {group for group, status in group_statuses(Path(args.results)).items() if status == "done"}
         groups = [group for group in groups if group not in done]
     kit.record["groups"] = groups
-    for group in groups:
-        time_box = kit.time_left()
-        entry = kit.step(f"scale {group}", [sys.executable, "-m", "benchmarks.scale", *scale_options(args), "--rows",
-                                            group, "--time-left", f"{max(time_box, 0):.0f}"], "scale.log", time_box)
-        status = group_statuses(Path(args.results)).get(group)
-        if entry["status"] == "passed" and status == "skipped":
-            entry["status"] = "skipped"
-            entry["note"] = "its estimate exceeded the time left"
-            kit.save()
+    steps = groups if args.rows or args.pending else \
+        [step for step in PLAN if step in groups or step in BENCHMARKS] + unplanned
+    for step in steps:
+        if step in BENCHMARKS:
+            run_benchmark(kit, step)
+        else:
+            run_group(kit, step, estimates[step])
 
 
 def report(kit: Kit) -> None:
@@ -230,9 +280,21 @@ def report(kit: Kit) -> None:
         return
     shutil.copyfile(results, kit.out / "scale.jsonl")
     kit.step("report", [sys.executable, "-m", "benchmarks.scale", "--report", "--results", str(results)], "scale.log",
-             max(kit.time_left() + RESERVE_SECONDS - 5, MIN_STEP_SECONDS), stdout=kit.out / "report.md")
+             max(kit.time_left() + RESERVE_SECONDS - 5, MIN_STEP_SECONDS), stdout=kit.out / "report.md", estimate=0)
     kit.record["group_status"] = group_statuses(results)
     kit.save()
+
+
+def estimates_table(steps: List[Dict]) -> str:
+    """Every step's estimate against its real time: how ``STEP_SECONDS`` and the scale
+    benchmark's costs held up, for the next calibration."""
+    lines = ["| step | status | estimate s | real s | real / estimate |", "|---|---|---:|---:|---:|"]
+    for step in steps:
+        estimate, seconds = step.get("estimate_s"), step["seconds"]
+        ratio = f"{seconds / estimate:.2f}" if estimate and step["status"] != "skipped" else "-"
+        lines.append(f"| {step['name']} | {step['status']} | {'-' if estimate is None else estimate} | "
+                     f"{seconds:.0f} | {ratio} |")
+    return "\n".join(lines) + "\n"
 
 
 # ---- the command ---------------------------------------------------------------------------------
@@ -242,13 +304,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bash benchmarks/device/run.sh", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT"), help="the folder for the logs and results "
                         "(default: $OUT)")
-    parser.add_argument("--call", type=int, choices=sorted(CALLS), help="the planned call: its row groups, and the "
-                        "tests in the first")
-    parser.add_argument("--rows", nargs="+", help="row groups to run instead (benchmarks.scale --rows)")
-    parser.add_argument("--pending", action="store_true", help="run every planned group (or every group of --rows) "
-                        "that has no finished run in --results")
-    parser.add_argument("--tests", nargs="*", help=f"test files to run (default: {' '.join(GPU_TESTS)} in call 1 "
-                        "and without --call; none in later calls)")
+    parser.add_argument("--rows", nargs="+", help="scale row groups to run instead of the plan's (benchmarks.scale "
+                        "--rows), with no other benchmark")
+    parser.add_argument("--pending", action="store_true", help="only the scale groups (of the plan, or of --rows) "
+                        "without a finished run in --results")
+    parser.add_argument("--tests", nargs="*", help=f"test files to run (default: {' '.join(GPU_TESTS)}; none: "
+                        "--tests with no file)")
     parser.add_argument("--wheelhouse", default=".wheelhouse", help="the carried wheels (default: .wheelhouse)")
     parser.add_argument("--wheelhouse-dry-run", action="store_true", help="check the wheelhouse instead of using one "
                         "and install only the project's wheel (a rehearsal where everything else is installed)")
@@ -262,12 +323,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.out:
         parser.error("--out (or $OUT): where the logs and results go")
-    planned = CALLS.get(args.call)
-    all_planned = [group for call in CALLS.values() for group in call["rows"]]
-    args.rows = args.rows or (planned["rows"] if planned else all_planned if args.pending else ["1", "2", "3", "4",
-                                                                                                  "5", "6"])
     if args.tests is None:
-        args.tests = list(GPU_TESTS) if planned is None or planned["tests"] else []
+        args.tests = list(GPU_TESTS)
     args.site = os.path.abspath(args.site)
     return args
 
@@ -279,13 +336,14 @@ def main(argv=None) -> int:
     kit.log("kit.log", f"GPU kit: {shlex.join(sys.argv)}\n")
     if shutil.which("nvidia-smi"):
         kit.step("nvidia-smi", ["nvidia-smi"], "kit.log", kit.time_left(30))
-    for phase in (install, run_tests, run_groups, report):
+    for phase in (install, run_plan, report):
         try:
             phase(kit)
         except Exception as error:  # the kit's own failure in one phase must not cost the later ones
             kit.finish({"name": phase.__name__, "status": "failed", "rc": None, "seconds": 0.0,
                         "note": f"{type(error).__name__}: {error}"}, "kit.log")
     shutil.rmtree(kit.scratch)
+    kit.log("kit.log", "\nEvery step's estimate against its real time:\n\n" + estimates_table(kit.record["steps"]))
     bad = [step["name"] for step in kit.record["steps"] if step["status"] in ("failed", "timed out")]
     kit.log("kit.log", f"GPU kit: {'steps that did not pass: ' + ', '.join(bad) if bad else 'every step passed'}; "
                        f"files in {kit.out}: {', '.join(sorted(p.name for p in kit.out.iterdir()))}\n")

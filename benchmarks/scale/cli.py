@@ -39,7 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--report", action="store_true", help="print the tables of --results and exit")
     parser.add_argument("--plan", action="store_true", help="print each selected group's estimate on an H100 and an "
                         "H200 and exit (no GPU needed: --device cuda plans the GPU run)")
-    parser.add_argument("--list", action="store_true", help="print the selected groups' names and exit")
+    parser.add_argument("--list", action="store_true", help="print the selected groups' names, each with its estimate "
+                        "in seconds on an H100, and exit")
     parser.add_argument("--tiny", action="store_true", help="pagesum_tiny's dimensions on any device (the CPU's "
                         "always): a smoke run of the CUDA paths")
     parser.add_argument("--time-left", type=float, help="seconds this call may still take: a group whose estimate "
@@ -90,9 +91,20 @@ def model_size(args: argparse.Namespace) -> ModelSize:
     return BART_LARGE if args.device == "cuda" and not args.tiny else CPU_TINY
 
 
+def element_bytes(args: argparse.Namespace) -> int:
+    return 2 if args.device == "cuda" else 4  # bf16 on CUDA, fp32 on the CPU
+
+
+def listing(args: argparse.Namespace) -> str:
+    """One line per selected group: its id and its estimate in seconds on the first planned GPU."""
+    size, peaks = model_size(args), peaks_by_name(PLANNED_GPUS[0])
+    return "\n".join(f"{group.id} {group.cost(group.settings, size, element_bytes(args)).seconds(peaks):.0f}"
+                     for group in args.groups)
+
+
 def plan(args: argparse.Namespace) -> str:
     """Each selected group's estimate on the planned GPUs, and the total."""
-    size, element = model_size(args), 2 if args.device == "cuda" else 4
+    size, element = model_size(args), element_bytes(args)
     peaks = [peaks_by_name(name) for name in PLANNED_GPUS]
     rows, totals = [], [0.0] * len(peaks)
     for group in args.groups:
@@ -170,7 +182,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(report(results.read(args.results)))
         return 0
     if args.list:
-        print("\n".join(group.id for group in args.groups))
+        print(listing(args))
         return 0
     if args.plan:
         print(plan(args))

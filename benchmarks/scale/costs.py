@@ -24,21 +24,29 @@ length, t the self-attention cache's length):
     + self-attention cache: (1 + (L_dec - 1) x P) x 2 x B x beam x t x d
       (the first layer reads only the summary prefix: one row per hypothesis, not per page)
 
-Estimate. A group's seconds are the sum, over everything it runs, of
+Estimate. A group's seconds are
 
     start-up + model building          (START_SECONDS; BUILD_SECONDS_PER_WEIGHT x weights)
-    + operators x HOST_SECONDS_PER_OP  (eager PyTorch launches each operator from Python, and
-                                        fairseq's beam search waits on the GPU every step)
-    + FLOPs / (MATMUL_EFFICIENCY x the bf16 dense peak)
-    + bytes moved / (BANDWIDTH_EFFICIENCY x the memory bandwidth)
+    + max(host, device)                (the host launches operators while the GPU runs earlier
+                                        ones: the slower of the two sets the pace)
+
+    host   = operators x HOST_SECONDS_PER_OP   (eager PyTorch launches each operator from Python)
+    device = FLOPs / (MATMUL_EFFICIENCY x the bf16 dense peak)
+             + bytes moved / (BANDWIDTH_EFFICIENCY x the memory bandwidth)
 
 with the run's GPU's peaks (``hardware``), or an H100's where they are unknown (on the CPU).
 The operator counts per decoder step and per training pass were counted on the CPU with a
 dispatch mode (``tests/test_scale_costs.py`` counts them again). A decoding step moves more
 than it must read: the self-attention cache is copied whole at every step (read and
 written), and with one copy of the pages per beam the cross-attention keys and values are
-reordered with the beams (read and written). The efficiencies and the host cost per
-operator are deliberately pessimistic: the estimate decides what fits in a 10-minute call.
+reordered with the beams (read and written). A throughput row stops at its first batch that
+runs out of memory, which the memory model (``pagesum_plugin.memory``) predicts.
+
+The constants were fitted to the first H100 visit (2026-11-26, bf16, bart.large): a fresh
+process took 16 s to its first group (imports and the CUDA context), a decoding step took
+15-26 ms for about 1,650 operators (10-16 us each: host-bound at every batch tried), training
+ran at 10-25 % MFU, and building bart.large with its optimizer took about 10 s. Against those
+groups the estimates are 0.8-1.5x the measured seconds (``tests/test_scale_costs.py``).
 """
 
 from dataclasses import dataclass
@@ -48,12 +56,14 @@ from torch import nn
 
 from benchmarks.common import ModelSize
 from benchmarks.scale.hardware import REFERENCE_GPU, Peaks, peaks_by_name
+from pagesum_plugin.memory.model import Architecture, Step, predict
 
-START_SECONDS = 20.0  # a fresh process: Python, torch and fairseq imports, the CUDA context
-BUILD_SECONDS_PER_WEIGHT = 5e-8  # fairseq's random initialisation on the CPU, then to the GPU: ~20 s for bart.large
-HOST_SECONDS_PER_OP = 15e-6  # one eager operator launched from Python (10 us measured on a 2-core CPU, plus the launch)
-MATMUL_EFFICIENCY = 0.35  # of the bf16 dense peak, for unfused fairseq training at these shapes
+START_SECONDS = 16.0  # a fresh process: Python, torch and fairseq imports, the CUDA context
+BUILD_SECONDS_PER_WEIGHT = 2.5e-8  # fairseq's random initialisation on the CPU, then to the GPU: ~10 s for bart.large
+HOST_SECONDS_PER_OP = 14e-6  # one eager operator launched from Python (H100 visit: 10-16 us)
+MATMUL_EFFICIENCY = 0.25  # of the bf16 dense peak, for fairseq training at these shapes (H100 visit: 10-25 % MFU)
 BANDWIDTH_EFFICIENCY = 0.6  # of the memory bandwidth, for copies and attention reads
+GPU_MEMORY_BYTES = 80e9  # an H100's: where a throughput row's batches stop
 DECODER_STEP_OPS = (150, 125)  # one beam-search step: fixed + per decoder layer (counted: 1623 at 12 layers)
 TRAINING_PASS_OPS = (200, 430)  # forward + backward: fixed + per encoder/decoder layer pair (5367 at 12)
 OPTIMIZER_OPS_PER_TENSOR = 15  # fairseq's bf16 wrapper and Adam, per weight tensor
@@ -79,7 +89,8 @@ class Cost:
         return Cost(self.fixed * n, self.ops * n, self.flops * n, self.bytes * n, int(self.steps * n))
 
     def parts(self, peaks: Peaks) -> Dict[str, float]:
-        """Seconds by kind of work, against ``peaks`` (an H100's where one is unknown)."""
+        """Seconds by kind of work, against ``peaks`` (an H100's where one is unknown); host and
+        device work overlap (``seconds``)."""
         reference = peaks_by_name(REFERENCE_GPU)
         flops = peaks.flops or reference.flops
         bandwidth = peaks.bandwidth or reference.bandwidth
@@ -88,15 +99,16 @@ class Cost:
                 "memory": self.bytes / (BANDWIDTH_EFFICIENCY * bandwidth)}
 
     def seconds(self, peaks: Peaks) -> float:
-        return sum(self.parts(peaks).values())
+        parts = self.parts(peaks)
+        return parts["start-up and building"] + max(parts["host"], parts["compute"] + parts["memory"])
 
     def describe(self, peaks: Peaks) -> str:
         """The seconds and how they were reckoned, e.g. "289 s: 40 s start-up and model building, ..."."""
         parts = self.parts(peaks)
         return (f"{self.seconds(peaks):.0f} s: {parts['start-up and building']:.0f} s start-up and model building, "
-                f"{parts['host']:.0f} s host ({self.ops:,.0f} operators x {HOST_SECONDS_PER_OP * 1e6:.0f} us), "
-                f"{parts['compute']:.0f} s compute ({self.flops / 1e12:,.0f} TFLOP at {MATMUL_EFFICIENCY:.0%} of the "
-                f"peak), {parts['memory']:.0f} s memory ({self.bytes / 1e9:,.0f} GB at {BANDWIDTH_EFFICIENCY:.0%} of "
+                f"then the longer of {parts['host']:.0f} s host ({self.ops:,.0f} operators x "
+                f"{HOST_SECONDS_PER_OP * 1e6:.0f} us) and {parts['compute']:.0f} s compute ({self.flops / 1e12:,.0f} TFLOP at {MATMUL_EFFICIENCY:.0%} of the "
+                f"peak) + {parts['memory']:.0f} s memory ({self.bytes / 1e9:,.0f} GB at {BANDWIDTH_EFFICIENCY:.0%} of "
                 f"the bandwidth)" + (f"; {self.steps:,} decoder steps" if self.steps else ""))
 
 
@@ -172,6 +184,15 @@ def step_bytes(weight_bytes: float, layers: int, d: int, element: int, batch: in
             "self cache": (1 + (layers - 1) * pages) * 2 * batch * beam * length * d * element}
 
 
+def training_peak_bytes(size: ModelSize, element: int, batch: int, pages: int, page_len: int, tgt_len: int) -> float:
+    """The memory model's peak of a training update of PageSum of ``size`` with fairseq's Adam,
+    in 16-bit where ``element`` is 2, else fp32."""
+    arch = Architecture(size.layers, size.embed_dim, size.ffn_dim, size.heads, padded_vocab(size))
+    step = Step("pagesum", arch, pages, page_len, tgt_len, batch=batch, dtype="bf16" if element == 2 else "fp32",
+                optimizer="adam")
+    return predict(step).peak
+
+
 def decoder_weight_bytes(size: ModelSize, element: int) -> float:
     """The decoder weights a step reads, from the dimensions (all but the cross-attention k/v)."""
     counts = weight_counts(size)
@@ -217,6 +238,13 @@ def beam_search(size: ModelSize, element: int, batch: int, beam: int, pages: int
     per_step_flops = 2 * counts["decoder"] * rows + 2 * counts["output"] * batch * beam
     step_ops = DECODER_STEP_OPS[0] + DECODER_STEP_OPS[1] * layers + extra_ops
     return encoder + Cost(ops=steps * step_ops, flops=steps * per_step_flops, bytes=steps * moved, steps=steps)
+
+
+def profiled_searches(size: ModelSize, element: int, **search) -> Cost:
+    """``search.busy_per_step``'s two short searches under torch's profiler, which about doubles
+    what the host spends on each operator."""
+    profiled = beam_search(size, element, steps=8, **search) + beam_search(size, element, steps=40, **search)
+    return profiled + Cost(ops=profiled.ops)
 
 
 def timed_searches(size: ModelSize, element: int, repeats: int, steps: int, **search) -> Cost:

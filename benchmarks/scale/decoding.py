@@ -9,8 +9,8 @@ from benchmarks.beam_cache import generator_for
 from benchmarks.common import ModelSize
 from benchmarks.scale import costs
 from benchmarks.scale.group import Context, Group
-from benchmarks.scale.search import (BANDWIDTH_GOAL, Variant, bound_cells, decoding_settings, measure_searches,
-                                     within_bound)
+from benchmarks.scale.search import (BANDWIDTH_GOAL, Variant, bound_cells, busy_cell, decoding_settings,
+                                     measure_searches, within_bound)
 from benchmarks.scale.tables import gigabytes, first_run, keyed, not_run, number, peak_text, section, verdict
 
 SHARING_GOAL = 2.0
@@ -28,8 +28,9 @@ def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
     searches = costs.Cost()
     for batch in s["batches"]:
         for shared in (False, True):
-            searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], batch=batch, beam=s["beam"],
-                                             pages=s["pages"], page_len=s["page_len"], shared=shared)
+            shape = dict(batch=batch, beam=s["beam"], pages=s["pages"], page_len=s["page_len"], shared=shared)
+            searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], **shape)
+            searches += costs.profiled_searches(size, element, **shape)
     return costs.start() + costs.build(size) + searches
 
 
@@ -40,7 +41,7 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
         return Variant(name, {"out_len": s["out_len"], "layout": name}, make, shared)
 
     return measure_searches(s, ctx, "4", s["out_len"], [layout("per beam", False), layout("shared", True)],
-                            forced=s["out_len"])
+                            forced=s["out_len"], busy=True)
 
 
 def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
@@ -54,12 +55,12 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         s = run["settings"]
         cells = [out_len, batch, layout]
         if m["status"] != "ok":
-            rows.append(cells + [not_run(m)] * 7 + [goal if layout == "shared" else "(before sharing)",
+            rows.append(cells + [not_run(m)] * 8 + [goal if layout == "shared" else "(before sharing)",
                                                     verdict(False, run["device"]) if layout == "shared" else "-"])
             continue
         tokens_per_s = batch * s["beam"] * out_len / m["search_s"]
-        cells += [f"{tokens_per_s:.0f}", number(m["step_s"] * 1e3), *bound_cells(m, run["peaks"]["bandwidth"]),
-                  gigabytes(m["reserved"])]
+        cells += [f"{tokens_per_s:.0f}", number(m["step_s"] * 1e3), busy_cell(m),
+                  *bound_cells(m, run["peaks"]["bandwidth"]), gigabytes(m["reserved"])]
         if layout == "per beam":
             rows.append(cells + ["1.00x", "(before sharing)", "-"])
             continue
@@ -76,11 +77,12 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         f"Row 4, decoding throughput: beam {s['beam']}, {s['pages']} pages of {s['page_len']} tokens, summaries of "
         f"exactly the given length, {run['dtype']}; pages shared by an example's beams vs one copy per beam (before "
         f"beam sharing). tokens/s = batch x beam x summary tokens / search s; ms/step: mean interval between decoder "
-        f"calls; MB/step: 10^6 bytes one step must read (decoder weights, cross-attention keys and values, the "
-        f"self-attention cache at its mean length); bound = MB/step / {peak_text(bandwidth, 'TB/s', 'bandwidth')}; "
+        f"calls; GPU busy ms/step: the step's kernels' own times (torch's profiler; \"-\" on the CPU), what a step "
+        f"would take if the host launched nothing; MB/step: 10^6 bytes one step must read (decoder weights, "
+        f"cross-attention keys and values, the self-attention cache at its mean length); bound = MB/step / {peak_text(bandwidth, 'TB/s', 'bandwidth')}; "
         f"peak reserved GB over the searches (\"-\" on the CPU). Best of {s['repeats']} searches. Attention kernels "
         f"in decoding: {measurements[0]['kernels']}."
     )
-    header = ["summary tokens", "batch", "layout", "tokens/s", "ms/step", "MB/step", "bound ms", "step / bound",
-              "peak reserved GB", "speed-up", "goal", "verdict"]
+    header = ["summary tokens", "batch", "layout", "tokens/s", "ms/step", "GPU busy ms/step", "MB/step", "bound ms",
+              "step / bound", "peak reserved GB", "speed-up", "goal", "verdict"]
     return [section(caption, header, rows)]

@@ -22,6 +22,7 @@ from benchmarks.scale.tables import number, verdict
 from pagesum_plugin.profiling import synchronize
 
 BANDWIDTH_GOAL = 1.5  # a step within 1.5x the bound of the bytes it must read
+PROFILED_LENGTHS = (8, 40)  # two short profiled searches: their difference is 32 steps, the encoder cancelled
 
 
 # ---- one timed beam search -------------------------------------------------------------------
@@ -34,12 +35,33 @@ class Search:
     calls: int  # its decoder calls
     length: float  # mean summary tokens of the best hypotheses
     memory: Dict[str, Optional[int]]  # peaks over the searches: allocated, reserved, device (None on the CPU)
+    busy: Optional[float] = None  # seconds a step keeps the GPU busy (``busy_per_step``); None unasked, on the CPU
+
+
+def busy_per_step(make: Callable[[int], object], model, sample, device: torch.device) -> Optional[float]:
+    """Seconds one decoding step keeps the GPU busy: its kernels' own times, as torch's profiler
+    records them, summed; the difference between searches of ``PROFILED_LENGTHS`` tokens, per
+    decoder call between them, so that the encoder's kernels cancel. What a step would take if
+    the host launched nothing (a captured graph's floor with these kernels). None off CUDA."""
+    if device.type != "cuda":
+        return None
+    busy, calls = [], []
+    for length in PROFILED_LENGTHS:
+        generator = make(length)
+        with DecoderCalls(model, device) as counted, \
+                torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+            generator.generate([model], sample)
+            synchronize(device)
+        busy.append(sum(event.self_device_time_total for event in profile.key_averages()) * 1e-6)  # us -> s
+        calls.append(len(counted.starts))
+    return (busy[1] - busy[0]) / (calls[1] - calls[0])
 
 
 def timed_search(make: Callable[[int], object], model, sample, repeats: int, device: torch.device,
-                 forced: Optional[int] = None) -> Search:
+                 forced: Optional[int] = None, busy: bool = False) -> Search:
     """The fastest of ``repeats`` searches by ``make(None)``'s generator, after a two-token
-    warm-up by ``make(2)``'s; ``forced``: the summary length every hypothesis must have."""
+    warm-up by ``make(2)``'s; ``forced``: the summary length every hypothesis must have;
+    ``busy``: also the GPU's busy seconds per step (``busy_per_step``)."""
     make(2).generate([model], sample)
     generator = make(None)
     if device.type == "cuda":
@@ -60,7 +82,17 @@ def timed_search(make: Callable[[int], object], model, sample, repeats: int, dev
             best = (seconds, sum(steps) / len(steps), len(calls.starts), sum(lengths) / len(lengths))
     gpu = cuda_peaks(device)
     memory = {"allocated": gpu and gpu.allocated, "reserved": gpu and gpu.reserved, "device": gpu and gpu.device}
-    return Search(*best, memory)
+    return Search(*best, memory, unless_profiler_fails(busy_per_step, make, model, sample, device) if busy else None)
+
+
+def unless_profiler_fails(measure: Callable[..., Optional[float]], *args) -> Optional[float]:
+    """``measure(*args)``, or None, said on stderr, where torch's profiler fails (a GPU machine
+    without CUPTI, say): the search's own timings stand without it."""
+    try:
+        return measure(*args)
+    except Exception as error:  # the profiler's failure must not cost the row's timings
+        print(f"GPU busy time not measured: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        return None
 
 
 def build_decoder_model(size: ModelSize, page_len: int, max_target: int, seed: int, ctx: Context):
@@ -104,7 +136,7 @@ def searched(ctx: Context, row: str, system: str, point: List[int], search: Call
         ctx.ledger.record(row, system, point)
         return {**record, "status": "oom"}
     return {**record, "status": "ok", "search_s": result.seconds, "step_s": result.step, "calls": result.calls,
-            "length": result.length, **result.memory}
+            "length": result.length, "busy_step_s": result.busy, **result.memory}
 
 
 @dataclass(frozen=True)
@@ -120,11 +152,11 @@ class Variant:
 
 
 def measure_searches(s: Dict, ctx: Context, row: str, length: int, variants: List[Variant],
-                     forced: Optional[int] = None) -> List[Dict]:
+                     forced: Optional[int] = None, busy: bool = False) -> List[Dict]:
     """bart.large with random weights, and for every batch of ``s`` and every variant, in that
     order, the record of a timed search of summaries of at most ``length`` tokens (exactly
-    ``forced``, where given) and the bytes a step must read; each record also names the attention
-    kernels that ran in a two-token search."""
+    ``forced``, where given) and the bytes a step must read (``busy``: and the GPU's busy time
+    per step); each record also names the attention kernels that ran in a two-token search."""
     dictionary, model = build_decoder_model(ctx.size, s["page_len"], length + 2, s["seed"], ctx)
     samples = decoding_samples(dictionary, s["batches"], s["pages"], s["page_len"], s["seed"], ctx.device)
     kernels = AttentionKernels(model)
@@ -135,7 +167,7 @@ def measure_searches(s: Dict, ctx: Context, row: str, length: int, variants: Lis
         for variant in variants:
             def search():
                 make = lambda n: variant.make(model, dictionary, n)  # noqa: E731
-                return timed_search(make, model, sample, s["repeats"], ctx.device, forced)
+                return timed_search(make, model, sample, s["repeats"], ctx.device, forced, busy)
 
             record = searched(ctx, row, variant.system, [length, batch], search)
             record.update(batch=batch, kernels=kernels.describe(), **variant.fields)
@@ -150,6 +182,12 @@ def measure_searches(s: Dict, ctx: Context, row: str, length: int, variants: Lis
 def decoding_settings(args: argparse.Namespace, **extra) -> Dict:
     return dict(batches=args.batches, beam=args.beam, pages=args.decode_pages, page_len=args.page_len,
                 repeats=args.repeats, seed=args.seed, **extra)
+
+
+def busy_cell(record: Dict) -> str:
+    """The GPU's busy ms per step ("-" where it was not measured: on the CPU, or before)."""
+    busy = record.get("busy_step_s")
+    return "-" if busy is None else number(busy * 1e3)
 
 
 def bound_cells(record: Dict, bandwidth: Optional[float]) -> List[str]:

@@ -17,7 +17,8 @@ from torch.nn.attention import sdpa_kernel
 
 from benchmarks import memory_scaling
 from benchmarks.beam_cache import tensor_bytes
-from benchmarks.common import (ATTENTION_KERNELS, ModelSize, best_seconds, cuda_peaks, label_smoothed_loss,
+from benchmarks.common import (ATTENTION_KERNELS, ModelSize, best_seconds, cuda_peaks, free_memory,
+                               label_smoothed_loss,
                                make_dictionary, paged_source, summary_io)
 from benchmarks.scale import costs
 from benchmarks.scale.group import Context, Group
@@ -37,8 +38,8 @@ MFU_GOAL = 0.40
 
 def build_trainable(size: ModelSize, page_len: int, device: torch.device, dtype: torch.dtype, *flags: str):
     """(dictionary, model, optimizer): PageSum of ``size`` in ``dtype``, in training mode, and
-    the optimizer fairseq-train builds for ``--bf16 --optimizer adam``: ``FP16Optimizer`` (fp32
-    master weights and gradients) around ``FairseqAdam``. ``common.build_model`` keeps
+    the optimizer fairseq-train builds for ``--bf16 --optimizer adam`` (``flags`` may name
+    another): ``FP16Optimizer`` (fp32 master weights and gradients) around ``FairseqAdam``. ``common.build_model`` keeps
     fairseq's parsed options to itself; the optimizer is built from them."""
     with tempfile.TemporaryDirectory() as data_dir:
         builder.dictionary_directory(make_dictionary(size), data_dir)
@@ -139,24 +140,32 @@ def memory_groups(args: argparse.Namespace) -> List[Group]:
                   memory_cost)]
 
 
+OPTIMIZERS = ("adam", "adamw_torch")  # row 1: fairseq's Adam, and the project's fused AdamW beside it
+
+
 def memory_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
     update = costs.training_pass(size, 1, s["pages"], s["page_len"], s["tgt_len"], checkpointing=True,
                                  optimizer=True)
-    return costs.start() + costs.build(size) + update.times(s["repeats"] + 2)
+    return costs.start() + (costs.build(size) + update.times(s["repeats"] + 2)).times(len(OPTIMIZERS))
 
 
 def measure_memory(s: Dict, ctx: Context) -> List[Dict]:
-    dictionary, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype,
-                                                   "--checkpoint-activations")
-    inputs = training_batch(dictionary, 1, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
-    kernels = AttentionKernels(model)
-    measured = measure_update(update_step(model, optimizer, *inputs, dictionary.pad()), model, optimizer,
-                              ctx.device, s["repeats"], kernels)
-    print(f"row 1: {s['pages']} pages: {measured}", file=sys.stderr, flush=True)
-    record = {"system": "PageSum", "point": [s["pages"]], "status": "oom" if measured is None else "ok",
-              "held": optimizer_bytes(model, optimizer), "kernels": kernels.describe(),
-              "optimizer": f"{type(optimizer).__name__} ({type(optimizer.optimizer).__name__})", **(measured or {})}
-    return [record]
+    records = []
+    for name in OPTIMIZERS:
+        dictionary, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype,
+                                                       "--checkpoint-activations", "--optimizer", name)
+        inputs = training_batch(dictionary, 1, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
+        kernels = AttentionKernels(model)
+        measured = measure_update(update_step(model, optimizer, *inputs, dictionary.pad()), model, optimizer,
+                                  ctx.device, s["repeats"], kernels)
+        print(f"row 1: {s['pages']} pages, --optimizer {name}: {measured}", file=sys.stderr, flush=True)
+        records.append({"system": "PageSum", "point": [s["pages"]], "status": "oom" if measured is None else "ok",
+                        "held": optimizer_bytes(model, optimizer), "kernels": kernels.describe(),
+                        "optimizer": f"{type(optimizer).__name__} ({type(optimizer.optimizer).__name__})",
+                        **(measured or {})})
+        del model, optimizer, inputs
+        free_memory(ctx.device)
+    return records
 
 
 def render_memory(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
@@ -249,7 +258,7 @@ def render_growth(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
             for name in memory_scaling.MODELS:
                 record = by_key[kernel, name, pages]
                 peak, grown, growth[name] = growth_cell(record, by_key[kernel, name, first], ratio)
-                cells += [peak, grown]
+                cells += [peak, grown, number(record["s"]) if record["status"] == "ok" and "s" in record else "-"]
                 if name == "BART":
                     bart = "BART runs" if record["status"] == "ok" else "BART stops (OOM)"
             if growth["PageSum"] is None:
@@ -264,11 +273,11 @@ def render_growth(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
         f"{max(s['pages']) * s['page_len']}), {measurements[0]['dims']}, {run['dtype']}, pages of {s['page_len']} "
         f"tokens, {s['tgt_len']}-token summary, batch 1. Peak MB on top of the weights, allocated / reserved (reserved "
         f"on CUDA only); growth: allocated, against {s['pages'][0]} page(s). A model is not tried on more pages after "
-        f"its first OOM. Attention: fused (SDPA kernels allowed) and math (score matrices stored, as BART's original "
-        f"attention)."
+        f"its first OOM. Step s: the fastest of {s['repeats']} steps (forward and backward). Attention: fused (SDPA kernels "
+        f"allowed) and math (score matrices stored, as BART's original attention)."
     )
-    header = ["attention", "pages", "tokens", "linear growth", "PageSum peak MB", "PageSum growth", "BART peak MB",
-              "BART growth", "goal", "verdict"]
+    header = ["attention", "pages", "tokens", "linear growth", "PageSum peak MB", "PageSum growth", "PageSum step s",
+              "BART peak MB", "BART growth", "BART step s", "goal", "verdict"]
     return [section(caption, header, table)]
 
 
@@ -288,10 +297,17 @@ def doubling(largest: int) -> List[int]:
 
 
 def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
+    """Every batch up to the first that the memory model says runs out of memory, which costs a
+    forward pass or so."""
     updates = costs.Cost()
     for batch in doubling(s["max_batch"]):
-        updates += costs.training_pass(size, batch, s["pages"], s["page_len"], s["tgt_len"], optimizer=True)
-    return costs.start() + costs.build(size) + updates.times(s["repeats"] + 2)
+        update = costs.training_pass(size, batch, s["pages"], s["page_len"], s["tgt_len"], optimizer=True)
+        if costs.training_peak_bytes(size, element, batch, s["pages"], s["page_len"], s["tgt_len"]) > \
+                costs.GPU_MEMORY_BYTES:
+            updates += update.times(1 / 3)
+            break
+        updates += update.times(s["repeats"] + 2)
+    return costs.start() + costs.build(size) + updates
 
 
 def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:

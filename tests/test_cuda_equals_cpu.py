@@ -1,0 +1,61 @@
+"""On CUDA in fp32, every system computes what it computes on the CPU: beam search finds the
+same hypotheses (tokens exactly, scores to 1e-4), with beams and examples ending apart and
+trigram blocking, and one training step gives the CPU's loss (1e-5 relative) and every
+parameter's gradient (1e-4 relative to the largest, the parameter named when one differs).
+Skipped, with the reason, where torch sees no CUDA device; the GPU kit runs them."""
+
+import pytest
+import torch
+from fairseq import utils
+
+from builders.models import assert_gradients_close, decoder_input
+from builders.stock import assert_same_hypotheses
+from builders.systems import SEARCHED_SYSTEMS, SUMMARIES, build_system, loss_and_grads, trained_system
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none)")
+
+DEVICE = "cuda"
+COUNTS = (3, 1, 4, 2, 1)  # pages, documents or segments of each example
+SEARCHES = {
+    "beams-end-apart": dict(beam_size=4, min_len=2, max_len_b=25),
+    "lenpen-trigrams": dict(beam_size=4, len_penalty=2.0, max_len_b=30, no_repeat_ngram_size=3),
+}
+
+
+@pytest.fixture(autouse=True)
+def exact_float32_matmuls():
+    """fp32 matrix products in full fp32 on the GPU (no TF32), as on the CPU."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def on_cpu(hypos):
+    return [[utils.apply_to_sample(lambda t: t.cpu(), h) for h in n_best] for n_best in hypos]
+
+
+@pytest.mark.parametrize("settings", SEARCHES.values(), ids=SEARCHES.keys())
+@pytest.mark.parametrize("name", SEARCHED_SYSTEMS)
+def test_beam_search_on_cuda_finds_the_cpus_hypotheses(name, settings, copy_task_dir):
+    system = build_system(name, copy_task_dir)
+    sample = system.make_sample(COUNTS, seed=1)
+    with torch.no_grad():
+        expected = system.generator(**settings).generate([system.model], sample)
+        system.model.to(DEVICE)
+        found = system.generator(**settings).generate([system.model], utils.move_to_cuda(sample))
+    assert_same_hypotheses(on_cpu(found), expected, atol=1e-4)
+    lengths = [len(h["tokens"]) for n_best in expected for h in n_best]
+    assert len(set(lengths)) > 1, "hypotheses of different lengths: beams ended at different steps"
+
+
+@pytest.mark.parametrize("name", SEARCHED_SYSTEMS)
+def test_a_training_step_on_cuda_gives_the_cpus_loss_and_every_gradient(name, copy_task_dir):
+    task, model, src = trained_system(name, copy_task_dir)
+    target, prev = decoder_input(SUMMARIES, task.dictionary)
+    pad = task.dictionary.pad()
+    model.train()
+    expected_loss, expected_grads = loss_and_grads(model, src, prev, target, pad)
+    loss, grads = loss_and_grads(model.to(DEVICE), src.to(DEVICE), prev.to(DEVICE), target.to(DEVICE), pad)
+    torch.testing.assert_close(loss.cpu(), expected_loss, atol=0, rtol=1e-5)
+    assert_gradients_close({key: grad.cpu() for key, grad in grads.items()}, expected_grads)
