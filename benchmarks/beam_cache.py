@@ -140,8 +140,10 @@ def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
 def generator_for(model, dictionary, beam: int, length: int, shared: bool, **options) -> PageSumSequenceGenerator:
     """Beam search of summaries of exactly ``length`` tokens, pages shared by the beams or one
     copy per beam; ``options`` (``min_len``, ``len_penalty``, ``no_repeat_ngram_size``,
-    ``top_pages``, ...) go to the generator, ``length`` staying the maximum."""
-    settings = {"max_len_a": 0, "max_len_b": length, "min_len": length, **options}
+    ``top_pages``, ``decoding``, ...) go to the generator, ``length`` staying the maximum. The
+    steps run as the step loop unless ``decoding`` says otherwise: the benchmarks time decoder
+    calls, which a captured step makes only when it is captured."""
+    settings = {"max_len_a": 0, "max_len_b": length, "min_len": length, "decoding": "eager", **options}
     generator = PageSumSequenceGenerator([model], dictionary, beam_size=beam, **settings)
     model.set_beam_size(beam, share_pages=shared)  # after the generator, which sets the shared default
     return generator

@@ -63,7 +63,7 @@ def main(argv=None):
             src[1, 2:] = task.dictionary.pad()  # examples of 3, 2 and 3 pages
             sample = {"net_input": {"src_tokens": src}}
             generator = PageSumSequenceGenerator([model], task.dictionary, beam_size=args.beam, max_len_a=0,
-                                                 max_len_b=args.steps, min_len=args.steps)
+                                                 max_len_b=args.steps, min_len=args.steps, decoding="eager")
 
             def search():
                 with torch.no_grad():

@@ -42,7 +42,7 @@ def main(argv=None):
     src = paged_source(dictionary, 3, 3, 32, torch.Generator().manual_seed(args.seed)).to(device)
     src[1, 2:] = dictionary.pad()  # examples of 3, 2 and 3 pages
     generator = PageSumSequenceGenerator([model], dictionary, beam_size=args.beam, max_len_a=0,
-                                         max_len_b=args.steps, min_len=args.steps,
+                                         max_len_b=args.steps, min_len=args.steps, decoding="eager",
                                          no_repeat_ngram_size=args.no_repeat_ngram_size)
     sample = {"net_input": {"src_tokens": src}}
     print(f"Machine: {describe_device(device)}.")

@@ -4,11 +4,12 @@ One run, three tables.
 
 1. **One page**, ``bart.large`` dimensions on CUDA (``bart.base`` on the CPU), beam 4, a
    summary of ``--short`` tokens (lengths forced: min = max), batch 1: the time per summary
-   of PageSum's generator, of the same generator running fairseq's search loop instead of its
-   own (``generation.search_loop.fairseq_loop``), of fairseq's stock ``SequenceGenerator`` on
-   the same BART (the same weights), and of ``transformers``'
+   of PageSum's generator with its steps captured as CUDA graphs (its default on CUDA; on the
+   CPU the same fixed-shape steps run op by op), with its step loop, with fairseq's search
+   loop instead of its own (``generation.search_loop.fairseq_loop``), of fairseq's stock
+   ``SequenceGenerator`` on the same BART (the same weights), and of ``transformers``'
    ``BartForConditionalGeneration.generate`` on the converted weights
-   (``pagesum_plugin.checkpoints``: what ``pagesum-convert to-hf`` writes). The four take
+   (``pagesum_plugin.checkpoints``: what ``pagesum-convert to-hf`` writes). The five take
    turns for ``--repeats`` rounds: the best round of each, and the median over rounds of each
    round's ratio to fairseq (on a shared machine, the steadier of the two).
 
@@ -119,8 +120,11 @@ def one_page_rows(args, size: ModelSize, device, dtype) -> List[List[object]]:
 
     src = paged_source(dictionary, 1, 1, args.page_len, torch.Generator().manual_seed(args.seed)).to(device)
     length, beam = args.short, args.beam
-    ours = PageSumSequenceGenerator([pagesum], dictionary, beam_size=beam, max_len_a=0, max_len_b=length,
-                                    min_len=length)
+    settings = dict(beam_size=beam, max_len_a=0, max_len_b=length, min_len=length)
+    ours = PageSumSequenceGenerator([pagesum], dictionary, decoding="eager", **settings)
+    # every step a replay of one captured CUDA graph; on the CPU the same fixed-shape steps, op by op
+    captured = PageSumSequenceGenerator([pagesum], dictionary, decoding="graph" if device.type == "cuda" else "static",
+                                        **settings)
     stock = SequenceGenerator([bart], dictionary, beam_size=beam, max_len_a=0, max_len_b=length + 1,
                               min_len=length + 1, tokens_to_suppress=("<s>",))
     flat = src[:, 0]  # (1, page_len)
@@ -128,7 +132,8 @@ def one_page_rows(args, size: ModelSize, device, dtype) -> List[List[object]]:
     sample = {"net_input": {"src_tokens": src, "src_lengths": src.ne(dictionary.pad()).sum((1, 2))}}
     flat_sample = {"net_input": {"src_tokens": flat, "src_lengths": flat.ne(dictionary.pad()).sum(1)}}
     runs = {
-        "PageSum (this plugin)": lambda: ours.generate([pagesum], sample),
+        "PageSum, captured steps": lambda: captured.generate([pagesum], sample),
+        "PageSum, step loop": lambda: ours.generate([pagesum], sample),
         "PageSum, fairseq's search loop": lambda: generate_in(fairseq_loop(ours), pagesum, sample),
         "fairseq SequenceGenerator": lambda: stock.generate([bart], flat_sample, prefix_tokens=bos),
         "transformers generate": lambda: hf.generate(

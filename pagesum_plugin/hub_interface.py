@@ -140,6 +140,7 @@ class PageSumHubInterface(nn.Module):
         salient: Optional[Sequence[SalientLabels]] = None,
         skip_invalid: bool = False,
         compile: bool = False,
+        decoding: str = "auto",
     ) -> Summaries:
         """Summaries of ``documents``, in order. A single ``str`` document may be passed alone.
 
@@ -162,6 +163,10 @@ class PageSumHubInterface(nn.Module):
         ``EmptyDocument`` naming it. Documents are paged one batch at a time, so memory
         follows ``batch_size``, not the number of documents.
 
+        ``decoding``: "auto" runs every step after the first as one captured CUDA graph on CUDA
+        and step by step elsewhere; "eager" always step by step (as ``--eager-decoding``);
+        ``generation/static_search.py`` says more.
+
         ``compile=True`` runs every decoder layer compiled by ``torch.compile`` (as
         ``--compile-decoder``): the same summaries, after a first batch that pays the
         compilation."""
@@ -174,7 +179,8 @@ class PageSumHubInterface(nn.Module):
                      no_repeat_ngram_size=no_repeat_ngram_size, top_pages=top_pages)
         settings = replace(self.task.generation_defaults, **{k: v for k, v in given.items() if v is not None})
         generator_cls = getattr(self.task, "sequence_generator_cls", PageSumSequenceGenerator)
-        generator = generator_cls([self.model], self.dictionary, compile_decoder=compile, **settings.generator_kwargs())
+        generator = generator_cls([self.model], self.dictionary, compile_decoder=compile, decoding=decoding,
+                                  **settings.generator_kwargs())
         results = Summaries([None] * len(documents))
         paging = dict(locality=locality, num_pages=num_pages, max_pages=max_pages, extractor=extractor)
         for start in range(0, len(documents), batch_size):  # paged a batch at a time: memory follows the batch

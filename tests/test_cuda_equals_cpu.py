@@ -2,6 +2,8 @@
 same hypotheses (tokens exactly, scores to 1e-4), with beams and examples ending apart and
 trigram blocking, and one training step gives the CPU's loss (1e-5 relative) and every
 parameter's gradient (1e-4 relative to the largest, the parameter named when one differs).
+Decoding captured as a CUDA graph per step (the default on CUDA) finds the step loop's
+hypotheses, and in half precision replays bit for bit what its steps compute op by op.
 Skipped, with the reason, where torch sees no CUDA device; the GPU kit runs them."""
 
 import pytest
@@ -11,6 +13,7 @@ from fairseq import utils
 from builders.models import assert_gradients_close, decoder_input
 from builders.stock import assert_same_hypotheses
 from builders.systems import SEARCHED_SYSTEMS, SUMMARIES, build_system, loss_and_grads, trained_system
+from pagesum_plugin.generation.static_search import CapturedStep
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none)")
 
@@ -59,3 +62,51 @@ def test_a_training_step_on_cuda_gives_the_cpus_loss_and_every_gradient(name, co
     loss, grads = loss_and_grads(model.to(DEVICE), src.to(DEVICE), prev.to(DEVICE), target.to(DEVICE), pad)
     torch.testing.assert_close(loss.cpu(), expected_loss, atol=0, rtol=1e-5)
     assert_gradients_close({key: grad.cpu() for key, grad in grads.items()}, expected_grads)
+
+
+CAPTURED_SYSTEMS = [name for name in SEARCHED_SYSTEMS if name != "awesome"]  # PageSumSequenceGenerator's
+
+
+def captured_search(system, sample, **settings):
+    """(hypotheses, the step's graphs) of a search whose steps are captured as a CUDA graph."""
+    graphs = []
+
+    def capture(step):
+        graphs.append(CapturedStep(step))
+        return graphs[-1]
+
+    with torch.no_grad():
+        return system.generator(decoding=capture, **settings).generate([system.model], sample), graphs
+
+
+@pytest.mark.parametrize("settings", SEARCHES.values(), ids=SEARCHES.keys())
+@pytest.mark.parametrize("name", CAPTURED_SYSTEMS)
+def test_captured_decoding_on_cuda_finds_the_step_loops_hypotheses(name, settings, copy_task_dir):
+    system = build_system(name, copy_task_dir)
+    sample = utils.move_to_cuda(system.make_sample(COUNTS, seed=2))
+    system.model.to(DEVICE)
+    with torch.no_grad():
+        expected = system.generator(decoding="eager", **settings).generate([system.model], sample)
+    found, graphs = captured_search(system, sample, **settings)
+    assert_same_hypotheses(on_cpu(found), on_cpu(expected), atol=1e-4)
+    assert len(graphs) == 1 and graphs[0].graph is not None and graphs[0].calls > 3, "the steps replayed one graph"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_captured_half_precision_decoding_replays_exactly_what_the_steps_compute_op_by_op(dtype, copy_task_dir):
+    system = build_system("pagesum", copy_task_dir)
+    sample = utils.move_to_cuda(system.make_sample(COUNTS, seed=2))
+    system.model.to(device=DEVICE, dtype=dtype)
+    settings = SEARCHES["lenpen-trigrams"]
+    with torch.no_grad():
+        expected = system.generator(decoding="static", **settings).generate([system.model], sample)
+    found, graphs = captured_search(system, sample, **settings)
+    assert graphs[0].graph is not None
+    assert_same_hypotheses(on_cpu(found), on_cpu(expected), atol=0)
+
+
+def test_on_cuda_the_steps_are_captured_by_default(copy_task_dir):
+    system = build_system("pagesum", copy_task_dir)
+    sample = utils.move_to_cuda(system.make_sample(COUNTS, seed=2))
+    assert system.generator(beam_size=4)._fixed_shapes(sample, None, None) == "graph"
+    assert system.generator(beam_size=4, decoding="eager")._fixed_shapes(sample, None, None) is None

@@ -119,7 +119,7 @@ def test_incremental_decoding_on_shared_pages_follows_reordered_and_dropped_beam
         torch.testing.assert_close(logits[:, 0], full_logits[:, -1], atol=1e-5, rtol=0)
         width = full_extra["page_weights"].size(1)  # the widest page count still decoded
         torch.testing.assert_close(extra["page_weights"][:, :width, 0], full_extra["page_weights"][:, :, -1],
-                                   atol=1e-6, rtol=0)
+                                   atol=1e-5, rtol=0)
         assert torch.all(extra["page_weights"][:, width:] == 0)
     assert state[PAGE_STATE_KEY].max_pages == max(counts), "the page-weight width stays fixed while examples drop"
 

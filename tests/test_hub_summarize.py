@@ -94,6 +94,16 @@ def test_page_weights_are_returned_per_step_and_sum_to_one(acl_run):
     torch.testing.assert_close(forced["page_weights"].sum(1), torch.ones(len(forced["tokens"])), atol=1e-5, rtol=0)
 
 
+def test_summarize_decodes_with_fixed_shapes_as_step_by_step_and_hands_its_decoding_to_the_generator(acl_run):
+    data, save_dir, papers = acl_run
+    pagesum = from_pretrained(save_dir, "checkpoint_last.pt", data_name_or_path=data)
+    documents = [[(s["name"], s["text"]) for s in p["sections"]] for p in papers]
+    assert pagesum.summarize(documents, decoding="static", **GEN) == pagesum.summarize(documents, decoding="eager",
+                                                                                        **GEN)
+    with pytest.raises(ValueError, match="decoding='fast'"):
+        pagesum.summarize(documents, decoding="fast", **GEN)
+
+
 def test_summarize_decodes_the_pages_the_tasks_top_pages_keeps_unless_the_call_says_otherwise(acl_run):
     """--top-pages and summarize(top_pages=) read one setting: the task's."""
     data, save_dir, papers = acl_run

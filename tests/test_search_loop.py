@@ -12,7 +12,7 @@ from fairseq import search
 from fairseq.token_generation_constraints import pack_constraints
 
 from builders.models import bart_twin, build_tiny, make_source_sensitive, vocab
-from builders.systems import SEARCHED_SYSTEMS, build_system
+from builders.systems import BEAM_SETTINGS, SEARCHED_SYSTEMS, build_system
 from pagesum_plugin.generation.search_loop import fairseq_loop
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
@@ -61,17 +61,6 @@ def assert_searches_agree(generator, sample, seed=None, **kwargs):
     ours, reference = both_loops(generator, sample, seed, **kwargs)
     assert_identical(ours, reference)
     return ours
-
-
-BEAM_SETTINGS = {
-    "beams-end-apart": dict(beam_size=4, min_len=2, max_len_b=25),
-    "lenpen-trigrams": dict(beam_size=4, len_penalty=2.0, max_len_b=30, no_repeat_ngram_size=3),
-    "min-len": dict(beam_size=3, min_len=12, max_len_b=20),
-    "max-len-reached": dict(beam_size=3, max_len_b=4),
-    "greedy": dict(beam_size=1, max_len_b=15),
-    "unkpen-temperature-unnormalized": dict(beam_size=3, unk_penalty=-3.0, temperature=0.7, normalize_scores=False,
-                                            max_len_b=15),
-}
 
 
 @pytest.mark.parametrize("settings", BEAM_SETTINGS.values(), ids=BEAM_SETTINGS.keys())

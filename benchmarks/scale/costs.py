@@ -69,6 +69,7 @@ TRAINING_PASS_OPS = (200, 430)  # forward + backward: fixed + per encoder/decode
 OPTIMIZER_OPS_PER_TENSOR = 15  # fairseq's bf16 wrapper and Adam, per weight tensor
 TENSORS_PER_LAYER = 26  # weight tensors of a decoder layer (an encoder layer has 16)
 BLOCKER_OPS = 20  # the tensor n-gram blocker, per step
+CAPTURED_STEP_OPS = 10  # a captured step: the graph's replay and the read-back of the ended hypotheses
 
 
 @dataclass
@@ -224,9 +225,10 @@ def training_pass(size: ModelSize, batch: int, pages: int, page_len: int, tgt_le
 
 
 def beam_search(size: ModelSize, element: int, batch: int, beam: int, pages: int, page_len: int, steps: int,
-                shared: bool = True, extra_ops: int = 0) -> Cost:
+                shared: bool = True, extra_ops: int = 0, captured: bool = False) -> Cost:
     """An encoder pass over the pages, then ``steps`` steps, each launching the decoder's
-    operators and moving what it must read plus the whole-cache copies (module docstring)."""
+    operators (``captured``: one graph and the read-back of the ended hypotheses) and moving
+    what it must read plus the whole-cache copies (module docstring)."""
     counts = weight_counts(size)
     d, layers, tokens = size.embed_dim, size.layers, batch * pages * page_len
     encoder = Cost(ops=TRAINING_PASS_OPS[1] * layers / 3,
@@ -236,7 +238,7 @@ def beam_search(size: ModelSize, element: int, batch: int, beam: int, pages: int
     moved = sum(read.values()) + 2 * read["self cache"] + (0 if shared else 2 * read["cross k/v"])
     rows = batch * beam * pages
     per_step_flops = 2 * counts["decoder"] * rows + 2 * counts["output"] * batch * beam
-    step_ops = DECODER_STEP_OPS[0] + DECODER_STEP_OPS[1] * layers + extra_ops
+    step_ops = CAPTURED_STEP_OPS if captured else DECODER_STEP_OPS[0] + DECODER_STEP_OPS[1] * layers + extra_ops
     return encoder + Cost(ops=steps * step_ops, flops=steps * per_step_flops, bytes=steps * moved, steps=steps)
 
 

@@ -1,9 +1,11 @@
 """Row 4: decoding throughput at bart.large scale. Beam search with each example's pages shared
-by its beams against one copy per beam (the layout before beam sharing), and the step time
-against the memory-bandwidth bound of the bytes a step must read."""
+by its beams against one copy per beam (the layout before beam sharing), both with the step
+loop (eager), and the shared layout with every step replaying one captured CUDA graph (the
+default on CUDA); the step time against the memory-bandwidth bound of the bytes a step must
+read."""
 
 import argparse
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from benchmarks.beam_cache import generator_for
 from benchmarks.common import ModelSize
@@ -14,6 +16,8 @@ from benchmarks.scale.search import (BANDWIDTH_GOAL, Variant, bound_cells, busy_
 from benchmarks.scale.tables import gigabytes, first_run, keyed, not_run, number, peak_text, section, verdict
 
 SHARING_GOAL = 2.0
+CAPTURED_GOAL_MS = {1: 2.0, 8: 3.0}  # ms per step of the captured search, by batch
+LAYOUTS = ("per beam", "shared", "shared, captured")
 
 
 # ---- row 4: decoding throughput, beam sharing and the bandwidth bound -------------------------
@@ -31,24 +35,39 @@ def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
             shape = dict(batch=batch, beam=s["beam"], pages=s["pages"], page_len=s["page_len"], shared=shared)
             searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], **shape)
             searches += costs.profiled_searches(size, element, **shape)
+        searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], batch=batch, beam=s["beam"],
+                                         pages=s["pages"], page_len=s["page_len"], captured=True)
     return costs.start() + costs.build(size) + searches
 
 
 def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
-    def layout(name: str, shared: bool) -> Variant:
-        def make(model, dictionary, n):
-            return generator_for(model, dictionary, s["beam"], n or s["out_len"], shared)
-        return Variant(name, {"out_len": s["out_len"], "layout": name}, make, shared)
+    fixed = "graph" if ctx.device.type == "cuda" else "static"  # the CPU runs the fixed-shape steps op by op
 
-    return measure_searches(s, ctx, "4", s["out_len"], [layout("per beam", False), layout("shared", True)],
-                            forced=s["out_len"], busy=True)
+    def layout(name: str, shared: bool, captured: bool = False) -> Variant:
+        def make(model, dictionary, n):
+            return generator_for(model, dictionary, s["beam"], n or s["out_len"], shared,
+                                 decoding=fixed if captured else "eager")
+        return Variant(name, {"out_len": s["out_len"], "layout": name}, make, shared, captured)
+
+    variants = [layout("per beam", False), layout("shared", True), layout("shared, captured", True, captured=True)]
+    return measure_searches(s, ctx, "4", s["out_len"], variants, forced=s["out_len"], busy=True)
+
+
+def captured_cells(m: Dict, eager: Optional[Dict], batch: int, run: Dict) -> List[str]:
+    """speed-up, goal, verdict of the captured search: against the step loop, and its ms/step
+    against the goal for its batch."""
+    goal_ms = CAPTURED_GOAL_MS.get(batch)
+    goal = "(no goal at this batch)" if goal_ms is None else f"step <= {goal_ms:g} ms"
+    speedup = "-" if eager is None or eager["status"] != "ok" else f"{eager['search_s'] / m['search_s']:.2f}x"
+    met = None if goal_ms is None else m["step_s"] * 1e3 <= goal_ms
+    return [speedup, goal, "-" if met is None else f"step: {verdict(met, run['device'])}; bound: {within_bound(m, run)}"]
 
 
 def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
     if not measurements:
         return []
     goal = f"shared >= {SHARING_GOAL:.0f}x per beam; step <= {BANDWIDTH_GOAL}x bound"
-    by_key = keyed(measurements, ("out_len", "batch", "layout"), lambda key: (key[0], key[1], key[2] != "per beam"))
+    by_key = keyed(measurements, ("out_len", "batch", "layout"), lambda key: (key[0], key[1], LAYOUTS.index(key[2])))
     rows = []
     for (out_len, batch, layout), m in by_key.items():
         run = runs[m["run"]]
@@ -64,6 +83,9 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         if layout == "per beam":
             rows.append(cells + ["1.00x", "(before sharing)", "-"])
             continue
+        if layout == "shared, captured":
+            rows.append(cells + captured_cells(m, by_key.get((out_len, batch, "shared")), batch, run))
+            continue
         before = by_key.get((out_len, batch, "per beam"))
         if before is None or before["status"] != "ok":
             speedup, sharing = "-", verdict(True, run["device"]) + " (per beam OOM)"
@@ -76,8 +98,10 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
     caption = (
         f"Row 4, decoding throughput: beam {s['beam']}, {s['pages']} pages of {s['page_len']} tokens, summaries of "
         f"exactly the given length, {run['dtype']}; pages shared by an example's beams vs one copy per beam (before "
-        f"beam sharing). tokens/s = batch x beam x summary tokens / search s; ms/step: mean interval between decoder "
-        f"calls; GPU busy ms/step: the step's kernels' own times (torch's profiler; \"-\" on the CPU), what a step "
+        f"beam sharing), with the step loop; and the shared layout with every step after the first replaying one "
+        f"captured CUDA graph (on the CPU: the same fixed-shape steps, op by op; its speed-up: against the shared step loop; its ms/step: the search less one encoder "
+        f"pass, per step; its capture is in its search time). tokens/s = batch x beam x summary tokens / search s; "
+        f"ms/step: mean interval between decoder calls; GPU busy ms/step: the step's kernels' own times (torch's profiler; \"-\" on the CPU), what a step "
         f"would take if the host launched nothing; MB/step: 10^6 bytes one step must read (decoder weights, "
         f"cross-attention keys and values, the self-attention cache at its mean length); bound = MB/step / {peak_text(bandwidth, 'TB/s', 'bandwidth')}; "
         f"peak reserved GB over the searches (\"-\" on the CPU). Best of {s['repeats']} searches. Attention kernels "

@@ -16,7 +16,10 @@ from benchmarks.scale.search import (BANDWIDTH_GOAL, Variant, bound_cells, decod
 from benchmarks.scale.tables import gigabytes, first_run, keyed, not_run, number, peak_text, section
 from pagesum_plugin.generation.defaults import for_dataset
 
-VARIANTS = ("production", "no blocking")  # the second: the same search with --no-repeat-ngram-size 0
+# production: the dataset's settings with the step loop; no blocking: the same, --no-repeat-ngram-size 0;
+# captured: the dataset's settings, every step after the first replaying one captured CUDA graph (the
+# default on CUDA; on the CPU the same fixed-shape steps, op by op)
+VARIANTS = ("production", "no blocking", "captured")
 
 
 def production_groups(args: argparse.Namespace) -> List[Group]:
@@ -39,18 +42,24 @@ def production_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
         for variant in VARIANTS:
             searches += costs.timed_searches(
                 size, element, s["repeats"], s["max_len"], batch=batch, beam=s["beam"], pages=s["pages"],
-                page_len=s["page_len"], extra_ops=costs.BLOCKER_OPS if variant == "production" else 0)
+                page_len=s["page_len"], extra_ops=costs.BLOCKER_OPS if variant == "production" else 0,
+                captured=variant == "captured")
     return costs.start() + costs.build(size) + searches
 
 
 def measure_production(s: Dict, ctx: Context) -> List[Dict]:
+    fixed = "graph" if ctx.device.type == "cuda" else "static"
+
     def search(variant: str) -> Variant:
-        ngram = s["ngram"] if variant == "production" else 0
+        ngram = 0 if variant == "no blocking" else s["ngram"]
+        captured = variant == "captured"
 
         def make(model, dictionary, n):  # n = 2: the warm-up, summaries of exactly two tokens
             return generator_for(model, dictionary, s["beam"], n or s["max_len"], True,
-                                 min_len=n or s["min_len"], len_penalty=s["lenpen"], no_repeat_ngram_size=ngram)
-        return Variant(f"{s['dataset']} {variant}", {"dataset": s["dataset"], "variant": variant}, make)
+                                 min_len=n or s["min_len"], len_penalty=s["lenpen"], no_repeat_ngram_size=ngram,
+                                 decoding=fixed if captured else "eager")
+        return Variant(f"{s['dataset']} {variant}", {"dataset": s["dataset"], "variant": variant}, make,
+                       captured=captured)
 
     return measure_searches(s, ctx, "6", s["max_len"], [search(variant) for variant in VARIANTS])
 
@@ -70,6 +79,11 @@ def render_production(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
             continue
         cells += [number(m["length"]), f"{batch / m['search_s']:.3g}", number(m["step_s"] * 1e3),
                   *bound_cells(m, run["peaks"]["bandwidth"]), gigabytes(m["reserved"])]
+        if variant == "captured":
+            loop = by_key.get((dataset, batch, "production"))
+            speedup = "-" if loop is None or loop["status"] != "ok" else f"{loop['search_s'] / m['search_s']:.2f}x"
+            rows.append(cells + [f"{speedup} faster", goal, within_bound(m, run)])
+            continue
         if variant != "production":
             rows.append(cells + ["-", "(reference)", "-"])
             continue
@@ -80,8 +94,9 @@ def render_production(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
     caption = (
         f"Row 6, production decoding: each dataset's generation defaults (pagesum_plugin.generation.defaults: length "
         f"penalty / no-repeat n-gram size / min-max summary tokens), beam {s['beam']}, {s['pages']} pages of "
-        f"{s['page_len']} tokens, {run['dtype']}, pages shared by the beams, against the same search without n-gram "
-        f"blocking. Summary tokens: mean length decoded (random weights rarely choose </s>); ms/step: mean interval "
+        f"{s['page_len']} tokens, {run['dtype']}, pages shared by the beams, with the step loop, against the same search "
+        f"without n-gram blocking, and with every step after the first replaying one captured CUDA graph (on the CPU: "
+        f"the same fixed-shape steps, op by op; its blocking column: its speed-up over the step loop). Summary tokens: mean length decoded (random weights rarely choose </s>); ms/step: mean interval "
         f"between decoder calls; blocking: step time with the blocker / without; bound = MB/step / "
         f"{peak_text(run['peaks']['bandwidth'], 'TB/s', 'bandwidth')}. Best of {s['repeats']} searches."
     )

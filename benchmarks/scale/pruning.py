@@ -14,6 +14,7 @@ from benchmarks.scale.search import Variant, decoding_settings, measure_searches
 from benchmarks.scale.tables import gigabytes, keyed, not_run, section, verdict
 
 PRUNING_GOAL = 3.0
+DECODINGS = {False: "step loop", True: "captured"}  # how a search's steps run
 
 
 def pruning_groups(args: argparse.Namespace) -> List[Group]:
@@ -28,22 +29,29 @@ def pruning_groups(args: argparse.Namespace) -> List[Group]:
 def pruning_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
     searches = costs.Cost()
     for batch in s["batches"]:
-        shape = dict(batch=batch, beam=s["beam"], page_len=s["page_len"])
-        scoring = costs.beam_search(size, element, steps=1, pages=s["pages"], **shape)
-        searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], pages=s["pages"], **shape)
-        searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], pages=s["top_pages"], **shape)
-        searches += scoring.times(s["repeats"] + 1)
+        for captured in (False, True):
+            shape = dict(batch=batch, beam=s["beam"], page_len=s["page_len"], captured=captured)
+            scoring = costs.beam_search(size, element, steps=1, pages=s["pages"], **shape)
+            searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], pages=s["pages"], **shape)
+            searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], pages=s["top_pages"], **shape)
+            searches += scoring.times(s["repeats"] + 1)
     return costs.start() + costs.build(size) + searches
 
 
 def measure_pruning(s: Dict, ctx: Context) -> List[Dict]:
-    def kept(top_pages: int) -> Variant:
-        def make(model, dictionary, n):
-            return generator_for(model, dictionary, s["beam"], n or s["out_len"], True, top_pages=top_pages)
-        fields = {"out_len": s["out_len"], "top_pages": top_pages}
-        return Variant(f"top {top_pages}" if top_pages else "all pages", fields, make, shared=None)
+    fixed = "graph" if ctx.device.type == "cuda" else "static"  # the CPU runs the fixed-shape steps op by op
 
-    return measure_searches(s, ctx, "5", s["out_len"], [kept(0), kept(s["top_pages"])], forced=s["out_len"])
+    def kept(top_pages: int, captured: bool) -> Variant:
+        def make(model, dictionary, n):
+            return generator_for(model, dictionary, s["beam"], n or s["out_len"], True, top_pages=top_pages,
+                                 decoding=fixed if captured else "eager")
+        decoding = DECODINGS[captured]
+        fields = {"out_len": s["out_len"], "top_pages": top_pages, "decoding": decoding}
+        name = f"top {top_pages}" if top_pages else "all pages"
+        return Variant(f"{name}, {decoding}", fields, make, shared=None, captured=captured)
+
+    variants = [kept(top, captured) for captured in (False, True) for top in (0, s["top_pages"])]
+    return measure_searches(s, ctx, "5", s["out_len"], variants, forced=s["out_len"])
 
 
 def render_pruning(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
@@ -56,18 +64,21 @@ def render_speed(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
     if not measurements:
         return []
     goal = f">= {PRUNING_GOAL:.0f}x all pages"
-    by_key = keyed(measurements, ("out_len", "batch", "top_pages"))
+    for m in measurements:  # the first GPU visit's records ran only the step loop
+        m.setdefault("decoding", DECODINGS[False])
+    by_key = keyed(measurements, ("out_len", "batch", "decoding", "top_pages"),
+                   lambda key: (key[0], key[1], key[2] != DECODINGS[False], key[3]))
     rows = []
-    for (out_len, batch, top_pages), m in by_key.items():
+    for (out_len, batch, decoding, top_pages), m in by_key.items():
         run = runs[m["run"]]
         s = run["settings"]
-        cells = [out_len, batch, f"{top_pages} of {s['pages']}" if top_pages else "all"]
+        cells = [out_len, batch, decoding, f"{top_pages} of {s['pages']}" if top_pages else "all"]
         if m["status"] != "ok":
             rows.append(cells + [not_run(m)] * 3 + ["-", goal, "-" if not top_pages else "n/a (did not run)"])
             continue
         cells += [f"{batch / m['search_s']:.2f}", f"{batch * s['beam'] * out_len / m['search_s']:.0f}",
                   gigabytes(m["reserved"])]
-        full = by_key.get((out_len, batch, 0))
+        full = by_key.get((out_len, batch, decoding, 0))
         if not top_pages:
             rows.append(cells + ["1.00x", goal, "-"])
         elif full is None or full["status"] != "ok":
@@ -80,10 +91,11 @@ def render_speed(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
     caption = (
         f"Row 5, page pruning: beam {s['beam']}, {s['pages']} pages of {s['page_len']} tokens, summaries of exactly "
         f"the given length, {run['dtype']}, the {s['top_pages']} most confident pages (scoring pass included) against "
-        f"all, pages shared by the beams, best of {s['repeats']} searches; peak reserved GB over the searches "
-        f"(\"-\" on the CPU)."
+        f"all, pages shared by the beams, best of {s['repeats']} searches, with the step loop and with every step "
+        f"after the first replaying one captured CUDA graph (on the CPU: the same fixed-shape steps, op by op); "
+        f"peak reserved GB over the searches (\"-\" on the CPU)."
     )
-    header = ["summary tokens", "batch", "pages decoded", "summaries/s", "decoder tokens/s", "peak reserved GB",
+    header = ["summary tokens", "batch", "steps", "pages decoded", "summaries/s", "decoder tokens/s", "peak reserved GB",
               "speed-up", "goal", "verdict"]
     return [section(caption, header, rows)]
 

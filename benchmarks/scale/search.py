@@ -3,7 +3,9 @@ documents, its record (measured, OOM, or not tried after an OOM), and the bytes 
 read against the memory-bandwidth bound."""
 
 import argparse
+import contextlib
 import re
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from benchmarks.scale.group import Context
 from benchmarks.scale.kernels import AttentionKernels
 from benchmarks.scale.oom import unless_oom
 from benchmarks.scale.tables import number, verdict
-from pagesum_plugin.profiling import synchronize
+from pagesum_plugin.profiling import best_seconds, synchronize
 
 BANDWIDTH_GOAL = 1.5  # a step within 1.5x the bound of the bytes it must read
 PROFILED_LENGTHS = (8, 40)  # two short profiled searches: their difference is 32 steps, the encoder cancelled
@@ -58,10 +60,12 @@ def busy_per_step(make: Callable[[int], object], model, sample, device: torch.de
 
 
 def timed_search(make: Callable[[int], object], model, sample, repeats: int, device: torch.device,
-                 forced: Optional[int] = None, busy: bool = False) -> Search:
+                 forced: Optional[int] = None, busy: bool = False, encoder_s: Optional[float] = None) -> Search:
     """The fastest of ``repeats`` searches by ``make(None)``'s generator, after a two-token
     warm-up by ``make(2)``'s; ``forced``: the summary length every hypothesis must have;
-    ``busy``: also the GPU's busy seconds per step (``busy_per_step``)."""
+    ``busy``: also the GPU's busy seconds per step (``busy_per_step``). A step is the interval
+    between decoder calls; with ``encoder_s`` given (a search whose steps replay a captured
+    graph, which calls no decoder from Python), the search's time less ``encoder_s`` per step."""
     make(2).generate([model], sample)
     generator = make(None)
     if device.type == "cuda":
@@ -69,7 +73,7 @@ def timed_search(make: Callable[[int], object], model, sample, repeats: int, dev
         torch.cuda.reset_peak_memory_stats(device)
     best = None
     for _ in range(repeats):
-        with DecoderCalls(model, device) as calls:
+        with contextlib.nullcontext() if encoder_s is not None else DecoderCalls(model, device) as calls:
             synchronize(device)
             start = time.perf_counter()
             hypos = generator.generate([model], sample)
@@ -77,9 +81,13 @@ def timed_search(make: Callable[[int], object], model, sample, repeats: int, dev
             seconds = time.perf_counter() - start
         lengths = [len(h[0]["tokens"]) - 2 for h in hypos]  # less <s> and </s>
         assert forced is None or set(lengths) == {forced}, f"summaries of {forced} tokens expected, got {lengths}"
-        steps = calls.step_seconds()
+        if calls is None:  # one step per position: the forced <s>, the summary, </s>
+            steps = max(lengths) + 2
+            step = (seconds - encoder_s) / steps
+        else:
+            steps, step = len(calls.starts), statistics.fmean(calls.step_seconds())
         if best is None or seconds < best[0]:
-            best = (seconds, sum(steps) / len(steps), len(calls.starts), sum(lengths) / len(lengths))
+            best = (seconds, step, steps, sum(lengths) / len(lengths))
     gpu = cuda_peaks(device)
     memory = {"allocated": gpu and gpu.allocated, "reserved": gpu and gpu.reserved, "device": gpu and gpu.device}
     return Search(*best, memory, unless_profiler_fails(busy_per_step, make, model, sample, device) if busy else None)
@@ -149,6 +157,7 @@ class Variant:
     fields: Dict
     make: Callable[[object, object, Optional[int]], object]
     shared: Optional[bool] = True  # pages shared by the beams (the bound's bytes); None: no bound
+    captured: bool = False  # its steps replay a captured graph: timed by the search, less the encoder
 
 
 def measure_searches(s: Dict, ctx: Context, row: str, length: int, variants: List[Variant],
@@ -164,10 +173,13 @@ def measure_searches(s: Dict, ctx: Context, row: str, length: int, variants: Lis
         variants[0].make(model, dictionary, 2).generate([model], samples[s["batches"][0]])
     records = []
     for batch, sample in samples.items():
+        with torch.no_grad():  # what a captured search spends outside its steps
+            encoder_s = best_seconds(lambda: model.encoder(sample["net_input"]["src_tokens"]), ctx.device, repeats=3)
         for variant in variants:
             def search():
                 make = lambda n: variant.make(model, dictionary, n)  # noqa: E731
-                return timed_search(make, model, sample, s["repeats"], ctx.device, forced, busy)
+                return timed_search(make, model, sample, s["repeats"], ctx.device, forced, busy and not variant.captured,
+                                    encoder_s if variant.captured else None)
 
             record = searched(ctx, row, variant.system, [length, batch], search)
             record.update(batch=batch, kernels=kernels.describe(), **variant.fields)

@@ -16,6 +16,9 @@ generator adds what summarization with PageSum needs on top:
   pages); other systems decode with the same rules and ``page_weights`` None;
 * optionally, only the k most confident pages are decoded (``top_pages``); their
   encoder output is taken from the pass that scored them, not computed again;
+* on CUDA, every step after the first runs as one captured CUDA graph, the search's shapes
+  fixed (``generation/static_search.py``); ``decoding="eager"`` (``--eager-decoding``) runs
+  the step loop instead, as a search that fixed shapes cannot express does, saying why;
 * optionally (``compile_decoder``), every decoder layer runs compiled by ``torch.compile``,
   all layers sharing their graphs (``generation/compiled_layers.py``);
 * the model is told the beam size for every search, beam 1 included, so that a
@@ -26,6 +29,7 @@ What it asks of a model is ``generation/contract.py``'s ``SummaryModel``, checke
 generator is built: a model that cannot prune its pages is refused ``top_pages`` there.
 """
 
+import logging
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
@@ -37,12 +41,23 @@ from .compiled_layers import compile_decoder_layers
 from .contract import check_models
 from .ngram_blocking import NoRepeatNGramBlocker
 from .search_loop import SearchLoop
+from .static_search import FixedShapeSearch, StepRunner, refusal
+
+logger = logging.getLogger(__name__)
+DECODING_CHOICES = ("auto", "eager", "static", "graph")
 
 
 class PageSumSequenceGenerator(SearchLoop):
     def __init__(self, models, tgt_dict, top_pages: int = 0, compile_decoder: Union[bool, str, Callable] = False,
-                 **kwargs):
+                 decoding: StepRunner = "auto", **kwargs):
+        """``decoding``: how the steps run. "auto": one captured CUDA graph per step on CUDA, the
+        step loop elsewhere; "eager": the step loop; "static": the fixed shapes, op by op;
+        "graph": the fixed shapes, captured; or a callable that compiles the fixed-shape step."""
         check_models(models, top_pages)
+        if not callable(decoding) and decoding not in DECODING_CHOICES:
+            raise ValueError(f"decoding={decoding!r}: not one of {', '.join(DECODING_CHOICES)}, nor a callable")
+        self.decoding = decoding
+        self._said = set()  # the reasons to decode step by step already given
         if compile_decoder:  # True: torch.compile's default backend; a name or a callable: that backend
             for model in models:
                 compile_decoder_layers(model, "inductor" if compile_decoder is True else compile_decoder)
@@ -114,6 +129,30 @@ class PageSumSequenceGenerator(SearchLoop):
             self.max_len_a, self.max_len_b, self.min_len = settings
             for model in self.model.models:  # the next search's caller tells its own beams
                 set_cache_beams(model, None)
+
+    def _search(self, sample, prefix_tokens=None, constraints=None, bos_token=None):
+        runner = self._fixed_shapes(sample, prefix_tokens, constraints)
+        if runner is None:
+            return super()._search(sample, prefix_tokens, constraints, bos_token)
+        return FixedShapeSearch(self, runner)(sample, prefix_tokens, bos_token)
+
+    def _fixed_shapes(self, sample, prefix_tokens, constraints) -> Optional[StepRunner]:
+        """How this search's steps run with fixed shapes, or None for the step loop; a search
+        asked for fixed shapes that it cannot have says why, in one line."""
+        on_cuda = sample["net_input"]["src_tokens"].is_cuda
+        runner = ("graph" if on_cuda else "eager") if self.decoding == "auto" else self.decoding
+        if runner == "eager":
+            return None
+        reason = refusal(self, sample, prefix_tokens, constraints)
+        if reason is None and runner == "graph" and not on_cuda:
+            reason = "CUDA graphs need the search on a CUDA device"
+        if reason is not None:
+            if reason not in self._said:  # once per generator and reason, not once per batch
+                self._said.add(reason)
+                log = logger.info if self.decoding == "auto" else logger.warning
+                log("decoding step by step, not as one graph per step: %s", reason)
+            return None
+        return runner
 
     def _most_confident_pages(self, src_tokens: Tensor, k: int) -> Tuple[Tensor, Dict[str, List[Tensor]]]:
         """Score pages by their mean weight over the first two summary positions

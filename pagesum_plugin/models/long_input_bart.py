@@ -7,7 +7,8 @@ the view the model reads (pages, documents, one flat sequence, a segment per row
 encoder knows its layout. Every layer's feed-forward recomputes its activation in backward
 (``modules/feed_forward.fold_activation``), every layer norm its output
 (``modules/layer_norm.recompute_layer_norms``, while ``forward`` runs), and every dropout keeps
-a bool mask (``modules/dropout.keep_bool_masks``). Layers a model builds itself go through ``wrap_layer``, as
+a bool mask (``modules/dropout.keep_bool_masks``), and the decoder's learned positions can take a step's
+position as a tensor (``modules/decoding_step.py``). Layers a model builds itself go through ``wrap_layer``, as
 fairseq's own do. Their decoder layers take ``modules/fused_layer.FusedAttentionLayer``, and
 their decoders ``SyncFreeDecoder`` (and, where nothing reads the attention weights of a
 decoding step, ``TokenWeightsOnRequest``).
@@ -24,6 +25,7 @@ from torch import Tensor, nn
 
 from .bart_args import as_bart_args
 from ..modules.decoder_self_attention import set_cache_beams
+from ..modules.decoding_step import embed_step_positions
 from ..modules.dropout import keep_bool_masks
 from ..modules.feed_forward import fold_activation
 from ..modules.layer_norm import recompute_layer_norms, recomputing_norms
@@ -44,6 +46,7 @@ class LongInputBARTModel(BARTModel):
             fold_activation(layer, args.activation_fn)
         recompute_layer_norms(model)  # and no layer norm's output is kept: computed again in backward
         keep_bool_masks(model)  # and no dropout keeps a mask wider than a byte
+        embed_step_positions(model.decoder)  # a decoding step may be given its position as a tensor
         return model
 
     @classmethod

@@ -24,7 +24,13 @@ hypothesis all carry the same summary prefix) are computed and cached once per g
 every row is handed its group's output; beam search then reorders the groups.
 
 A module whose block size is not known (``beams`` None) keeps one row per block and moves
-its rows on a reorder (one copy), which is correct for any order. The full (training)
+its rows on a reorder (one copy), which is correct for any order. Reordering writes the
+table (and moved rows) back in place while no example has been dropped.
+
+A step given its position as a tensor (``modules/decoding_step.py``: a search whose steps
+run as one captured graph) writes its position there and reads the whole preallocated
+length, the positions after it masked: the same shapes at every step, and no count kept on
+the host. The full (training)
 forward pass runs through ``scaled_dot_product_attention``. A padding mask of the new
 positions is kept per row and position like the table. Steps that fairseq's attention would
 handle differently (an attention mask, bias or zero-attention keys, a cache filled by
@@ -40,6 +46,7 @@ from fairseq import utils
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from .decoding_step import select_rows, step_position
 from .fused_attention import attention_dropout
 
 PENDING_ORDER = "pending_order"  # one-copy path: rows still to be reordered, (rows,) indices into the cached rows
@@ -52,6 +59,14 @@ def set_cache_length(model: torch.nn.Module, length: int) -> None:
     for module in model.modules():
         if isinstance(module, DecoderSelfAttention):
             module.cache_length = length
+
+
+def set_fixed_shapes(model: torch.nn.Module, fixed: bool) -> None:
+    """Tell every decoder self-attention of ``model`` whether the next search gives its steps
+    their position as a tensor (``modules/decoding_step.py``)."""
+    for module in model.modules():
+        if isinstance(module, DecoderSelfAttention):
+            module.fixed_shapes = fixed
 
 
 def set_cache_beams(model: torch.nn.Module, beams: Optional[int]) -> None:
@@ -68,6 +83,7 @@ class DecoderSelfAttention(MultiheadAttention):
     reference: bool = False  # benchmark-only: the one-copy cache and bmm + softmax of before
     cache_length: int = DEFAULT_CACHE_LENGTH
     beams: Optional[int] = None
+    fixed_shapes: bool = False  # the search gives its steps their position as a tensor
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
                 key_padding_mask: Optional[Tensor] = None,
@@ -173,6 +189,13 @@ class DecoderSelfAttention(MultiheadAttention):
             beams = self.beams if self.beams and rows % self.beams == 0 else 1
             buffer = self._allocate(buffer, rows, beams, max(self.cache_length, tgt_len), q)
             buffer["trusted"] = self.beams is not None and rows % self.beams == 0
+            position = step_position(incremental_state) if self.fixed_shapes else None
+            if position is not None:  # read once: the later steps find it with the cache
+                buffer["position"] = position
+        position = buffer.get("position")
+        if position is not None:
+            out, probs = self._step_at(position, q, k, v, padding, buffer, incremental_state)
+            return self._output(out, probs, need_weights, need_head_weights)
         start, beams = buffer["length"], buffer["beams"]
         end = start + tgt_len
         if end > buffer["cache_key"].size(3):
@@ -193,7 +216,40 @@ class DecoderSelfAttention(MultiheadAttention):
         masked = buffer["padding"][:, :end] if "padding" in buffer else None
         out, probs = read_through_table(q, cache_k[:, :, :, :end], cache_v[:, :, :, :end], table[:, :end], start,
                                         self.dropout_module, masked)
-        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, rows, embed_dim))
+        return self._output(out, probs, need_weights, need_head_weights)
+
+    def _step_at(self, position: Tensor, q: Tensor, k: Tensor, v: Tensor, padding: Optional[Tensor], buffer: Dict,
+                 incremental_state) -> Tuple[Tensor, Tensor]:
+        """A step of one position, at ``position`` (a 0-d tensor): written there in place, the whole
+        preallocated length read with the positions after it masked. q, k, v: (rows, heads, 1,
+        head_dim); padding: (rows, 1) True where the new position is padding, or None."""
+        rows, heads, tgt_len, head_dim = q.shape
+        if tgt_len != 1:
+            raise ValueError(f"a step at a position tensor decodes one position, not {tgt_len}")
+        beams = buffer["beams"]
+        blocks = rows // beams
+        cache_k, cache_v, table = buffer["cache_key"], buffer["cache_value"], buffer["beam_of_position"]
+        at = position.view(1)
+        cache_k.index_copy_(3, at, k.view(blocks, beams, heads, 1, head_dim).transpose(1, 2))
+        cache_v.index_copy_(3, at, v.view(blocks, beams, heads, 1, head_dim).transpose(1, 2))
+        table.index_copy_(1, at, buffer["own_beam"][:, None])
+        if padding is not None and "padding" not in buffer:  # (rows, capacity), reordered like the table
+            buffer["padding"] = table.new_zeros(table.shape, dtype=torch.bool)
+            self._set_input_buffer(incremental_state, buffer)
+        later = torch.arange(table.size(1), device=q.device) > position  # (capacity,) not written yet
+        masked = later.expand(rows, -1)
+        if "padding" in buffer:
+            if padding is not None:
+                buffer["padding"].index_copy_(1, at, padding)
+            masked = masked | buffer["padding"]
+        return read_through_table(q, cache_k, cache_v, table, 0, self.dropout_module, masked)
+
+    def _output(self, out: Tensor, probs: Tensor, need_weights: bool,
+                need_head_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
+        """out (rows, heads, tgt_len, head_dim) through the output projection, (tgt_len, rows, dim);
+        and the weights, if asked."""
+        rows, heads, tgt_len, head_dim = out.shape
+        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, rows, heads * head_dim))
         weights: Optional[Tensor] = None
         if need_weights:
             weights = probs.transpose(0, 1)  # (heads, rows, tgt_len, length)
@@ -205,9 +261,9 @@ class DecoderSelfAttention(MultiheadAttention):
     def _allocate(buffer: Dict, rows: int, beams: int, capacity: int, like: Tensor) -> Dict:
         blocks, heads, head_dim = rows // beams, like.size(1), like.size(3)
         own_beam = torch.arange(rows, device=like.device) % beams  # (rows,)
-        buffer.update(
-            cache_key=like.new_empty(blocks, heads, beams, capacity, head_dim),
-            cache_value=like.new_empty(blocks, heads, beams, capacity, head_dim),
+        buffer.update(  # zeros: a step at a position tensor reads the positions not written yet, masked
+            cache_key=like.new_zeros(blocks, heads, beams, capacity, head_dim),
+            cache_value=like.new_zeros(blocks, heads, beams, capacity, head_dim),
             beam_of_position=own_beam.new_zeros(rows, capacity),
             own_beam=own_beam, length=0, beams=beams,
         )
@@ -352,17 +408,17 @@ def reorder_cache(buffer: Dict, new_order: Tensor) -> Dict:
     rows = buffer["beam_of_position"].size(0)
     if not buffer["trusted"]:  # one row per block: move rows, any order
         for name in ("cache_key", "cache_value"):
-            buffer[name] = buffer[name].index_select(0, new_order)
+            buffer[name] = select_rows(buffer[name], new_order)
     elif new_order.size(0) != rows:  # examples finished: drop their blocks
         kept_blocks = new_order.view(-1, beams)[:, 0] // beams
         for name in ("cache_key", "cache_value"):
             buffer[name] = buffer[name].index_select(0, kept_blocks)
     if buffer["trusted"] and beams > 1:
-        buffer["beam_of_position"] = buffer["beam_of_position"].index_select(0, new_order)
+        buffer["beam_of_position"] = select_rows(buffer["beam_of_position"], new_order)
     elif new_order.size(0) != rows:
         buffer["beam_of_position"] = buffer["beam_of_position"][: new_order.size(0)]
     if "padding" in buffer:  # per row, whatever the blocks
-        buffer["padding"] = buffer["padding"].index_select(0, new_order)
+        buffer["padding"] = select_rows(buffer["padding"], new_order)
     buffer["own_beam"] = buffer["own_beam"][: new_order.size(0)]
     return buffer
 

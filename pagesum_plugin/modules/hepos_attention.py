@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from .decoding_step import select_rows
 from .efficient_attention import MASKED_SCORE, masked_softmax
 from .fused_attention import attention_dropout
 
@@ -155,7 +156,7 @@ class CrossAttention(MultiheadAttention):
             return incremental_state  # no sentence finished: nothing to move
         for name, value in buffer.items():
             if isinstance(value, Tensor):
-                buffer[name] = value.index_select(0, rows)
+                buffer[name] = select_rows(value, rows)
         return self._set_input_buffer(incremental_state, buffer)
 
 

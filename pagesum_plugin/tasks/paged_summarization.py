@@ -89,6 +89,11 @@ class PagedSummarizationConfig(OneDictionaryConfig):
         metadata={"help": "decode with every decoder layer compiled by torch.compile (the first batch pays the "
                   "compilation; on CUDA it opens CUDA graphs); summarize(compile=True) is the same"},
     )
+    eager_decoding: bool = field(
+        default=False,
+        metadata={"help": "run every decoding step operator by operator (the step loop), not as one captured CUDA "
+                  "graph per step, which is the default on CUDA; summarize(decoding='eager') is the same"},
+    )
     seed: int = II("common.seed")
     gen_subset: str = II("dataset.gen_subset")  # the split whose outputs fairseq-generate writes
 
@@ -165,6 +170,7 @@ class PagedSummarizationTask(OneDictionaryTask):
         extra = dict(extra_gen_cls_kwargs or {})
         extra.setdefault("top_pages", self.generation_defaults.top_pages)
         extra.setdefault("compile_decoder", getattr(self.cfg, "compile_decoder", False))
+        extra.setdefault("decoding", "eager" if getattr(self.cfg, "eager_decoding", False) else "auto")
         return super().build_generator(
             models, args, seq_gen_cls=seq_gen_cls or PageSumSequenceGenerator, extra_gen_cls_kwargs=extra, **kwargs
         )

@@ -43,11 +43,16 @@ def stock_generate(bart, dictionary, src_tokens: torch.Tensor, settings: dict):
     return stock.generate([bart], sample, prefix_tokens=bos_prefix)
 
 
-def assert_same_hypotheses(ours, reference, atol: float = 1e-5) -> None:
-    """The same hypotheses in the same order: tokens exactly, scores to ``atol``."""
+def assert_same_hypotheses(ours, reference, atol: float = 1e-5, page_weights: bool = False) -> None:
+    """The same hypotheses in the same order: tokens exactly, scores (and, with ``page_weights``,
+    the page weights of both or of neither) to ``atol``."""
     for ours_hypos, ref_hypos in zip(ours, reference, strict=True):
         assert len(ours_hypos) == len(ref_hypos)
         for h, r in zip(ours_hypos, ref_hypos):
             assert torch.equal(h["tokens"], r["tokens"])
             torch.testing.assert_close(h["score"], r["score"], atol=atol, rtol=0)
             torch.testing.assert_close(h["positional_scores"], r["positional_scores"], atol=atol, rtol=0)
+            if page_weights:
+                assert (h["page_weights"] is None) == (r["page_weights"] is None)
+                if h["page_weights"] is not None:
+                    torch.testing.assert_close(h["page_weights"], r["page_weights"], atol=atol, rtol=0)

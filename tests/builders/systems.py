@@ -28,6 +28,16 @@ EVERY_SYSTEM = {
 }
 SEARCHED_SYSTEMS = ["pagesum", "hepos", "bart", "hed", "awesome"]  # every system a user decodes
 FLAT_INPUT = ("hepos", "bart")  # one sequence per example
+# beam searches that end beams and examples at different steps, and bind each length setting
+BEAM_SETTINGS = {
+    "beams-end-apart": dict(beam_size=4, min_len=2, max_len_b=25),
+    "lenpen-trigrams": dict(beam_size=4, len_penalty=2.0, max_len_b=30, no_repeat_ngram_size=3),
+    "min-len": dict(beam_size=3, min_len=12, max_len_b=20),
+    "max-len-reached": dict(beam_size=3, max_len_b=4),
+    "greedy": dict(beam_size=1, max_len_b=15),
+    "unkpen-temperature-unnormalized": dict(beam_size=3, unk_penalty=-3.0, temperature=0.7, normalize_scores=False,
+                                            max_len_b=15),
+}
 
 
 @dataclass

@@ -1,0 +1,298 @@
+"""Beam search with fixed shapes: every step after the first is one function of the same
+tensors, which a CUDA graph captures once and replays.
+
+On a GPU, a decoding step of the step loop (``search_loop.py``) is bound by the host: it
+launches about 1,600 operators one by one, and the GPU is busy for a tenth of the step
+(docs/benchmarks/gpu.md). A graph launches them all at once, but only if no step changes a
+shape, reads a number back, or keeps a Python count. This search arranges the step loop so:
+
+* the examples that are done stay in the batch, their hypotheses masked, instead of being
+  cut out (which changes every shape); their rows keep being decoded, which costs the GPU
+  what they cost before they were done;
+* the position is a 0-d tensor that the step advances itself; the decoder is given each
+  hypothesis's newest token and that position (``modules/decoding_step.py``), and its
+  self-attention writes there and reads its whole preallocated cache, masked past it;
+* every state is written in place: the tokens, scores and page weights of the beams, the
+  self-attention caches and the beam tables that reorder them;
+* the search's rules (minimum and maximum length, suppressed tokens, n-gram blocking) are
+  masks computed from the position, and beam search's top-k reads the last scores at it.
+
+A step then runs: continue every example with its best candidates of the last step (the
+loop's ``_extend``), move the decoder state with the beams, decode, apply the rules, propose
+the next candidates and mark those that end a hypothesis. Between two steps the host reads
+back which hypotheses ended (the loop's one wait), finishes them, and stops when every
+example is done or the longest summary is reached. The first step, which forces the
+summary's ``<s>``, builds the decoder's state and allocates the caches, runs as in the loop.
+
+``step`` says how the step runs: ``"graph"`` captures it on CUDA (``torch.cuda.CUDAGraph``)
+at the second step and replays it after; ``"static"`` runs it op by op; a callable compiles
+it (``lambda step: torch.compile(step, fullgraph=True)``: the proof, on any device, that a
+step has no graph break). Each gives the step loop's hypotheses: the same tokens, scores to
+rounding (``tests/test_static_search.py``).
+
+What the fixed shapes cannot express falls back to the step loop, in one line that says why
+(``refusal``): ensembles and language-model fusion, search strategies other than beam search
+(sampling, diverse beams, constraints, length-matched search), forced prefixes longer than
+the ``<s>``, and a model whose encoder output follows the beams (one copy per beam: AWESOME's
+segments, and PageSum's ``set_beam_size(beam, share_pages=False)``).
+"""
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Union
+
+import torch
+from fairseq import search
+from torch import Tensor
+
+from ..modules.decoder_self_attention import set_fixed_shapes
+from ..modules.decoding_step import set_step_position
+from .search_loop import Beams, Candidates, Hypotheses, best_first, ended_candidates
+
+logger = logging.getLogger(__name__)
+
+StepRunner = Union[str, Callable[[Callable[[], None]], Callable[[], None]]]  # "graph", "static", or a compiler
+
+
+def refusal(generator, sample: Dict, prefix_tokens: Optional[Tensor], constraints: Optional[Tensor]) -> Optional[str]:
+    """Why ``generator`` cannot search ``sample`` with fixed shapes, or None where it can."""
+    if generator.model.models_size != 1:
+        return "an ensemble of models"
+    if generator.lm_model is not None:
+        return "language-model fusion"
+    if type(generator.search) is not search.BeamSearch:
+        return f"the {type(generator.search).__name__} search (only beam search has fixed shapes)"
+    if constraints is not None:
+        return "lexical constraints"
+    if generator.match_source_len:
+        return "--match-source-len"
+    if prefix_tokens is not None and prefix_tokens.size(1) > 1:
+        return "a forced prefix of more than one token"
+    if not beams_share_encoder_output(generator.model.single_model):
+        return "a model whose encoder output follows the beams (one copy per beam)"
+    return None
+
+
+def beams_share_encoder_output(model) -> bool:
+    """Whether beam search leaves ``model``'s encoder output as it is: PageSum's pages shared by
+    the beams, or fairseq's beamable encoder-decoder attention, for which BART's
+    ``set_beam_size`` replaces the encoder's reorder by a no-op."""
+    encoder = model.encoder
+    if hasattr(encoder, "beams_share_pages"):
+        return encoder.beams_share_pages
+    return "reorder_encoder_out" in vars(encoder)
+
+
+@dataclass
+class FixedState:
+    """Everything a step reads and writes, allocated once per search (E examples, B beams,
+    R = E * B hypothesis rows, C = 2 * B candidates, V the vocabulary)."""
+
+    beams: Beams  # tokens (R, L + 2), scores (R, L + 1), attention (R, pages, L + 2) or None, ignored (E, B)
+    candidates: Candidates  # scores, tokens, beams: (E, C), the last step's proposals
+    ended: Tensor  # (E, B) bool: candidates among each example's B best that end a hypothesis
+    done: Tensor  # (E,) bool: examples with all their hypotheses
+    position: Tensor  # () long: the step's position; the last step's until a step advances it
+
+
+class FixedShapeSearch:
+    """One beam search of ``generator`` (a ``SearchLoop``) with fixed shapes."""
+
+    def __init__(self, generator, step: StepRunner = "static"):
+        self.generator = generator
+        self.runner = step
+
+    def __call__(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
+                 bos_token: Optional[int] = None) -> Hypotheses:
+        model = self.generator.model.single_model
+        set_fixed_shapes(model, True)
+        try:
+            return self._search(sample, prefix_tokens, bos_token)
+        finally:
+            set_fixed_shapes(model, False)
+
+    def _search(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor],
+                bos_token: Optional[int]) -> Hypotheses:
+        g = self.generator
+        src_tokens = sample["net_input"]["src_tokens"]
+        examples, beam, device = src_tokens.size(0), g.beam_size, src_tokens.device
+        beams, max_len = g._start(sample, prefix_tokens, bos_token)
+        order = torch.arange(examples, device=device)[:, None].expand(examples, beam).reshape(-1)
+        encoder_outs = g.model.reorder_encoder_out(g.model.forward_encoder(sample["net_input"]), order)
+        states: List[Dict[str, Dict[str, Optional[Tensor]]]] = [{}]
+        position = torch.zeros((), dtype=torch.long, device=device)
+        set_step_position(states[0], position)
+        suppressed = None if g.token_indices_to_suppress is None else g.token_indices_to_suppress.to(device)
+        finalized: Hypotheses = [[] for _ in range(examples)]
+
+        # the first step, as the step loop runs it: it forces <s> and builds the decoder's state
+        lprobs = g._next_log_probs(beams, 0, max_len, encoder_outs, states, suppressed)  # (R, V)
+        candidates = g._candidates(beams, 0, lprobs)
+        state = FixedState(beams, candidates, torch.zeros(examples, beam, dtype=torch.bool, device=device),
+                           torch.zeros(examples, dtype=torch.bool, device=device), position)
+        assert all(moved is out for moved, out in zip(g.model.reorder_encoder_out(encoder_outs, order), encoder_outs)), \
+            "refusal() lets through only models whose beams share the encoder output"
+        state.ended.copy_(ended_candidates(candidates, g.eos)[:, :beam] & ~beams.ignored)
+        remaining = examples - self._finish(state, 0, max_len, finalized)
+        if remaining == 0:
+            return best_first(finalized)
+
+        step_fn = self._runner(lambda: self._step(state, encoder_outs, states, max_len, suppressed))
+        for step in range(1, max_len + 1):  # the last step can only add </s>
+            step_fn()
+            remaining -= self._finish(state, step, max_len, finalized)
+            if remaining == 0 or (g.search.stop_on_max_len and step >= max_len):
+                break
+        return best_first(finalized)
+
+    # ---- one step, every shape fixed ---------------------------------------------------------------
+
+    def _step(self, s: FixedState, encoder_outs, states, max_len: int, suppressed: Optional[Tensor]) -> None:
+        g, beams = self.generator, s.beams
+        examples, beam = beams.ignored.shape
+        order = self._extend(s)  # (R,) the row each hypothesis continues
+        s.position.add_(1)
+        g.model.reorder_incremental_state(states, order)
+        newest = beams.tokens.index_select(1, s.position.view(1))  # (R, 1)
+        lprobs, attention = g.model.forward_decoder(newest, encoder_outs, states, g.temperature)  # (R, V)
+        lprobs = self._apply_rules(lprobs, s.position, max_len, suppressed)
+        if attention is not None:  # the page weights of the step: (R, pages)
+            beams.attention.index_copy_(2, (s.position + 1).view(1), attention.unsqueeze(2))
+        if g.repeat_ngram_blocker is not None:
+            lprobs = ban_repeated_ngrams_at(beams.tokens, s.position, lprobs,
+                                            g.repeat_ngram_blocker.no_repeat_ngram_size)
+        # beam search's step after the first: each hypothesis's score so far plus the next token's
+        last = beams.scores.index_select(1, (s.position - 1).clamp(min=0).view(1))  # (R, 1)
+        totals = (lprobs + last).view(examples, -1)  # (E, B * V)
+        scores, indices = totals.topk(min(2 * beam, totals.size(1) - 1))  # (E, C)
+        s.candidates.scores.copy_(scores)
+        s.candidates.tokens.copy_(indices.fmod(g.vocab_size))
+        s.candidates.beams.copy_(torch.div(indices, g.vocab_size, rounding_mode="trunc"))
+        s.ended.copy_(ended_candidates(s.candidates, g.eos)[:, :beam] & ~beams.ignored & ~s.done[:, None])
+
+    def _extend(self, s: FixedState) -> Tensor:
+        """The step loop's ``_extend`` of the last step's candidates at ``s.position``, in place
+        over whole rows; returns the row (R,) that each hypothesis continues."""
+        beams, candidates = s.beams, s.candidates
+        examples, beam = beams.ignored.shape
+        width = candidates.tokens.size(1)
+        unavailable = ended_candidates(candidates, self.generator.eos)  # (E, C)
+        unavailable[:, :beam] |= beams.ignored
+        rank = unavailable.long() * width + torch.arange(width, device=unavailable.device)
+        ranks, picked = rank.topk(beam, dim=1, largest=False)  # (E, B)
+        beams.ignored.copy_(ranks >= width)
+        rows = (candidates.beams.gather(1, picked) + beams.offsets).view(-1)  # (R,)
+        at = s.position.view(1)
+        beams.tokens.copy_(beams.tokens.index_select(0, rows))  # positions after the step are still padding
+        beams.tokens.index_copy_(1, at + 1, candidates.tokens.gather(1, picked).view(-1, 1))
+        beams.scores.copy_(beams.scores.index_select(0, rows))
+        beams.scores.index_copy_(1, at, candidates.scores.gather(1, picked).view(-1, 1))
+        if beams.attention is not None:
+            beams.attention.copy_(beams.attention.index_select(0, rows))
+        return rows
+
+    def _apply_rules(self, lprobs: Tensor, position: Tensor, max_len: int, suppressed: Optional[Tensor]) -> Tensor:
+        """The step loop's rules (``_next_log_probs``) after the forced prefix, as masks of the
+        position: no NaN, no padding, the unknown-word penalty, only </s> at the last step, no
+        </s> before the minimum length, no suppressed token."""
+        g = self.generator
+        # (no assignment of a Python number through indexing: it copies a CPU scalar to the device,
+        # which a CUDA graph cannot capture)
+        lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)
+        lprobs[:, g.pad].fill_(-math.inf)
+        lprobs[:, g.unk].sub_(g.unk_penalty)
+        vocab = torch.arange(lprobs.size(1), device=lprobs.device)
+        lprobs.masked_fill_((vocab != g.eos) & (position >= max_len), -math.inf)
+        lprobs[:, g.eos].masked_fill_(position < g.min_len, -math.inf)
+        if suppressed is not None:
+            lprobs.index_fill_(1, suppressed, -math.inf)
+        return lprobs
+
+    # ---- between steps, on the host ---------------------------------------------------------------
+
+    def _finish(self, s: FixedState, step: int, max_len: int, finalized: Hypotheses) -> int:
+        """Finish the hypotheses that ended at ``step`` (the one read-back of a step) as fairseq
+        does, and mark the examples that are now done; returns how many are."""
+        g, beam = self.generator, self.generator.beam_size
+        example, rank = s.ended.nonzero(as_tuple=True)
+        if example.numel() == 0:
+            return 0
+        beams, candidates = s.beams, s.candidates
+        rows = candidates.beams[example, rank] + beams.offsets[example, 0]  # (ended,)
+        # fairseq's finalize_hypos, told that no example was dropped: its rows are the batch's own
+        done = g.finalize_hypos(step, rows, candidates.scores[example, rank], beams.tokens, beams.scores, finalized,
+                                [False] * len(finalized), beam, beams.attention, beams.src_lengths, max_len)
+        if done:
+            s.done[torch.tensor(done, device=s.done.device)] = True
+        return len(done)
+
+    def _runner(self, step: Callable[[], None]) -> Callable[[], None]:
+        if callable(self.runner):
+            return self.runner(step)
+        if self.runner == "graph":
+            return CapturedStep(step)
+        return step
+
+
+class CapturedStep:
+    """``step`` run once as it is (which also warms up the libraries it calls), then captured as
+    a CUDA graph and replayed at every later call. Where capturing fails, it says why in one
+    line and runs ``step`` op by op from then on."""
+
+    def __init__(self, step: Callable[[], None]):
+        self.step = step
+        self.graph: Optional[torch.cuda.CUDAGraph] = None
+        self.calls = 0
+        self.failed = False
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        if self.failed:
+            self.step()
+            return
+        if self.calls == 1:  # the warm-up runs on a side stream, as capturing asks
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.step()
+            torch.cuda.current_stream().wait_stream(side)
+            return
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):  # records the step without running it
+                self.step()
+        except RuntimeError as error:
+            logger.warning("decoding steps run op by op: capturing one as a CUDA graph failed (%s)",
+                           str(error).splitlines()[0])
+            self.failed = True
+            self.step()
+            return
+        self.graph = graph
+        graph.replay()
+
+
+def ban_repeated_ngrams_at(tokens: Tensor, position: Tensor, lprobs: Tensor, n: int) -> Tensor:
+    """``ngram_blocking.ban_repeated_ngrams`` of the history ``tokens[:, : position + 1]``, over the
+    whole buffer (R, L) with windows past the history masked: the same bans, fixed shapes."""
+    rows, length = tokens.shape
+    if n < 1 or length < n:
+        return lprobs
+    if n == 1:
+        seen = torch.arange(length, device=tokens.device) <= position  # (L,)
+        hits = torch.zeros_like(lprobs).scatter_add_(1, tokens, seen.to(lprobs.dtype).expand(rows, -1))
+        return lprobs.masked_fill_(hits > 0, -math.inf)
+    windows = tokens.unfold(1, n - 1, 1)[:, : length - n + 1]  # (R, L-n+1, n-1)
+    # the last n-1 tokens of the history, which the next token would extend
+    last = position - (n - 2) + torch.arange(n - 1, device=tokens.device)  # (n-1,)
+    suffix = tokens.index_select(1, last.clamp(min=0))  # (R, n-1)
+    matches = (windows == suffix.unsqueeze(1)).all(dim=-1)  # (R, L-n+1)
+    # a window counts if the token that follows it is in the history (and the suffix is whole)
+    starts = torch.arange(length - n + 1, device=tokens.device)
+    matches &= (starts + n - 1 <= position) & (position >= n - 2)
+    followers = tokens[:, n - 1:]  # (R, L-n+1)
+    hits = torch.zeros_like(lprobs).scatter_add_(1, followers, matches.to(lprobs.dtype))
+    return lprobs.masked_fill_(hits > 0, -math.inf)

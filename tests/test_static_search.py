@@ -1,0 +1,240 @@
+"""Beam search with fixed shapes (``generation/static_search.py``) finds the step loop's
+hypotheses for every system that decodes through the page generator: the same tokens, and
+scores, positional scores and page weights to 1e-5, with beams and examples ending at
+different steps, finished examples kept in the batch, trigram blocking, the length settings,
+--top-pages, and a batch against one document at a time. Its step compiles whole with
+``torch.compile(fullgraph=True)``: one graph for every step, no graph break, which is what a
+CUDA graph needs (``tests/test_cuda_equals_cpu.py`` captures it on a GPU). Between two steps
+the host dispatches two operators: the read-back of the hypotheses that ended."""
+
+import logging
+
+import pytest
+import torch
+from fairseq import search
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from builders.models import build_tiny, make_source_sensitive
+from builders.stock import assert_same_hypotheses
+from builders.systems import BEAM_SETTINGS, build_system, pages
+from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
+from pagesum_plugin.generation.static_search import FixedShapeSearch, ban_repeated_ngrams_at
+from pagesum_plugin.profiling import CountedGraphs
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SYSTEMS = ["pagesum", "hepos", "bart", "hed"]  # the systems decoded by PageSumSequenceGenerator
+COUNTS = (3, 1, 4, 2, 1)  # pages or documents of each example
+
+
+@pytest.fixture(scope="module", params=SYSTEMS)
+def system(request, copy_task_dir):
+    return build_system(request.param, copy_task_dir)
+
+
+def generate(system, sample, decoding, **settings):
+    with torch.no_grad():
+        return system.generator(decoding=decoding, **settings).generate([system.model], sample)
+
+
+def assert_same_search(found, expected, atol=1e-5):
+    assert_same_hypotheses(found, expected, atol=atol, page_weights=True)
+
+
+@pytest.mark.parametrize("settings", BEAM_SETTINGS.values(), ids=BEAM_SETTINGS.keys())
+def test_fixed_shapes_find_the_step_loops_hypotheses(system, settings):
+    sample = system.make_sample(COUNTS, seed=1)
+    assert_same_search(generate(system, sample, "static", **settings), generate(system, sample, "eager", **settings))
+
+
+def test_examples_end_at_different_steps_and_stay_in_the_batch_until_the_end(system):
+    """The examples that are done keep being decoded, masked: the others' hypotheses are those
+    of the step loop, which drops them."""
+    sample = system.make_sample(COUNTS, seed=2)
+    hypos = generate(system, sample, "static", **BEAM_SETTINGS["beams-end-apart"])
+    assert_same_search(hypos, generate(system, sample, "eager", **BEAM_SETTINGS["beams-end-apart"]))
+    longest = [max(len(h["tokens"]) for h in n_best) for n_best in hypos]
+    assert len(set(longest)) > 1, "examples ended at different steps"
+
+
+def test_a_batch_finds_what_each_document_finds_alone(system):
+    batch = system.make_sample(COUNTS, seed=1)
+    found = generate(system, batch, "static", **BEAM_SETTINGS["lenpen-trigrams"])
+    for i, count in enumerate(COUNTS):
+        alone = generate(system, system.make_sample((count,), seed=1) if i == 0 else one_of(system, batch, i),
+                         "static", **BEAM_SETTINGS["lenpen-trigrams"])
+        assert_same_search([found[i]], alone, atol=1e-4)
+
+
+def one_of(system, batch, i):
+    """Example ``i`` of ``batch`` alone, its padding cut."""
+    src = batch["net_input"]["src_tokens"][i : i + 1]
+    pad = system.task.dictionary.pad()
+    real = src.ne(pad)
+    src = src[:, : int(real.any(2).sum()), : int(real.any(1).sum())]
+    return {"id": torch.tensor([i]), "net_input": {"src_tokens": src, "src_lengths": src.ne(pad).sum((1, 2))}}
+
+
+def test_top_pages_with_fixed_shapes_equals_the_step_loop(copy_task_dir):
+    _, task, model = build_tiny(copy_task_dir)
+    model = make_source_sensitive(model, task.dictionary)
+    src = pages(task, (4, 2, 3), seed=3)
+    sample = {"id": torch.arange(3), "net_input": {"src_tokens": src, "src_lengths": src.ne(task.dictionary.pad())
+                                                                                        .sum((1, 2))}}
+
+    def search(decoding):
+        generator = PageSumSequenceGenerator([model], task.dictionary, beam_size=3, max_len_b=20, top_pages=2,
+                                             decoding=decoding)
+        with torch.no_grad():
+            return generator.generate([model], sample)
+
+    assert_same_search(search("static"), search("eager"))
+
+
+def test_the_step_compiles_whole_into_one_graph_that_serves_every_step(system):
+    """torch.compile(fullgraph=True) raises at a graph break; one graph, called at every step
+    after the first, means no step recompiled: the shapes and the guards held."""
+    sample = system.make_sample(COUNTS, seed=1)
+    counted = CountedGraphs("eager")
+    torch._dynamo.reset()
+    compiled = generate(system, sample, lambda step: torch.compile(step, fullgraph=True, backend=counted),
+                        **BEAM_SETTINGS["lenpen-trigrams"])
+    assert_same_search(compiled, generate(system, sample, "eager", **BEAM_SETTINGS["lenpen-trigrams"]))
+    steps = max(len(h["tokens"]) for n_best in compiled for h in n_best) + 1  # the forced <s> is stripped
+    assert len(counted.calls) == 1 and counted.calls[0] >= steps - 2
+
+
+def storages(state, states):
+    """Where every tensor of the search's state and the decoder's cached state lives."""
+    found = {field: getattr(state, field).data_ptr() for field in ("ended", "done", "position")}
+    found.update({f"beams.{field}": getattr(state.beams, field).data_ptr()
+                  for field in ("tokens", "scores", "ignored") if getattr(state.beams, field) is not None})
+    found.update({f"candidates.{field}": getattr(state.candidates, field).data_ptr()
+                  for field in ("scores", "tokens", "beams")})
+    for key, entries in states[0].items():
+        if isinstance(entries, dict):
+            found.update({f"{key}.{name}": t.data_ptr() for name, t in entries.items() if torch.is_tensor(t)})
+    return found
+
+
+def test_every_step_writes_its_state_in_place_where_a_captured_graph_reads_it(system, monkeypatch):
+    """A CUDA graph replays the kernels on the addresses it captured: every step must find the
+    search's state and the decoder's caches and beam tables at the same addresses."""
+    seen = []
+    step = FixedShapeSearch._step
+
+    def recording(self, state, encoder_outs, states, max_len, suppressed):
+        step(self, state, encoder_outs, states, max_len, suppressed)
+        seen.append(storages(state, states))
+
+    monkeypatch.setattr(FixedShapeSearch, "_step", recording)
+    generate(system, system.make_sample(COUNTS, seed=2), "static", **BEAM_SETTINGS["beams-end-apart"])
+    assert len(seen) > 3 and len(seen[0]) > 10
+    for snapshot in seen[1:]:
+        assert snapshot == seen[0]
+
+
+def test_between_two_steps_the_host_dispatches_only_the_read_back_of_the_ended_hypotheses(copy_task_dir):
+    system = build_system("pagesum", copy_task_dir)
+    sample = system.make_sample((2, 3), seed=4)
+
+    def operators(steps):
+        counter = StepOperators()
+        with counter:
+            generate(system, sample, counter.runner, beam_size=4, min_len=steps, max_len_b=steps)
+        return counter
+
+    short, long = operators(6), operators(14)
+    assert (long.outside - short.outside) / 8 <= 4  # the ended mask's nonzero, and its size read back
+    assert (long.inside - short.inside) / 8 > 100  # the whole step ran inside
+
+
+class StepOperators(TorchDispatchMode):
+    """The operators dispatched inside the step function and outside it, and the names of
+    those inside."""
+
+    def __init__(self):
+        super().__init__()
+        self.inside, self.outside, self.in_step, self.names = 0, 0, False, set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.in_step:
+            self.inside += 1
+            self.names.add(func._schema.name.split("::")[-1])
+        else:
+            self.outside += 1
+        return func(*args, **(kwargs or {}))
+
+    def runner(self, step):
+        def counted():
+            self.in_step = True
+            try:
+                step()
+            finally:
+                self.in_step = False
+        return counted
+
+
+def test_a_step_neither_copies_a_number_from_the_host_nor_reads_one_back(system):
+    """A tensor made of a Python number is, on CUDA, a copy from the host, which a CUDA graph
+    cannot capture; a number read back is a wait for the device."""
+    operators = StepOperators()
+    with operators:  # the unknown-word penalty, trigram blocking and the suppressed <s> all apply
+        generate(system, system.make_sample(COUNTS, seed=2), operators.runner, unk_penalty=-1.0,
+                 **BEAM_SETTINGS["lenpen-trigrams"])
+    assert not operators.names & {"lift_fresh", "lift_fresh_copy", "_local_scalar_dense", "nonzero", "item"}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_the_fixed_shape_blocker_bans_what_the_step_loops_bans_at_every_position(n):
+    rng = torch.Generator().manual_seed(n)
+    rows, length, vocab = 6, 20, 7  # a small vocabulary, so that n-grams repeat
+    tokens = torch.randint(4, vocab, (rows, length), generator=rng)
+    lprobs = torch.randn(rows, vocab, generator=rng)
+    banned_somewhere = False
+    for position in range(length - 1):
+        buffer = tokens.clone()
+        buffer[:, position + 1 :] = 1  # padding after the history
+        expected = ban_repeated_ngrams(tokens[:, : position + 1], lprobs.clone(), n)
+        found = ban_repeated_ngrams_at(buffer, torch.tensor(position), lprobs.clone(), n)
+        assert torch.equal(found.isinf(), expected.isinf()), f"position {position}"
+        banned_somewhere |= bool(expected.isinf().any())
+    assert banned_somewhere
+
+
+def test_a_search_fixed_shapes_cannot_express_runs_step_by_step_and_says_why(copy_task_dir, caplog):
+    system = build_system("pagesum", copy_task_dir)
+    sample = system.make_sample(COUNTS, seed=2)
+    sampling = dict(beam_size=3, max_len_b=12, search_strategy=search.Sampling(system.task.dictionary, sampling_topk=5))
+    torch.manual_seed(5)
+    expected = generate(system, sample, "eager", **sampling)
+    torch.manual_seed(5)
+    with caplog.at_level(logging.WARNING, logger="pagesum_plugin.generation.page_sequence_generator"):
+        found = generate(system, sample, "static", **sampling)
+    assert_same_search(found, expected)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("pagesum_plugin.generation")]
+    assert lines == ["decoding step by step, not as one graph per step: the Sampling search (only beam search "
+                     "has fixed shapes)"]
+
+
+def test_cuda_graphs_asked_for_on_the_cpu_decode_step_by_step_and_say_why(copy_task_dir, caplog):
+    system = build_system("pagesum", copy_task_dir)
+    sample = system.make_sample(COUNTS, seed=2)
+    with caplog.at_level(logging.WARNING, logger="pagesum_plugin.generation.page_sequence_generator"):
+        found = generate(system, sample, "graph", beam_size=2, max_len_b=10)
+    assert_same_search(found, generate(system, sample, "eager", beam_size=2, max_len_b=10))
+    assert "CUDA graphs need the search on a CUDA device" in caplog.text
+
+
+def test_an_unknown_decoding_is_refused_in_one_line(copy_task_dir):
+    system = build_system("pagesum", copy_task_dir)
+    with pytest.raises(ValueError, match="decoding='fast': not one of auto, eager, static, graph, nor a callable"):
+        system.generator(decoding="fast")
+
+
+def test_eager_decoding_is_the_tasks_flag(copy_task_dir):
+    """--eager-decoding reaches the generator fairseq-generate builds; without it, "auto"."""
+    for flags, expected in (((), "auto"), (("--eager-decoding",), "eager")):
+        args, task, model = build_tiny(copy_task_dir, *flags)
+        assert task.build_generator([model], args).decoding == expected
