@@ -12,8 +12,8 @@ import logging
 import pytest
 import torch
 from fairseq import search
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.step_operators import Dispatched
 from builders.models import build_tiny, make_source_sensitive
 from builders.stock import assert_same_hypotheses
 from builders.systems import BEAM_SETTINGS, build_system, pages
@@ -140,7 +140,7 @@ def test_between_two_steps_the_host_dispatches_only_the_read_back_of_the_ended_h
     sample = system.make_sample((2, 3), seed=4)
 
     def operators(steps):
-        counter = StepOperators()
+        counter = Dispatched()
         with counter:
             generate(system, sample, counter.runner, beam_size=4, min_len=steps, max_len_b=steps)
         return counter
@@ -150,36 +150,10 @@ def test_between_two_steps_the_host_dispatches_only_the_read_back_of_the_ended_h
     assert (long.inside - short.inside) / 8 > 100  # the whole step ran inside
 
 
-class StepOperators(TorchDispatchMode):
-    """The operators dispatched inside the step function and outside it, and the names of
-    those inside."""
-
-    def __init__(self):
-        super().__init__()
-        self.inside, self.outside, self.in_step, self.names = 0, 0, False, set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.in_step:
-            self.inside += 1
-            self.names.add(func._schema.name.split("::")[-1])
-        else:
-            self.outside += 1
-        return func(*args, **(kwargs or {}))
-
-    def runner(self, step):
-        def counted():
-            self.in_step = True
-            try:
-                step()
-            finally:
-                self.in_step = False
-        return counted
-
-
 def test_a_step_neither_copies_a_number_from_the_host_nor_reads_one_back(system):
     """A tensor made of a Python number is, on CUDA, a copy from the host, which a CUDA graph
     cannot capture; a number read back is a wait for the device."""
-    operators = StepOperators()
+    operators = Dispatched()
     with operators:  # the unknown-word penalty, trigram blocking and the suppressed <s> all apply
         generate(system, system.make_sample(COUNTS, seed=2), operators.runner, unk_penalty=-1.0,
                  **BEAM_SETTINGS["lenpen-trigrams"])
