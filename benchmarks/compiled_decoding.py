@@ -6,7 +6,7 @@ on each layer.
 the plugin did before: fairseq keys each attention's cached state by a random id per module,
 torch.compile guards on it, so each layer compiles graphs of its own on the one code object of
 the layer class, until torch's recompile limit (8) sends the other calls to eager.
-``shared``: ``generation.compiled_layers`` (the layers see their state under the same keys, so
+``shared``: ``modules.compiled_layers`` (the layers see their state under the same keys, so
 one set of graphs serves the stack). Each row builds a fresh PageSum model of that depth,
 resets torch.compile's caches, runs one eager search, then the first compiled search (which
 pays the compilation) and the next ones (best of ``--repeats``). ``profiling.CountedGraphs``
@@ -23,7 +23,7 @@ import torch._dynamo
 from benchmarks.common import CPU_TINY, BART_LARGE, add_device_args, build_model, describe_device, markdown_table, \
     paged_source, start
 from pagesum_plugin.generation import PageSumSequenceGenerator
-from pagesum_plugin.generation.compiled_layers import compile_decoder_layers
+from pagesum_plugin.modules.compiled_layers import compile_decoder_layers
 from pagesum_plugin.profiling import CountedGraphs, best_seconds, count_calls
 
 

@@ -31,6 +31,8 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
                                                                "+ bool dropout masks", "The same, against before",
                                                                "one encoder + decoder layer", "cross-attention",
                                                                "Step time at 2 layers"]),
+    "compiled_training": (["--device", "cpu", "--layers", "2", "--repeats", "1"],
+                          ["eager: operators / step", "compiled: operators outside", "gradient error"]),
     "step_operators": (["--layers", "2", "--steps", "3"], ["step loop: operators / step",
                                                             "fixed shapes: outside it"]),
     "decoding_syncs": (["--steps", "4"], ["pagesum_plugin/generation/search_loop.py", "fairseq's loop",

@@ -64,6 +64,7 @@ HOST_SECONDS_PER_OP = 14e-6  # one eager operator launched from Python (H100 vis
 MATMUL_EFFICIENCY = 0.25  # of the bf16 dense peak, for fairseq training at these shapes (H100 visit: 10-25 % MFU)
 BANDWIDTH_EFFICIENCY = 0.6  # of the memory bandwidth, for copies and attention reads
 GPU_MEMORY_BYTES = 80e9  # an H100's: where a throughput row's batches stop
+COMPILE_SECONDS = 60.0  # inductor compiling an encoder and a decoder layer, forward and backward (a guess: unmeasured)
 DECODER_STEP_OPS = (150, 125)  # one beam-search step: fixed + per decoder layer (counted: 1623 at 12 layers)
 TRAINING_PASS_OPS = (200, 430)  # forward + backward: fixed + per encoder/decoder layer pair (5367 at 12)
 OPTIMIZER_OPS_PER_TENSOR = 15  # fairseq's bf16 wrapper and Adam, per weight tensor

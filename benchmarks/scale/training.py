@@ -7,6 +7,7 @@ import contextlib
 import logging
 import sys
 import tempfile
+import time
 import warnings
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -26,7 +27,8 @@ from benchmarks.scale.kernels import AttentionKernels
 from benchmarks.scale.oom import unless_oom
 from benchmarks.scale.tables import GB, gigabytes, keyed, not_run, number, peak_text, section, verdict
 from pagesum_plugin.checkpoints import builder
-from pagesum_plugin.profiling import PeakMemory, peak_memory
+from pagesum_plugin.modules.compiled_layers import compile_model_layers
+from pagesum_plugin.profiling import PeakMemory, peak_memory, synchronize
 
 MEMORY_GOAL = 12 * GB  # reserved by one update of PageSum-large at 20 x 1024 + 1,024 summary tokens
 LINEAR_SLACK = 1.25  # PageSum's growth counts as linear up to 1.25x the page ratio
@@ -298,7 +300,7 @@ def doubling(largest: int) -> List[int]:
 
 def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
     """Every batch up to the first that the memory model says runs out of memory, which costs a
-    forward pass or so."""
+    forward pass or so, eager and compiled, and the compilation."""
     updates = costs.Cost()
     for batch in doubling(s["max_batch"]):
         update = costs.training_pass(size, batch, s["pages"], s["page_len"], s["tgt_len"], optimizer=True)
@@ -307,28 +309,44 @@ def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
             updates += update.times(1 / 3)
             break
         updates += update.times(s["repeats"] + 2)
-    return costs.start() + costs.build(size) + updates
+    return costs.start() + costs.build(size) + updates.times(2) + costs.Cost(fixed=costs.COMPILE_SECONDS)
 
 
 def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
+    """Every batch up to the first OOM with the layers eager, then again with every layer
+    compiled (``--compile-layers``: inductor on CUDA, ``aot_eager`` on the CPU), its first
+    update's time (the compilation) recorded."""
     dictionary, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype)
     counts, layers = costs.matmul_weights(model), len(model.encoder.layers)
     d = model.encoder.embed_tokens.embedding_dim
     formula = costs.flops_formula(counts, layers, d, s["pages"], s["page_len"], s["tgt_len"])
     records = []
-    for batch in doubling(s["max_batch"]):
-        inputs = training_batch(dictionary, batch, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
-        measured = measure_update(update_step(model, optimizer, *inputs, dictionary.pad()), model, optimizer,
-                                  ctx.device, s["repeats"])
-        del inputs
-        print(f"row 3: batch {batch}: {measured}", file=sys.stderr, flush=True)
-        record = {"system": "PageSum", "point": [batch], "batch": batch, "formula": formula,
-                  "source_tokens": batch * s["pages"] * s["page_len"], "status": "oom" if measured is None else "ok"}
-        records.append(record)
-        if measured is None:
-            break  # the first OOM: a larger batch cannot fit
-        flops = costs.training_flops(counts, layers, d, batch, s["pages"], s["page_len"], s["tgt_len"])
-        record.update(measured, flops=flops, mfu=ctx.peaks.flops and flops / measured["update_s"] / ctx.peaks.flops)
+    for compiled in (False, True):
+        compile_s = None
+        if compiled:
+            compile_model_layers(model, "inductor" if ctx.device.type == "cuda" else "aot_eager")
+            inputs = training_batch(dictionary, 1, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
+            started = time.perf_counter()
+            unless_oom(update_step(model, optimizer, *inputs, dictionary.pad()), ctx.device)
+            synchronize(ctx.device)
+            compile_s = time.perf_counter() - started
+            optimizer.zero_grad()
+            del inputs
+        for batch in doubling(s["max_batch"]):
+            inputs = training_batch(dictionary, batch, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
+            measured = measure_update(update_step(model, optimizer, *inputs, dictionary.pad()), model, optimizer,
+                                      ctx.device, s["repeats"])
+            del inputs
+            variant = "compiled" if compiled else "eager"
+            print(f"row 3: {variant} layers, batch {batch}: {measured}", file=sys.stderr, flush=True)
+            record = {"system": f"PageSum, {variant} layers", "point": [batch], "batch": batch, "formula": formula,
+                      "layers": variant, "compile_s": compile_s,
+                      "source_tokens": batch * s["pages"] * s["page_len"], "status": "oom" if measured is None else "ok"}
+            records.append(record)
+            if measured is None:
+                break  # the first OOM: a larger batch cannot fit
+            flops = costs.training_flops(counts, layers, d, batch, s["pages"], s["page_len"], s["tgt_len"])
+            record.update(measured, flops=flops, mfu=ctx.peaks.flops and flops / measured["update_s"] / ctx.peaks.flops)
     return records
 
 
@@ -338,32 +356,39 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
     s, device = settings_of(measurements[0], runs)
     run = runs[measurements[0]["run"]]
     goal = f"MFU >= {MFU_GOAL:.0%} at the largest batch"
-    rows, largest = [], None
-    for m in sorted(measurements, key=lambda m: m["batch"]):
-        cells = [m["batch"], m["source_tokens"]]
-        if m["status"] != "ok":
-            rows.append(cells + [not_run(m)] * 8 + [goal, "-"])
+    rows = []
+    for variant in ("eager", "compiled"):  # the first GPU visit's records: eager layers only
+        variant_rows, largest = [], None
+        for m in sorted((m for m in measurements if m.get("layers", "eager") == variant), key=lambda m: m["batch"]):
+            cells = [variant, m["batch"], m["source_tokens"]]
+            if m["status"] != "ok":
+                variant_rows.append(cells + [not_run(m)] * 8 + [goal, "-"])
+                continue
+            mfu = m.get("mfu")
+            rate = m["flops"] / m["update_s"] / 1e12
+            variant_rows.append(cells + [number(m["update_s"]), number(m["flops"] / 1e12), number(rate),
+                                         "-" if mfu is None else f"{mfu:.1%}", gigabytes(m["allocated"]),
+                                         gigabytes(m["reserved"]), gigabytes(m["device"]), goal, "-"])
+            largest = (len(variant_rows) - 1, mfu)
+        if not variant_rows:
             continue
-        mfu = m.get("mfu")
-        rate = m["flops"] / m["update_s"] / 1e12
-        rows.append(cells + [number(m["update_s"]), number(m["flops"] / 1e12), number(rate),
-                             "-" if mfu is None else f"{mfu:.1%}", gigabytes(m["allocated"]),
-                             gigabytes(m["reserved"]), gigabytes(m["device"]), goal, "-"])
-        largest = (len(rows) - 1, mfu)
-    if largest is None:
-        rows[-1][-1] = verdict(False, device)  # not even batch 1 fits
-    else:
-        index, mfu = largest
-        rows[index][-1] = verdict(None if mfu is None else mfu >= MFU_GOAL, device, "--peak-tflops")
-    stop = "the first OOM" if measurements[-1]["status"] != "ok" else f"--max-batch {s['max_batch']}"
+        if largest is None:
+            variant_rows[-1][-1] = verdict(False, device)  # not even batch 1 fits
+        else:
+            index, mfu = largest
+            variant_rows[index][-1] = verdict(None if mfu is None else mfu >= MFU_GOAL, device, "--peak-tflops")
+        rows += variant_rows
+    compiled = [m for m in measurements if m.get("compile_s") is not None]
+    compile_note = f" Compiled: the first update, which compiles, took {compiled[0]['compile_s']:.1f} s." \
+        if compiled else ""
     peak = run["peaks"]["flops"]
     caption = (
         f"Row 3, training throughput: PageSum, {s['pages']} pages of {s['page_len']} tokens, {s['tgt_len']}-token "
-        f"summary, {run['dtype']}, no checkpointing, the update of row 1; batches doubled up to {stop}; MFU at every "
-        f"batch. {measurements[0]['formula']}. MFU = FLOPs / update s / {peak_text(peak, 'TFLOP/s', 'peak')}. Update "
-        f"s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included."
+        f"summary, {run['dtype']}, no checkpointing, the update of row 1, with the layers eager and with every layer "
+        f"compiled (--compile-layers); batches doubled up to the first OOM or --max-batch {s['max_batch']}; MFU at "
+        f"every batch. {measurements[0]['formula']}. MFU = FLOPs / update s / {peak_text(peak, 'TFLOP/s', 'peak')}. "
+        f"Update s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included.{compile_note}"
     )
-    header = ["batch", "source tokens", "update s", "TFLOP/update", "TFLOP/s", "MFU", "peak allocated GB",
+    header = ["layers", "batch", "source tokens", "update s", "TFLOP/update", "TFLOP/s", "MFU", "peak allocated GB",
               "peak reserved GB", "peak on the GPU GB", "goal", "verdict"]
     return [section(caption, header, rows)]
-

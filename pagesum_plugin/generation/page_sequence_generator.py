@@ -20,7 +20,7 @@ generator adds what summarization with PageSum needs on top:
   fixed (``generation/static_search.py``); ``decoding="eager"`` (``--eager-decoding``) runs
   the step loop instead, as a search that fixed shapes cannot express does, saying why;
 * optionally (``compile_decoder``), every decoder layer runs compiled by ``torch.compile``,
-  all layers sharing their graphs (``generation/compiled_layers.py``);
+  all layers sharing their graphs (``modules/compiled_layers.py``);
 * the model is told the beam size for every search, beam 1 included, so that a
   PageSum model keeps one copy of each page's encoder output per example, never per beam,
   and the search's length, to which the decoder preallocates its self-attention cache.
@@ -37,7 +37,7 @@ from torch import Tensor
 
 from ..modules.decoder_self_attention import set_cache_beams, set_cache_length
 from ..modules.page_mixing import real_pages
-from .compiled_layers import compile_decoder_layers
+from ..modules.compiled_layers import compile_decoder_layers
 from .contract import check_models
 from .ngram_blocking import NoRepeatNGramBlocker
 from .search_loop import SearchLoop

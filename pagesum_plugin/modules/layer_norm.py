@@ -18,8 +18,9 @@ bit, so every gradient is the one of the layer norm kept; a handle refuses to co
 its input or parameters were changed in place, as autograd refuses to use a modified saved
 tensor. Nothing is recorded without gradients (decoding), under autocast (the consumers then
 keep a cast copy, not the output), with ``reference = True`` (benchmarks and equivalence tests:
-``reference_attention``), or inside another saved-tensors hook (such as torch's
-``save_on_cpu``), whose choice of what to keep then stands. The parameters keep their names:
+``reference_attention``), inside another saved-tensors hook (such as torch's ``save_on_cpu``),
+whose choice of what to keep then stands, or in a layer compiled by ``torch.compile``, whose
+partitioner chooses what backward computes again. The parameters keep their names:
 checkpoints do not change.
 """
 
@@ -44,6 +45,8 @@ class RecomputedLayerNorm(nn.LayerNorm):
 
     def forward(self, x: Tensor) -> Tensor:
         y = super().forward(x)  # (..., dim)
+        if torch.compiler.is_compiling():  # a compiled layer: its partitioner decides what backward recomputes
+            return y
         outputs: Optional[NormOutputs] = getattr(_recording, "outputs", None)
         if (outputs is not None and not self.reference and y.requires_grad
                 and not torch.is_autocast_enabled(x.device.type)):

@@ -5,12 +5,15 @@ choose how they become pages, defaulting to the view recorded in the corpus's me
 """
 
 import argparse
+import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass, field, replace
 from typing import Dict, Optional
 
 from fairseq import metrics
+from fairseq.dataclass import ChoiceEnum
 from fairseq.data import Dictionary
 from fairseq.tasks import register_task
 from omegaconf import II
@@ -25,12 +28,16 @@ from ..generation import PageSumSequenceGenerator
 from ..generation.contract import model_name
 from ..generation.defaults import GenerationDefaults, for_dataset
 from ..generation.outputs import InputOrderFile, page_weights_record
+from ..modules.compiled_layers import compile_model_layers
 from .one_dictionary import OneDictionaryConfig, OneDictionaryTask
 
 logger = logging.getLogger(__name__)
 
 ROUGE_METRICS = ("rouge1", "rouge2", "rougeLsum")
 LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeLsum": "ROUGE-Lsum"}
+
+
+COMPILE_LAYERS_CHOICES = ChoiceEnum(["auto", "on", "off"])
 
 
 @dataclass
@@ -94,6 +101,12 @@ class PagedSummarizationConfig(OneDictionaryConfig):
         metadata={"help": "run every decoding step operator by operator (the step loop), not as one captured CUDA "
                   "graph per step, which is the default on CUDA; summarize(decoding='eager') is the same"},
     )
+    compile_layers: COMPILE_LAYERS_CHOICES = field(
+        default="auto",
+        metadata={"help": "train with every encoder and decoder layer compiled by torch.compile, each stack sharing "
+                  "one set of graphs (modules/compiled_layers.py): on, off, or auto (on when the model is on CUDA); "
+                  "the first update pays the compilation, and its time is logged"},
+    )
     seed: int = II("common.seed")
     gen_subset: str = II("dataset.gen_subset")  # the split whose outputs fairseq-generate writes
 
@@ -122,6 +135,7 @@ class PagedSummarizationTask(OneDictionaryTask):
         self._outputs = {}
         self._hypotheses: Dict[int, str] = {}  # fairseq-generate's best hypotheses so far, by input index
         self._rouge_generator = None
+        self._first_update: Optional[float] = None  # when the layers were compiled: the first update is timed
 
     def decoding_defaults(self, system: str = "") -> GenerationDefaults:
         """Every decoding setting of this task for the registered model ``system``: its dataset's
@@ -156,6 +170,36 @@ class PagedSummarizationTask(OneDictionaryTask):
 
     def max_positions(self):
         return (None, None)  # pages and summaries are truncated, never filtered out
+
+    # ---- training ---------------------------------------------------------------------
+
+    def begin_epoch(self, epoch, model):
+        """Before the first epoch, compile the model's layers for training where
+        ``--compile-layers`` says so (the model fairseq-train built, before its first update)."""
+        super().begin_epoch(epoch, model)
+        setting = str(self.cfg.compile_layers)
+        on_cuda = next(model.parameters()).is_cuda
+        if self._first_update is None and (setting == "on" or (setting == "auto" and on_cuda)):
+            compiled = compile_model_layers(model)
+            if compiled:
+                logger.info(f"--compile-layers {setting}: {compiled} layers compiled by torch.compile (inductor), "
+                            "each stack sharing its graphs; the first update compiles them")
+                self._first_update = 0.0
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        with self.first_update_timed():
+            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    @contextlib.contextmanager
+    def first_update_timed(self):
+        """Logs the time of the first update after the layers were compiled: the compilation's."""
+        if self._first_update != 0.0:
+            yield
+            return
+        started = time.perf_counter()
+        yield
+        self._first_update = time.perf_counter() - started
+        logger.info(f"the first update, compiling the layers, took {self._first_update:.1f} s")
 
     @property
     def codec(self) -> TextCodec:

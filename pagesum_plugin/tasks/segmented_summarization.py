@@ -123,6 +123,10 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
             }
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        with self.first_update_timed():
+            return self._train_segments(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def _train_segments(self, sample, model, criterion, optimizer, update_num, ignore_grad):
         model.train()
         model.set_num_updates(update_num)
         memory = SegmentMemory()

@@ -1,4 +1,11 @@
-"""Decoder layers compiled by ``torch.compile``, every layer of a stack sharing one set of graphs.
+"""Layers compiled by ``torch.compile``, every layer of a stack sharing one set of graphs: the
+decoder's for decoding (``--compile-decoder``), the encoder's and the decoder's for training
+(``--compile-layers``).
+
+In training, the layers of a stack have the same code and shapes: torch.compile traces the
+parameters as inputs, so one forward graph and one backward graph serve the whole stack. A
+compiled layer keeps nothing for the plugin's layer-norm recomputation
+(``modules/layer_norm.py``): the compiler's partitioner decides what backward computes again.
 
 fairseq's attention modules keep their decoding state in the search's ``incremental_state``
 dict under keys made of a random id per module (``FairseqIncrementalState``). torch.compile
@@ -13,7 +20,7 @@ the layer see the dict as it always was.
 """
 
 import inspect
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 from fairseq.incremental_decoding_utils import FairseqIncrementalState
@@ -22,18 +29,33 @@ from torch import nn
 STATE_ID = "layer_state_{}"  # a stateful module's id inside a compiled call: its place among the layer's
 
 
-def compile_decoder_layers(model: nn.Module, backend: Union[str, Callable] = "inductor") -> None:
+def compile_decoder_layers(model: nn.Module, backend: Union[str, Callable] = "inductor") -> int:
     """Compile each decoder layer with ``torch.compile`` (in place; once per model): a
     decoding step's attention and feed-forward run as fused kernels, with the cache's length
     a symbolic size, so that a search compiles once rather than once per step, and once for
     the stack rather than once per layer. The decoder's bookkeeping around the layers (page
     layout, mixing, beam reordering) stays eager. The first search pays the compilation
-    (BENCHMARKS.md)."""
-    for layer in model.decoder.layers:
+    (BENCHMARKS.md). Returns how many layers were compiled now."""
+    return compile_layers(model.decoder.layers, backend)
+
+
+def compile_model_layers(model: nn.Module, backend: Union[str, Callable] = "inductor") -> int:
+    """Compile every encoder and decoder layer of ``model`` (in place; once per model), for
+    training: embeddings, page mixing, the output projection and the loss stay eager. Returns
+    how many layers were compiled now."""
+    return compile_layers([*model.encoder.layers, *model.decoder.layers], backend)
+
+
+def compile_layers(layers: Iterable[nn.Module], backend: Union[str, Callable] = "inductor") -> int:
+    """Compile each of ``layers`` (those not compiled yet), with dynamic shapes."""
+    compiled = 0
+    for layer in layers:
         if getattr(layer, "_compiled_call_impl", None) is None:
             # nn.Module's __call__ runs _compiled_call_impl when it is set (as Module.compile sets it)
             layer._compiled_call_impl = SharedGraphCall(layer, torch.compile(layer._call_impl, dynamic=True,
                                                                              backend=backend))
+            compiled += 1
+    return compiled
 
 
 class SharedGraphCall:
@@ -53,8 +75,14 @@ class SharedGraphCall:
     def __call__(self, *args, **kwargs):
         call = self.signature.bind(*args, **kwargs)
         state = call.arguments.get("incremental_state")
-        if state is None:  # training or a full forward pass: no keys to translate
-            return self.compiled(*args, **kwargs)
+        if state is None:  # training or a full forward pass: no keys to translate, but fairseq reads the ids
+            for module, _, local_id in self.stateful:
+                module._incremental_state_id = local_id
+            try:
+                return self.compiled(*args, **kwargs)
+            finally:
+                for module, real_id, _ in self.stateful:
+                    module._incremental_state_id = real_id
         renamed = [(key, _renamed(key, self.local_id)) for key in state]
         local = {new: state.pop(key) for key, new in renamed if new is not None}
         call.arguments["incremental_state"] = local

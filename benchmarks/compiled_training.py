@@ -1,0 +1,123 @@
+"""A training step with every encoder and decoder layer compiled (``--compile-layers``,
+``modules/compiled_layers.py``) against the eager one: the operators the host still launches
+outside the compiled graphs, the graphs a stack shares, the loss and gradients, and the time.
+
+A step is forward, a cross-entropy loss over the summary and backward, of PageSum at each
+depth of ``--layers`` (tiny widths on the CPU, ``bart.large``'s on CUDA in bf16). Operators
+launched: the top-level ATen operators torch's profiler records outside every compiled region
+(in backward too), after two warm-up steps; on the CPU the layers compile through
+``aot_eager`` (no code is generated, so the times say nothing), on CUDA through inductor.
+
+    python -m benchmarks.compiled_training --device cpu
+"""
+
+import argparse
+import time
+from typing import Callable, Dict
+
+import torch
+
+from benchmarks.common import (BART_LARGE, CPU_TINY, ModelSize, add_device_args, best_seconds, build_model,
+                               describe_device, markdown_table, paged_source, start, summary_io)
+from pagesum_plugin.modules.compiled_layers import compile_model_layers
+from pagesum_plugin.profiling import CountedGraphs
+
+
+def launched_outside_compiled(step: Callable[[], None]) -> int:
+    """Top-level ATen operators that ``step`` runs outside every compiled region."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        step()
+    count = 0
+    for event in profile.events():
+        if not event.name.startswith("aten::"):
+            continue
+        parent, top, compiled = event.cpu_parent, True, False
+        while parent is not None:
+            top &= not parent.name.startswith("aten::")
+            compiled |= "Compiled" in parent.name  # "Torch-Compiled Region", "CompiledFunction(Backward)"
+            parent = parent.cpu_parent
+        count += top and not compiled
+    return count
+
+
+def training_step(model, src_tokens, target, prev_output_tokens, pad: int) -> Callable[[], torch.Tensor]:
+    """Forward, the summary's cross entropy (fp32), backward; returns the loss."""
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        logits, _ = model(src_tokens, None, prev_output_tokens)  # (batch, tgt_len, vocab)
+        loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), target, ignore_index=pad)
+        loss.backward()
+        return loss.detach()
+
+    return step
+
+
+def measure(args, layers: int, device, dtype) -> Dict[str, object]:
+    base = BART_LARGE if device.type == "cuda" else CPU_TINY
+    size = ModelSize(base.embed_dim, base.ffn_dim, layers, base.heads, base.vocab_words)
+    torch.manual_seed(args.seed)
+    task, model = build_model("pagesum_bart_large", size, "--max-source-positions", str(args.page_len), dropout=0.0)
+    model.to(device=device, dtype=dtype).train()
+    generator = torch.Generator().manual_seed(args.seed)
+    src = paged_source(task.dictionary, args.batch, args.pages, args.page_len, generator).to(device)
+    target, prev = (t.to(device) for t in summary_io(task.dictionary, args.batch, args.tgt_len, generator))
+    step = training_step(model, src, target, prev, task.dictionary.pad())
+    eager_loss = step()
+    eager_grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    eager_ops = launched_outside_compiled(step)
+    eager_s = best_seconds(step, device, args.repeats)
+
+    counted = CountedGraphs("inductor" if device.type == "cuda" else "aot_eager")
+    torch._dynamo.reset()
+    compile_model_layers(model, counted)
+    started = time.perf_counter()
+    step()  # compiles the graphs
+    compile_s = time.perf_counter() - started
+    compiled_loss = step()
+    grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    scale = max(float(g.abs().max()) for g in eager_grads.values())
+    grad_error = max(float((grads[name] - g).abs().max()) for name, g in eager_grads.items()) / scale
+    compiled_ops = launched_outside_compiled(step)
+    compiled_s = best_seconds(step, device, args.repeats)
+    return {"layers": layers, "eager ops": eager_ops, "compiled ops": compiled_ops, "graphs": len(counted.calls),
+            "loss error": abs(float(compiled_loss) - float(eager_loss)) / abs(float(eager_loss)),
+            "grad error": grad_error, "compile s": compile_s, "eager s": eager_s, "compiled s": compiled_s}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_device_args(parser)
+    parser.add_argument("--layers", type=int, nargs="+", default=[2, 6, 12], help="encoder = decoder layers")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--pages", type=int, default=3)
+    parser.add_argument("--page-len", type=int, help="tokens per page (default: 32 on the CPU, 1024 on CUDA)")
+    parser.add_argument("--tgt-len", type=int, help="summary tokens (default: 8 on the CPU, 256 on CUDA)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    cuda = args.device == "cuda"
+    args.page_len = args.page_len or (1024 if cuda else 32)
+    args.tgt_len = args.tgt_len or (256 if cuda else 8)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device, dtype = start(args)
+    print(f"Machine: {describe_device(device)}. PageSum in {str(dtype).split('.')[-1]}, batch {args.batch}, "
+          f"{args.pages} pages of {args.page_len} tokens, {args.tgt_len}-token summaries; a training step: forward, "
+          f"loss, backward. Operators: top-level ATen operators outside compiled regions; errors relative (the "
+          f"gradients' to the largest); times: best of {args.repeats}.\n")
+    rows = []
+    for layers in args.layers:
+        m = measure(args, layers, device, dtype)
+        rows.append([layers, m["eager ops"], m["compiled ops"], f"{m['eager ops'] / m['compiled ops']:.1f}x",
+                     m["graphs"], f"{m['loss error']:.1e}", f"{m['grad error']:.1e}", f"{m['compile s']:.1f}",
+                     f"{m['eager s']:.4f}", f"{m['compiled s']:.4f}"])
+    print(markdown_table(["layers", "eager: operators / step", "compiled: operators outside", "fewer", "graphs",
+                          "loss error", "gradient error", "first compiled step s", "eager step s",
+                          "compiled step s"], rows))
+
+
+if __name__ == "__main__":
+    main()
