@@ -78,3 +78,12 @@ def test_predicted_peak_is_within_15_percent_of_the_measured_one(index):
     BART, bf16 under fairseq's wrapper, and activation checkpointing."""
     step = VALIDATION[index]
     assert abs(error(step, measured_peak(step, "cpu"))) <= 0.15
+
+
+def test_the_memory_efficient_wrapper_holds_no_fp32_copy_of_the_weights_or_their_gradients():
+    """fairseq's --memory-efficient-bf16 updates the bf16 weights in place: 8 bytes a weight less."""
+    _, arch = architecture("pagesum_bart_large")
+    kept = Step("pagesum", arch, 20, 1024, 1024, dtype="bf16", checkpointing=True, optimizer="adafactor")
+    dropped = replace(kept, master_weights=False)
+    assert predict(kept).weights - predict(dropped).weights == 8 * parameters(kept)
+    assert predict(replace(kept, dtype="fp32")).weights == predict(replace(dropped, dtype="fp32")).weights

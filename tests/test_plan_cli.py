@@ -28,9 +28,9 @@ def test_the_longest_input_fits_and_one_more_unit_fits_no_setting(system):
     base = Step(system, arch, 1, 1024, 512, batch=2)
     units, chosen = best_fit(system, base, 16 * GB, 1024, cap=200)
     assert 0 < units < 200 and predict(chosen).peak <= 16 * GB
-    for dtype, checkpointing, optimizer in SETTINGS:
-        longer = step_for(system, replace(base, dtype=dtype, checkpointing=checkpointing, optimizer=optimizer),
-                          units + 1, 1024)
+    for dtype, checkpointing, optimizer, masters in SETTINGS:
+        longer = step_for(system, replace(base, dtype=dtype, checkpointing=checkpointing, optimizer=optimizer,
+                                          master_weights=masters), units + 1, 1024)
         assert predict(longer).peak > 16 * GB
 
 

@@ -186,12 +186,16 @@ def step_bytes(weight_bytes: float, layers: int, d: int, element: int, batch: in
             "self cache": (1 + (layers - 1) * pages) * 2 * batch * beam * length * d * element}
 
 
+def memory_architecture(size: ModelSize) -> Architecture:
+    """``size`` as the memory model describes an architecture."""
+    return Architecture(size.layers, size.embed_dim, size.ffn_dim, size.heads, padded_vocab(size))
+
+
 def training_peak_bytes(size: ModelSize, element: int, batch: int, pages: int, page_len: int, tgt_len: int) -> float:
     """The memory model's peak of a training update of PageSum of ``size`` with fairseq's Adam,
     in 16-bit where ``element`` is 2, else fp32."""
-    arch = Architecture(size.layers, size.embed_dim, size.ffn_dim, size.heads, padded_vocab(size))
-    step = Step("pagesum", arch, pages, page_len, tgt_len, batch=batch, dtype="bf16" if element == 2 else "fp32",
-                optimizer="adam")
+    step = Step("pagesum", memory_architecture(size), pages, page_len, tgt_len, batch=batch,
+                dtype="bf16" if element == 2 else "fp32", optimizer="adam")
     return predict(step).peak
 
 

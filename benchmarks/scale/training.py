@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-from fairseq.optim.fp16_optimizer import FP16Optimizer
+from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 from torch.nn.attention import sdpa_kernel
 
 from benchmarks import memory_scaling
@@ -27,6 +27,7 @@ from benchmarks.scale.kernels import AttentionKernels
 from benchmarks.scale.oom import unless_oom
 from benchmarks.scale.tables import GB, gigabytes, keyed, not_run, number, peak_text, section, verdict
 from pagesum_plugin.checkpoints import builder
+from pagesum_plugin.memory.model import Step, predict
 from pagesum_plugin.modules.compiled_layers import compile_model_layers
 from pagesum_plugin.profiling import PeakMemory, peak_memory, synchronize
 
@@ -41,8 +42,10 @@ MFU_GOAL = 0.40
 def build_trainable(size: ModelSize, page_len: int, device: torch.device, dtype: torch.dtype, *flags: str):
     """(dictionary, model, optimizer): PageSum of ``size`` in ``dtype``, in training mode, and
     the optimizer fairseq-train builds for ``--bf16 --optimizer adam`` (``flags`` may name
-    another): ``FP16Optimizer`` (fp32 master weights and gradients) around ``FairseqAdam``. ``common.build_model`` keeps
-    fairseq's parsed options to itself; the optimizer is built from them."""
+    another, and ``--memory-efficient-bf16``): ``FP16Optimizer`` (fp32 master weights and
+    gradients) around ``FairseqAdam``, or ``MemoryEfficientFP16Optimizer`` (none). The
+    optimizer is built from fairseq's parsed options, which ``common.build_model`` keeps to
+    itself."""
     with tempfile.TemporaryDirectory() as data_dir:
         builder.dictionary_directory(make_dictionary(size), data_dir)
         fairseq_args, task, model = builder.build_model(
@@ -53,7 +56,8 @@ def build_trainable(size: ModelSize, page_len: int, device: torch.device, dtype:
     with warnings.catch_warnings():  # hydra's deprecation notices
         warnings.simplefilter("ignore")
         cfg = convert_namespace_to_omegaconf(fairseq_args)
-    optimizer = FP16Optimizer.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+    wrapper = MemoryEfficientFP16Optimizer if "--memory-efficient-bf16" in flags else FP16Optimizer
+    optimizer = wrapper.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
     return task.dictionary, model, optimizer
 
 
@@ -85,7 +89,7 @@ def measure_update(step: Callable[[], None], model, optimizer, device: torch.dev
                 step()
             seconds = best_seconds(step, device, repeats, warmup=0)
             optimizer.zero_grad()  # held before an update: weights, master weights and gradients, Adam's moments
-            masters = optimizer.fp32_params  # a list: fairseq does not flatten bf16 master weights
+            masters = getattr(optimizer, "fp32_params", [])  # a list (fairseq keeps bf16 masters apart); none
             peak = peak_memory(step, device, [model, optimizer.optimizer, *masters, *(p.grad for p in masters)])
             return {**memory_fields(peak, device), "update_s": seconds}
         finally:
@@ -106,10 +110,10 @@ def memory_fields(peak: PeakMemory, device: torch.device) -> Dict[str, Optional[
 def optimizer_bytes(model, optimizer) -> Dict[str, int]:
     """What an update starts from, by kind; a storage counts once, under its first kind (an
     fp32 model's master weights are its own weights: ``p.float()`` does not copy)."""
-    masters = optimizer.fp32_params
+    masters = getattr(optimizer, "fp32_params", [])  # none under the memory-efficient wrapper
     moments = [t for state in optimizer.optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
     kinds = {"weights": list(model.parameters()), "fp32 master": masters,
-             "fp32 gradients": [p.grad for p in masters], "Adam moments": moments}
+             "fp32 gradients": [p.grad for p in masters], "optimizer state": moments}
     held, counted = {}, []
     for kind, tensors in kinds.items():
         before = tensor_bytes(counted)
@@ -142,7 +146,13 @@ def memory_groups(args: argparse.Namespace) -> List[Group]:
                   memory_cost)]
 
 
-OPTIMIZERS = ("adam", "adamw_torch")  # row 1: fairseq's Adam, and the project's fused AdamW beside it
+# row 1's optimizers: fairseq's Adam, the project's fused AdamW, and Adafactor (the HEPOS and PageSum authors')
+# under fairseq's memory-efficient bf16 wrapper, which keeps no fp32 copy; each with its goal (reserved bytes)
+OPTIMIZERS = {
+    "adam": (("--optimizer", "adam"), MEMORY_GOAL),
+    "adamw_torch": (("--optimizer", "adamw_torch"), 11 * GB),
+    "adafactor": (("--optimizer", "adafactor", "--memory-efficient-bf16"), 8 * GB),
+}
 
 
 def memory_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
@@ -151,47 +161,63 @@ def memory_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
     return costs.start() + (costs.build(size) + update.times(s["repeats"] + 2)).times(len(OPTIMIZERS))
 
 
+def predicted_peak(size: ModelSize, dtype: torch.dtype, s: Dict, name: str) -> float:
+    """What the memory model (``pagesum-plan``) predicts for row 1's update with ``name``."""
+    flags = OPTIMIZERS[name][0]
+    step = Step("pagesum", costs.memory_architecture(size), s["pages"], s["page_len"], s["tgt_len"],
+                dtype="fp32" if dtype == torch.float32 else "bf16", checkpointing=True,
+                optimizer="adafactor" if name == "adafactor" else "adamw_torch" if name == "adamw_torch" else "adam",
+                master_weights="--memory-efficient-bf16" not in flags)
+    return predict(step).peak
+
+
 def measure_memory(s: Dict, ctx: Context) -> List[Dict]:
     records = []
-    for name in OPTIMIZERS:
+    for name, (flags, goal) in OPTIMIZERS.items():
         dictionary, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype,
-                                                       "--checkpoint-activations", "--optimizer", name)
+                                                       "--checkpoint-activations", *flags)
         inputs = training_batch(dictionary, 1, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
         kernels = AttentionKernels(model)
         measured = measure_update(update_step(model, optimizer, *inputs, dictionary.pad()), model, optimizer,
                                   ctx.device, s["repeats"], kernels)
-        print(f"row 1: {s['pages']} pages, --optimizer {name}: {measured}", file=sys.stderr, flush=True)
+        print(f"row 1: {s['pages']} pages, {' '.join(flags)}: {measured}", file=sys.stderr, flush=True)
         records.append({"system": "PageSum", "point": [s["pages"]], "status": "oom" if measured is None else "ok",
                         "held": optimizer_bytes(model, optimizer), "kernels": kernels.describe(),
                         "optimizer": f"{type(optimizer).__name__} ({type(optimizer.optimizer).__name__})",
-                        **(measured or {})})
+                        "flags": " ".join(flags), "goal": goal,
+                        "predicted": predicted_peak(ctx.size, ctx.dtype, s, name), **(measured or {})})
         del model, optimizer, inputs
         free_memory(ctx.device)
     return records
 
 
 def render_memory(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
-    header = ["pages", "source tokens", "summary tokens", "held GB", "peak allocated GB", "peak reserved GB",
-              "peak on the GPU GB", "update s", "goal", "verdict"]
-    goal = f"reserved <= {MEMORY_GOAL / GB:.0f} GB (AWESOME paper: HF PageSum 24.9 GB)"
+    header = ["pages", "source tokens", "summary tokens", "held GB", "predicted peak GB", "peak allocated GB",
+              "peak reserved GB", "peak on the GPU GB", "update s", "goal", "verdict"]
     sections = []
     for m in measurements:
         s, device = settings_of(m, runs)
+        limit = m.get("goal", MEMORY_GOAL)  # the first GPU visit's records: Adam's goal
+        goal = f"reserved <= {limit / GB:.0f} GB" + (" (AWESOME paper: HF PageSum 24.9 GB)" if limit == MEMORY_GOAL
+                                                       else "")
+        predicted = gigabytes(m["predicted"]) if "predicted" in m else "-"
         row = [s["pages"], s["pages"] * s["page_len"], s["tgt_len"]]
         if m["status"] != "ok":
-            row += [not_run(m)] * 5 + [goal, verdict(False, device)]
+            row += ["-", predicted] + [not_run(m)] * 4 + [goal, verdict(False, device)]
         else:
             judged = m["reserved"] if m["reserved"] is not None else m["allocated"]
-            row += [gigabytes(m["before"]), gigabytes(m["allocated"]), gigabytes(m["reserved"]),
-                    gigabytes(m["device"]), number(m["update_s"]), goal, verdict(judged <= MEMORY_GOAL, device)]
+            row += [gigabytes(m["before"]), predicted, gigabytes(m["allocated"]), gigabytes(m["reserved"]),
+                    gigabytes(m["device"]), number(m["update_s"]), goal, verdict(judged <= limit, device)]
+        flags = f" ({m['flags']})" if "flags" in m else ""
         caption = (
             f"Row 1, training peak memory: PageSum, batch 1, {runs[m['run']]['dtype']} model, activation "
             f"checkpointing (fairseq's checkpoint_wrapper on every layer), one update: forward, loss, backward, "
-            f"{m['optimizer']} step. Held before the update: "
+            f"{m['optimizer']} step{flags}. Held before the update: "
             + ", ".join(f"{name} {gigabytes(value)} GB" for name, value in m["held"].items())
-            + ". Peaks: allocated = tensors; reserved = the caching allocator's hold; on the GPU = reserved plus "
-            f"the CUDA context and library workspaces, as nvidia-smi shows it (\"-\" on the CPU). GB = 10^9 bytes; "
-            f"update s: best of {s['repeats']}. Attention kernels that ran: {m['kernels']}."
+            + ". Predicted: the memory model's peak (pagesum-plan), before the run. Peaks: allocated = tensors; "
+            f"reserved = the caching allocator's hold; on the GPU = reserved plus the CUDA context and library "
+            f"workspaces, as nvidia-smi shows it (\"-\" on the CPU). GB = 10^9 bytes; update s: best of "
+            f"{s['repeats']}. Attention kernels that ran: {m['kernels']}."
         )
         sections.append(section(caption, header, [row]))
     return sections

@@ -110,6 +110,8 @@ class Step:
     dtype: str = "fp32"  # fp32, or bf16 / fp16 (fairseq's wrapper: fp32 master weights)
     checkpointing: bool = False
     optimizer: str = "adamw_torch"
+    master_weights: bool = True  # 16-bit: fairseq's wrapper keeps fp32 master weights and gradients; False: its
+    #                              memory-efficient wrapper (--memory-efficient-bf16/fp16) updates the 16-bit ones
     decoder_kernel: str = "fused"  # fused (SDPA, what the layers run) or bmm (the attention of before)
     encoder_kernel: str = "fused"  # the encoders' SDPA
     hepos_window: int = 256  # HEPOS's encoder window (its sparse layers read about as many keys)
@@ -186,7 +188,7 @@ def static_bytes(step: Step) -> Tuple[float, float]:
     n = parameters(step)
     size = DTYPE_BYTES[step.dtype]
     state = {"adam": 8, "adamw_torch": 8, "adafactor": 0.01}[step.optimizer] * n  # fp32 moments; Adafactor: factored
-    masters = 8 * n if size < 4 else 0  # fp32 copy and its fp32 gradient
+    masters = 8 * n if size < 4 and step.master_weights else 0  # fp32 copy and its fp32 gradient
     return size * n + state + masters, size * n
 
 

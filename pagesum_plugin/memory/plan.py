@@ -6,7 +6,9 @@ For each system at the architecture's size (PageSum, full-attention BART, HEPOS,
 and each batch size, the longest input whose predicted training-step peak
 (``model.predict``) is within the budget, and the cheapest settings that fit it: bf16
 rather than fp32, no activation checkpointing rather than checkpointing (which recomputes every
-layer in backward), ``adamw_torch`` rather than Adafactor (which changes the optimisation).
+layer in backward), ``adamw_torch`` rather than Adafactor (which changes the optimisation), and
+fairseq's 16-bit wrapper with fp32 master weights rather than its memory-efficient one
+(``--memory-efficient-bf16``: no fp32 copy, updates rounded to bf16), which Adafactor allows.
 Inputs are whole pages of ``--page-tokens`` (PageSum's pages, HED's documents, AWESOME's
 segments) or, for a flat input (BART, HEPOS), multiples of 1,024 tokens.
 
@@ -27,9 +29,13 @@ PROG = "pagesum-plan"
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 FLAT_UNIT = 1024  # a flat input grows by this many tokens
-# (dtype, checkpointing, optimizer), cheapest to run first
-SETTINGS = sorted(itertools.product(("bf16", "fp32"), (False, True), ("adamw_torch", "adafactor")),
-                  key=lambda s: (s[1], s[2] == "adafactor", s[0] == "fp32"))
+# (dtype, checkpointing, optimizer, fp32 master weights), cheapest to run first
+OPTIMIZER_SETTINGS = (("adamw_torch", True), ("adafactor", True), ("adafactor", False))
+SETTINGS = sorted(((dtype, checkpointing, optimizer, masters)
+                   for dtype, checkpointing, (optimizer, masters) in itertools.product(
+                       ("bf16", "fp32"), (False, True), OPTIMIZER_SETTINGS)
+                   if masters or dtype != "fp32"),
+                  key=lambda s: (s[1], s[2] == "adafactor", not s[3], s[0] == "fp32"))
 
 
 def parse_bytes(text: str) -> float:
@@ -61,15 +67,17 @@ def step_for(system: str, base: Step, units: int, page_tokens: int) -> Step:
 def best_fit(system: str, base: Step, budget: float, page_tokens: int, cap: int) -> Tuple[int, Optional[Step]]:
     """(units, the cheapest settings' step) for the longest input within ``budget``."""
     def fits_with(settings) -> Callable[[int], bool]:
-        dtype, checkpointing, optimizer = settings
-        configured = replace(base, dtype=dtype, checkpointing=checkpointing, optimizer=optimizer)
+        dtype, checkpointing, optimizer, masters = settings
+        configured = replace(base, dtype=dtype, checkpointing=checkpointing, optimizer=optimizer,
+                             master_weights=masters)
         return lambda units: predict(step_for(system, configured, units, page_tokens)).peak <= budget
 
     most = max(largest(fits_with(settings), cap) for settings in SETTINGS)
     if most == 0:
         return 0, None
-    for dtype, checkpointing, optimizer in SETTINGS:  # the cheapest that fits the longest input
-        configured = replace(base, dtype=dtype, checkpointing=checkpointing, optimizer=optimizer)
+    for dtype, checkpointing, optimizer, masters in SETTINGS:  # the cheapest that fits the longest input
+        configured = replace(base, dtype=dtype, checkpointing=checkpointing, optimizer=optimizer,
+                             master_weights=masters)
         chosen = step_for(system, configured, most, page_tokens)
         if predict(chosen).peak <= budget:
             return most, chosen
@@ -95,7 +103,9 @@ def table(args, arch_name: str) -> List[List[str]]:
                 continue
             rows.append([system, str(batch), describe_input(step, units, cap), f"{step.input_tokens:,}",
                          f"{step.dtype}, {'checkpointing' if step.checkpointing else 'no checkpointing'}, "
-                         f"{step.optimizer}", f"{predict(step).peak_gb:.1f}"])
+                         f"{step.optimizer}" + ("" if step.master_weights or step.dtype == "fp32" else
+                                                ", no fp32 copy (--memory-efficient-bf16)"),
+                         f"{predict(step).peak_gb:.1f}"])
     return rows
 
 
