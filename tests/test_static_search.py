@@ -107,7 +107,7 @@ def test_the_step_compiles_whole_into_one_graph_that_serves_every_step(system):
 
 def storages(state, states):
     """Where every tensor of the search's state and the decoder's cached state lives."""
-    found = {field: getattr(state, field).data_ptr() for field in ("ended", "done", "position")}
+    found = {field: getattr(state, field).data_ptr() for field in ("ended", "done", "position", "lengths")}
     found.update({f"beams.{field}": getattr(state.beams, field).data_ptr()
                   for field in ("tokens", "scores", "ignored") if getattr(state.beams, field) is not None})
     found.update({f"candidates.{field}": getattr(state.candidates, field).data_ptr()
@@ -118,14 +118,29 @@ def storages(state, states):
     return found
 
 
+@pytest.mark.slow  # inductor compiles the step (about 30 s on 2 cores)
+def test_the_step_fused_by_inductor_finds_the_step_loops_hypotheses_and_serves_the_next_search(copy_task_dir):
+    system = build_system("pagesum", copy_task_dir)
+    sample = system.make_sample(COUNTS, seed=2)
+    expected = generate(system, sample, "eager", **BEAM_SETTINGS["lenpen-trigrams"])
+    torch._dynamo.reset()
+    counted = CountedGraphs("inductor")
+    for _ in range(2):  # the second search reuses the first one's compiled step
+        found = generate(system, sample, lambda step: torch.compile(step, fullgraph=True, backend=counted),
+                         **BEAM_SETTINGS["lenpen-trigrams"])
+        assert_same_search(found, expected, atol=1e-4)
+    assert_same_search(generate(system, sample, "fused", **BEAM_SETTINGS["lenpen-trigrams"]), expected, atol=1e-4)
+    assert len(counted.calls) == 1  # (a search of another length sizes its buffers anew, and compiles again)
+
+
 def test_every_step_writes_its_state_in_place_where_a_captured_graph_reads_it(system, monkeypatch):
     """A CUDA graph replays the kernels on the addresses it captured: every step must find the
     search's state and the decoder's caches and beam tables at the same addresses."""
     seen = []
     step = FixedShapeSearch._step
 
-    def recording(self, state, encoder_outs, states, max_len, suppressed):
-        step(self, state, encoder_outs, states, max_len, suppressed)
+    def recording(self, state, encoder_outs, states, suppressed):
+        step(self, state, encoder_outs, states, suppressed)
         seen.append(storages(state, states))
 
     monkeypatch.setattr(FixedShapeSearch, "_step", recording)
@@ -203,7 +218,7 @@ def test_cuda_graphs_asked_for_on_the_cpu_decode_step_by_step_and_say_why(copy_t
 
 def test_an_unknown_decoding_is_refused_in_one_line(copy_task_dir):
     system = build_system("pagesum", copy_task_dir)
-    with pytest.raises(ValueError, match="decoding='fast': not one of auto, eager, static, graph, nor a callable"):
+    with pytest.raises(ValueError, match="decoding='fast': not one of auto, eager, static, graph, fused, nor a callable"):
         system.generator(decoding="fast")
 
 

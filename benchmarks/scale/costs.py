@@ -255,6 +255,8 @@ def profiled_searches(size: ModelSize, element: int, **search) -> Cost:
 
 
 def timed_searches(size: ModelSize, element: int, repeats: int, steps: int, **search) -> Cost:
-    """A two-token warm-up search, then ``repeats`` timed searches of ``steps`` steps."""
-    return (beam_search(size, element, steps=2, **search)
+    """A warm-up search (two tokens; a captured search: the whole length), then ``repeats``
+    timed searches of ``steps`` steps."""
+    warmup = steps if search.get("captured") else 2
+    return (beam_search(size, element, steps=warmup, **search)
             + beam_search(size, element, steps=steps, **search).times(repeats))

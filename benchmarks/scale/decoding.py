@@ -17,15 +17,20 @@ from benchmarks.scale.tables import gigabytes, first_run, keyed, not_run, number
 
 SHARING_GOAL = 2.0
 CAPTURED_GOAL_MS = {1: 2.0, 8: 3.0}  # ms per step of the captured search, by batch
-LAYOUTS = ("per beam", "shared", "shared, captured")
+LAYOUTS = ("per beam", "shared", "shared, captured", "shared, fused")
 
 
 # ---- row 4: decoding throughput, beam sharing and the bandwidth bound -------------------------
 
 
 def throughput_groups(args: argparse.Namespace) -> List[Group]:
-    return [Group(f"4:{n}", "4", f"decoding throughput, {n}-token summaries", decoding_settings(args, out_len=n),
-                  measure_throughput, throughput_cost) for n in args.out_lens]
+    """A group per summary length, and ``4:fused``: the shortest, its steps compiled by inductor
+    and captured (apart, since the compilation is long and its value unmeasured)."""
+    groups = [Group(f"4:{n}", "4", f"decoding throughput, {n}-token summaries", decoding_settings(args, out_len=n),
+                    measure_throughput, throughput_cost) for n in args.out_lens]
+    shortest = min(args.out_lens)
+    return groups + [Group("4:fused", "4", f"decoding throughput, {shortest}-token summaries, fused steps",
+                           decoding_settings(args, out_len=shortest), measure_fused, fused_cost)]
 
 
 def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
@@ -38,6 +43,24 @@ def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
         searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], batch=batch, beam=s["beam"],
                                          pages=s["pages"], page_len=s["page_len"], captured=True)
     return costs.start() + costs.build(size) + searches
+
+
+def fused_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
+    searches = costs.Cost(fixed=costs.COMPILE_SECONDS * len(s["batches"]))  # a compilation per batch's shapes
+    for batch in s["batches"]:
+        searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], batch=batch, beam=s["beam"],
+                                         pages=s["pages"], page_len=s["page_len"], captured=True)
+    return costs.start() + costs.build(size) + searches
+
+
+def measure_fused(s: Dict, ctx: Context) -> List[Dict]:
+    """The shared layout, every step after the first compiled whole by inductor (its kernels fused)
+    and, on CUDA, captured: the generator's ``decoding="fused"``."""
+    def make(model, dictionary, n):
+        return generator_for(model, dictionary, s["beam"], n or s["out_len"], True, decoding="fused")
+
+    variant = Variant("shared, fused", {"out_len": s["out_len"], "layout": "shared, fused"}, make, True, True)
+    return measure_searches(s, ctx, "4", s["out_len"], [variant], forced=s["out_len"])
 
 
 def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
@@ -83,7 +106,7 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         if layout == "per beam":
             rows.append(cells + ["1.00x", "(before sharing)", "-"])
             continue
-        if layout == "shared, captured":
+        if layout in ("shared, captured", "shared, fused"):
             rows.append(cells + captured_cells(m, by_key.get((out_len, batch, "shared")), batch, run))
             continue
         before = by_key.get((out_len, batch, "per beam"))
@@ -98,14 +121,16 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
     caption = (
         f"Row 4, decoding throughput: beam {s['beam']}, {s['pages']} pages of {s['page_len']} tokens, summaries of "
         f"exactly the given length, {run['dtype']}; pages shared by an example's beams vs one copy per beam (before "
-        f"beam sharing), with the step loop; and the shared layout with every step after the first replaying one "
-        f"captured CUDA graph (on the CPU: the same fixed-shape steps, op by op; its speed-up: against the shared step loop; its ms/step: the search less one encoder "
-        f"pass, per step; its capture is in its search time). tokens/s = batch x beam x summary tokens / search s; "
-        f"ms/step: mean interval between decoder calls; GPU busy ms/step: the step's kernels' own times (torch's profiler; \"-\" on the CPU), what a step "
-        f"would take if the host launched nothing; MB/step: 10^6 bytes one step must read (decoder weights, "
-        f"cross-attention keys and values, the self-attention cache at its mean length); bound = MB/step / {peak_text(bandwidth, 'TB/s', 'bandwidth')}; "
-        f"peak reserved GB over the searches (\"-\" on the CPU). Best of {s['repeats']} searches. Attention kernels "
-        f"in decoding: {measurements[0]['kernels']}."
+        f"beam sharing), with the step loop; the shared layout with every step after the first replaying one "
+        f"captured CUDA graph (on the CPU: the same fixed-shape steps, op by op); and (group 4:fused) the same step "
+        f"compiled whole by inductor first, its kernels fused (the warm-up search pays the compilation). A captured "
+        f"or fused search's speed-up is against the shared step loop, its ms/step the search less one encoder pass, "
+        f"per step, its capture included. tokens/s = batch x beam x summary tokens / search s; ms/step: mean "
+        f"interval between decoder calls; GPU busy ms/step: the step's kernels' own times (torch's profiler; \"-\" "
+        f"on the CPU), what a step would take if the host launched nothing; MB/step: 10^6 bytes one step must read "
+        f"(decoder weights, cross-attention keys and values, the self-attention cache at its mean length); bound = "
+        f"MB/step / {peak_text(bandwidth, 'TB/s', 'bandwidth')}; peak reserved GB over the searches (\"-\" on the "
+        f"CPU). Best of {s['repeats']} searches. Attention kernels in decoding: {measurements[0]['kernels']}."
     )
     header = ["summary tokens", "batch", "layout", "tokens/s", "ms/step", "GPU busy ms/step", "MB/step", "bound ms",
               "step / bound", "peak reserved GB", "speed-up", "goal", "verdict"]

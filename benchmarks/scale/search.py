@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from benchmarks.beam_cache import DecoderCalls
+from benchmarks.beam_cache import DecoderCalls, generator_for
 from benchmarks.common import ModelSize, build_model, cuda_peaks, paged_source
 from benchmarks.generation_speed import net_input
 from benchmarks.scale import costs
@@ -66,7 +66,8 @@ def timed_search(make: Callable[[int], object], model, sample, repeats: int, dev
     ``busy``: also the GPU's busy seconds per step (``busy_per_step``). A step is the interval
     between decoder calls; with ``encoder_s`` given (a search whose steps replay a captured
     graph, which calls no decoder from Python), the search's time less ``encoder_s`` per step."""
-    make(2).generate([model], sample)
+    # the warm-up: two tokens, or, for a search whose step is compiled for its length, the search itself
+    make(2 if encoder_s is None else None).generate([model], sample)
     generator = make(None)
     if device.type == "cuda":
         synchronize(device)
@@ -169,8 +170,8 @@ def measure_searches(s: Dict, ctx: Context, row: str, length: int, variants: Lis
     dictionary, model = build_decoder_model(ctx.size, s["page_len"], length + 2, s["seed"], ctx)
     samples = decoding_samples(dictionary, s["batches"], s["pages"], s["page_len"], s["seed"], ctx.device)
     kernels = AttentionKernels(model)
-    with kernels:
-        variants[0].make(model, dictionary, 2).generate([model], samples[s["batches"][0]])
+    with kernels:  # the step loop's: torch.compile, which a fused search runs, refuses a dispatch mode
+        generator_for(model, dictionary, s["beam"], 2, True).generate([model], samples[s["batches"][0]])
     records = []
     for batch, sample in samples.items():
         with torch.no_grad():  # what a captured search spends outside its steps

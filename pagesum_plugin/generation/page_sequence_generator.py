@@ -44,7 +44,7 @@ from .search_loop import SearchLoop
 from .static_search import FixedShapeSearch, StepRunner, refusal
 
 logger = logging.getLogger(__name__)
-DECODING_CHOICES = ("auto", "eager", "static", "graph")
+DECODING_CHOICES = ("auto", "eager", "static", "graph", "fused")
 
 
 class PageSumSequenceGenerator(SearchLoop):
@@ -52,7 +52,8 @@ class PageSumSequenceGenerator(SearchLoop):
                  decoding: StepRunner = "auto", **kwargs):
         """``decoding``: how the steps run. "auto": one captured CUDA graph per step on CUDA, the
         step loop elsewhere; "eager": the step loop; "static": the fixed shapes, op by op;
-        "graph": the fixed shapes, captured; or a callable that compiles the fixed-shape step."""
+        "graph": the fixed shapes, captured; "fused": the fixed-shape step compiled whole by
+        inductor, then captured on CUDA; or a callable that compiles the fixed-shape step."""
         check_models(models, top_pages)
         if not callable(decoding) and decoding not in DECODING_CHOICES:
             raise ValueError(f"decoding={decoding!r}: not one of {', '.join(DECODING_CHOICES)}, nor a callable")

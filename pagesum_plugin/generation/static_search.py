@@ -25,9 +25,12 @@ example is done or the longest summary is reached. The first step, which forces 
 summary's ``<s>``, builds the decoder's state and allocates the caches, runs as in the loop.
 
 ``step`` says how the step runs: ``"graph"`` captures it on CUDA (``torch.cuda.CUDAGraph``)
-at the second step and replays it after; ``"static"`` runs it op by op; a callable compiles
-it (``lambda step: torch.compile(step, fullgraph=True)``: the proof, on any device, that a
-step has no graph break). Each gives the step loop's hypotheses: the same tokens, scores to
+at the second step and replays it after; ``"fused"`` first compiles it whole with inductor
+(``torch.compile(fullgraph=True)``), which fuses its kernels, then captures that on CUDA (the
+first search pays the compilation; later searches of the same batch, beam and length reuse
+it: the buffers are sized to the search's length); ``"static"``
+runs it op by op; a callable compiles it (``lambda step: torch.compile(step, fullgraph=True,
+backend=...)``: the proof, on any device, that a step has no graph break). Each gives the step loop's hypotheses: the same tokens, scores to
 rounding (``tests/test_static_search.py``).
 
 What the fixed shapes cannot express falls back to the step loop, in one line that says why
@@ -52,7 +55,7 @@ from .search_loop import Beams, Candidates, Hypotheses, best_first, ended_candid
 
 logger = logging.getLogger(__name__)
 
-StepRunner = Union[str, Callable[[Callable[[], None]], Callable[[], None]]]  # "graph", "static", or a compiler
+StepRunner = Union[str, Callable[[Callable[[], None]], Callable[[], None]]]  # graph, fused, static, or a compiler
 
 
 def refusal(generator, sample: Dict, prefix_tokens: Optional[Tensor], constraints: Optional[Tensor]) -> Optional[str]:
@@ -94,6 +97,8 @@ class FixedState:
     ended: Tensor  # (E, B) bool: candidates among each example's B best that end a hypothesis
     done: Tensor  # (E,) bool: examples with all their hypotheses
     position: Tensor  # () long: the step's position; the last step's until a step advances it
+    lengths: Tensor  # (2,) long: the search's minimum and maximum length in steps (tensors: a compiled step
+    #                  serves searches of any length)
 
 
 class FixedShapeSearch:
@@ -102,6 +107,7 @@ class FixedShapeSearch:
     def __init__(self, generator, step: StepRunner = "static"):
         self.generator = generator
         self.runner = step
+        self.on_cuda = False  # the search's device, known when it starts
 
     def __call__(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
                  bos_token: Optional[int] = None) -> Hypotheses:
@@ -117,6 +123,7 @@ class FixedShapeSearch:
         g = self.generator
         src_tokens = sample["net_input"]["src_tokens"]
         examples, beam, device = src_tokens.size(0), g.beam_size, src_tokens.device
+        self.on_cuda = device.type == "cuda"
         beams, max_len = g._start(sample, prefix_tokens, bos_token)
         order = torch.arange(examples, device=device)[:, None].expand(examples, beam).reshape(-1)
         encoder_outs = g.model.reorder_encoder_out(g.model.forward_encoder(sample["net_input"]), order)
@@ -130,7 +137,8 @@ class FixedShapeSearch:
         lprobs = g._next_log_probs(beams, 0, max_len, encoder_outs, states, suppressed)  # (R, V)
         candidates = g._candidates(beams, 0, lprobs)
         state = FixedState(beams, candidates, torch.zeros(examples, beam, dtype=torch.bool, device=device),
-                           torch.zeros(examples, dtype=torch.bool, device=device), position)
+                           torch.zeros(examples, dtype=torch.bool, device=device), position,
+                           torch.tensor([g.min_len, max_len], device=device))
         assert all(moved is out for moved, out in zip(g.model.reorder_encoder_out(encoder_outs, order), encoder_outs)), \
             "refusal() lets through only models whose beams share the encoder output"
         state.ended.copy_(ended_candidates(candidates, g.eos)[:, :beam] & ~beams.ignored)
@@ -138,7 +146,7 @@ class FixedShapeSearch:
         if remaining == 0:
             return best_first(finalized)
 
-        step_fn = self._runner(lambda: self._step(state, encoder_outs, states, max_len, suppressed))
+        step_fn = self._runner(lambda: self._step(state, encoder_outs, states, suppressed))
         for step in range(1, max_len + 1):  # the last step can only add </s>
             step_fn()
             remaining -= self._finish(state, step, max_len, finalized)
@@ -148,7 +156,7 @@ class FixedShapeSearch:
 
     # ---- one step, every shape fixed ---------------------------------------------------------------
 
-    def _step(self, s: FixedState, encoder_outs, states, max_len: int, suppressed: Optional[Tensor]) -> None:
+    def _step(self, s: FixedState, encoder_outs, states, suppressed: Optional[Tensor]) -> None:
         g, beams = self.generator, s.beams
         examples, beam = beams.ignored.shape
         order = self._extend(s)  # (R,) the row each hypothesis continues
@@ -156,7 +164,7 @@ class FixedShapeSearch:
         g.model.reorder_incremental_state(states, order)
         newest = beams.tokens.index_select(1, s.position.view(1))  # (R, 1)
         lprobs, attention = g.model.forward_decoder(newest, encoder_outs, states, g.temperature)  # (R, V)
-        lprobs = self._apply_rules(lprobs, s.position, max_len, suppressed)
+        lprobs = self._apply_rules(lprobs, s.position, s.lengths, suppressed)
         if attention is not None:  # the page weights of the step: (R, pages)
             beams.attention.index_copy_(2, (s.position + 1).view(1), attention.unsqueeze(2))
         if g.repeat_ngram_blocker is not None:
@@ -192,7 +200,7 @@ class FixedShapeSearch:
             beams.attention.copy_(beams.attention.index_select(0, rows))
         return rows
 
-    def _apply_rules(self, lprobs: Tensor, position: Tensor, max_len: int, suppressed: Optional[Tensor]) -> Tensor:
+    def _apply_rules(self, lprobs: Tensor, position: Tensor, lengths: Tensor, suppressed: Optional[Tensor]) -> Tensor:
         """The step loop's rules (``_next_log_probs``) after the forced prefix, as masks of the
         position: no NaN, no padding, the unknown-word penalty, only </s> at the last step, no
         </s> before the minimum length, no suppressed token."""
@@ -203,8 +211,8 @@ class FixedShapeSearch:
         lprobs[:, g.pad].fill_(-math.inf)
         lprobs[:, g.unk].sub_(g.unk_penalty)
         vocab = torch.arange(lprobs.size(1), device=lprobs.device)
-        lprobs.masked_fill_((vocab != g.eos) & (position >= max_len), -math.inf)
-        lprobs[:, g.eos].masked_fill_(position < g.min_len, -math.inf)
+        lprobs.masked_fill_((vocab != g.eos) & (position >= lengths[1]), -math.inf)
+        lprobs[:, g.eos].masked_fill_(position < lengths[0], -math.inf)
         if suppressed is not None:
             lprobs.index_fill_(1, suppressed, -math.inf)
         return lprobs
@@ -230,7 +238,9 @@ class FixedShapeSearch:
     def _runner(self, step: Callable[[], None]) -> Callable[[], None]:
         if callable(self.runner):
             return self.runner(step)
-        if self.runner == "graph":
+        if self.runner == "fused":
+            step = torch.compile(step, fullgraph=True)
+        if self.runner == "graph" or (self.runner == "fused" and self.on_cuda):
             return CapturedStep(step)
         return step
 
