@@ -84,7 +84,7 @@ def test_every_scale_row_group_runs_on_cuda_and_reads_the_gpus_memory(tmp_path):
     assert scale([*SCALE_TINY, "--results", path]) == 0
     records = results.read(path)
     runs = [r for r in records if r["type"] == "run"]
-    assert len(runs) == 10 and {r["status"] for r in runs} == {"done"} and runs[0]["gpu"]
+    assert len(runs) == 11 and {r["status"] for r in runs} == {"done"} and runs[0]["gpu"]
     update = next(r for r in records if r["type"] == "measurement" and r["row"] == "1")
     assert update["status"] == "ok" and update["device"] >= update["reserved"] >= update["allocated"] > 0
     searches = [r for r in records if r["type"] == "measurement" and r["row"] == "4"]

@@ -11,7 +11,7 @@ from benchmarks.scale.registry import ROWS
 from pagesum_plugin.generation import defaults
 from pagesum_plugin.generation.defaults import GenerationDefaults, for_dataset
 
-GPU_GROUPS = ["1", "2", "3", "4:256", "4:900", "5:256", "5:900", "5:fidelity", "6:arxiv", "6:govreport"]
+GPU_GROUPS = ["1", "2", "3", "4:256", "4:900", "4:fused", "5:256", "5:900", "5:fidelity", "6:arxiv", "6:govreport"]
 
 
 def ids(argv):
@@ -30,8 +30,8 @@ def test_a_group_selects_only_itself_and_the_order_is_the_reports():
     assert ids(["--device", "cuda", "--rows", "6:govreport", "4:900", "1"]) == ["1", "4:900", "6:govreport"]
 
 
-def test_the_decoding_rows_have_one_group_per_summary_length():
-    assert ids(["--device", "cuda", "--rows", "4", "--out-lens", "128", "512"]) == ["4:128", "4:512"]
+def test_the_decoding_rows_have_one_group_per_summary_length_and_row_4_one_of_fused_steps_at_the_shortest():
+    assert ids(["--device", "cuda", "--rows", "4", "--out-lens", "128", "512"]) == ["4:128", "4:512", "4:fused"]
 
 
 def test_an_unknown_row_is_refused_with_the_choices(capsys):
