@@ -12,7 +12,7 @@ import torch
 
 from benchmarks.compiled_training import measure
 from builders.models import assert_gradients_close, build_tiny, decoder_input
-from builders.systems import SUMMARIES, loss_and_grads, trained_system
+from builders.systems import SUMMARIES, loss_and_grads, pages, trained_system
 from pagesum_plugin.modules.compiled_layers import compile_model_layers
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -70,3 +70,13 @@ def test_compile_layers_compiles_before_the_first_update_where_it_says_so(settin
     layers = [*model.encoder.layers, *model.decoder.layers]
     assert all((getattr(layer, "_compiled_call_impl", None) is not None) == compiled for layer in layers)
     assert ("layers compiled by torch.compile" in caplog.text) == compiled
+
+
+def test_compiled_layers_train_as_eager_ones_with_activation_checkpointing_too(copy_task_dir):
+    _, task, model = build_tiny(copy_task_dir, "--checkpoint-activations")
+    src = pages(task, (3, 1, 4, 2))
+    target, prev = decoder_input(SUMMARIES, task.dictionary)
+    (expected_loss, expected_grads), (loss, grads) = compiled_against_eager(model, src, prev, target,
+                                                                            task.dictionary.pad())
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-6)
+    assert_gradients_close(grads, expected_grads)
