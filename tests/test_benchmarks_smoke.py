@@ -33,6 +33,8 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
                                                                "Step time at 2 layers"]),
     "compiled_training": (["--device", "cpu", "--layers", "2", "--repeats", "1"],
                           ["eager: operators / step", "compiled: operators outside", "gradient error"]),
+    "search_memory": (["--pages", "1", "--page-len", "16", "--tokens", "4", "--repeats", "1"],
+                      ["this checkout, step loop", "fixed shapes", "search adds MB"]),
     "step_operators": (["--layers", "2", "--steps", "3"], ["step loop: operators / step",
                                                             "fixed shapes: outside it"]),
     "decoding_syncs": (["--steps", "4"], ["pagesum_plugin/generation/search_loop.py", "fairseq's loop",
