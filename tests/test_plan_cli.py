@@ -47,6 +47,38 @@ def test_the_cheapest_settings_are_chosen_when_several_fit():
     assert units == 4 and (chosen.dtype, chosen.checkpointing, chosen.optimizer) == ("bf16", False, "adamw_torch")
 
 
+def test_a_budget_without_a_unit_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit):
+        main(["--budget", "24", "--arch", "pagesum_bart_large"])
+    assert "'24' has no unit: write 24GB" in capsys.readouterr().err
+
+
+def test_the_cuda_context_comes_off_the_budget_and_is_in_the_predicted_peak(capsys):
+    def pagesum_row(*extra):
+        assert main(["--budget", "8GB", "--arch", "pagesum_bart_large", "--systems", "pagesum", "--batches", "1",
+                     *extra]) == 0
+        return capsys.readouterr().out.splitlines()[2].split()
+    with_context, without = pagesum_row(), pagesum_row("--cuda-context", "0GB")
+    assert int(with_context[2]) < int(without[2])  # fewer pages fit beside the context
+    assert 7.0 < float(with_context[-1]) <= 8.0 and float(without[-1]) <= 8.0
+
+
+def test_pages_ask_about_the_users_input_whether_it_fits_and_how_cheaply(capsys):
+    assert main(["--budget", "12GB", "--arch", "pagesum_bart_large", "--systems", "pagesum", "--batches", "1",
+                 "--pages", "20"]) == 0
+    fits = capsys.readouterr().out.splitlines()[2]
+    assert "20 x 1024" in fits and "checkpointing" in fits and "does not fit" not in fits
+    assert main(["--budget", "12GB", "--arch", "pagesum_bart_large", "--systems", "pagesum", "--batches", "1",
+                 "--pages", "200"]) == 0
+    assert "does not fit: needs" in capsys.readouterr().out
+
+
+def test_the_help_shows_two_examples(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert capsys.readouterr().out.count("  pagesum-plan --budget") == 2
+
+
 def test_a_bad_budget_is_a_one_line_error(capsys):
     with pytest.raises(SystemExit):
         main(["--budget", "lots", "--arch", "pagesum_bart_large"])
