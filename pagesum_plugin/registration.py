@@ -1,12 +1,46 @@
 """Importing this module registers the plugin with fairseq: its models and architectures, tasks,
 criterions and optimizer, and the classes that fairseq checkpoints need through ``torch.load``'s
-weights-only unpickler (first: fairseq-generate loads checkpoints).
+weights-only unpickler (first: fairseq-generate loads checkpoints). It also has fairseq's own
+commands (``fairseq-train``, ``fairseq-generate``) report the plugin's mistakes in one line
+(``report_mistakes``).
 
 The package's ``__init__`` imports it, except in text-only mode. A console command that read its
 arguments in text-only mode and then needs the library whole imports it before its work
 (``pagesum_commands``).
 """
 
+import os
+import sys
+
 from .checkpoints import safety  # noqa: F401  (first: fairseq-generate loads checkpoints)
 from . import criterions, models, tasks  # noqa: F401
 from . import optim  # noqa: F401  (registers --optimizer adamw_torch)
+from .checkpoints.errors import ConversionError
+from .corpus.errors import InputError
+from .corpus.format import CorpusFormatError
+from .errors import CheckpointError, SettingError
+
+# The errors that say what the user must change: printed as one line, never as a traceback
+MISTAKES = (SettingError, CheckpointError, InputError, CorpusFormatError, ConversionError)
+
+
+def report_mistakes(hook=sys.excepthook):
+    """An exception hook that prints a mistake of ``MISTAKES`` as ``command: error: what``, and
+    an interruption (Ctrl-C) as one line, each leaving the exit status non-zero; anything else
+    goes to ``hook``, with its traceback."""
+
+    def report(kind, error, traceback):
+        command = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+        if issubclass(kind, MISTAKES):
+            print(f"{command}: error: {error}", file=sys.stderr)
+        elif issubclass(kind, KeyboardInterrupt):
+            print(f"{command}: interrupted", file=sys.stderr)
+        else:
+            hook(kind, error, traceback)
+
+    report.reports_mistakes = True
+    return report
+
+
+if not getattr(sys.excepthook, "reports_mistakes", False):  # once, whoever imports the plugin first
+    sys.excepthook = report_mistakes(sys.excepthook)

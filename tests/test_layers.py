@@ -21,7 +21,8 @@ PACKAGES = {"pagesum_plugin": "pagesum_plugin", "pagesum_preprocess": "preproces
             "pagesum_commands": "commands", "benchmarks": "benchmarks", "tests": "tests"}
 # The library's layers, lowest first: a module imports from its own package and lower layers only.
 LIBRARY_LAYERS = [
-    ("profiling", "atomic", "memory"),  # memory and time measured, memory predicted; files written whole
+    ("profiling", "atomic", "memory", "errors"),  # memory and time measured and predicted; files written whole;
+    #                                            the user's mistakes
     ("corpus",),  # the stored corpus
     ("evaluation",),  # ROUGE, baselines, analyses: text in, numbers out
     ("awesome",),  # AWESOME's derived data: Algorithm 1, targets, oracle labels, their files

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from builders.models import bart_twin, build_tiny, save_bart_checkpoint
-from pagesum_plugin.checkpoints.safety import CheckpointError, load_checkpoint_file
+from pagesum_plugin.checkpoints.safety import load_checkpoint_file
+from pagesum_plugin.errors import CheckpointError
 from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
 
 

@@ -1,6 +1,7 @@
 """Every user mistake a new user makes ends in one line that says what to change, never a
 traceback: one row per mistake, with the exact line."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -9,13 +10,14 @@ import pytest
 import torch
 
 from builders.bpe import build_gpt2_bpe
-from builders.cli import subprocess_env
+from builders.cli import REPO_ROOT, TRAIN_FLAGS, USER_DIR, subprocess_env
 from builders.corpora import acl_papers, write_jsonl
 from builders.models import build_tiny
 from builders.paged_data import make_dictionary
 from pagesum_plugin import from_pretrained
 from pagesum_plugin.checkpoints.builder import save_checkpoint
-from pagesum_plugin.checkpoints.safety import CheckpointError
+from pagesum_plugin.errors import CheckpointError, SettingError
+from pagesum_plugin.registration import report_mistakes
 from pagesum_plugin.corpus.format import CorpusMeta, load_dictionary
 from pagesum_preprocess.cli import main as preprocess
 
@@ -203,3 +205,42 @@ def test_user_dir_by_name_works_from_any_folder(tmp_path):
                             env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "paged_label_smoothed_cross_entropy" in result.stdout  # the plugin's criterion is registered
+
+
+# ---- fairseq's own commands -----------------------------------------------------------------
+
+FAIRSEQ_MISTAKES = [
+    ("a file that is not a checkpoint", ["fairseq-generate", "{data}", "--user-dir", USER_DIR, "--task",
+                                         "paged_summarization", "--path", "{readme}", "--cpu"],
+     "fairseq-generate: error: {readme}: not a checkpoint (fairseq-train and pagesum-convert write them with "
+     "torch.save; this file is something else)"),
+    ("no pages", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--num-pages", "0", "--save-dir", "{out}"],
+     "fairseq-train: error: --num-pages 0: must be at least 1 (leave it out for the corpus's own, {pages})"),
+    ("fewer than no pages", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--num-pages", "-1", "--save-dir", "{out}"],
+     "fairseq-train: error: --num-pages -1: must be at least 1 (leave it out for the corpus's own, {pages})"),
+]
+
+
+@pytest.mark.slow  # fairseq's commands in their own processes
+@pytest.mark.parametrize("mistake, argv, line", FAIRSEQ_MISTAKES, ids=[m[0] for m in FAIRSEQ_MISTAKES])
+def test_each_mistake_in_fairseqs_commands_prints_one_line_and_writes_nothing(copy_task_dir, tmp_path, mistake,
+                                                                              argv, line):
+    names = dict(data=copy_task_dir, readme=os.path.join(REPO_ROOT, "README.md"), out=str(tmp_path / "run"),
+                 pages=CorpusMeta.load(copy_task_dir).num_pages)
+    result = subprocess.run([a.format(**names) for a in argv], env=subprocess_env(), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "weights_only" not in result.stderr
+    assert result.stderr.splitlines()[-1] == line.format(**names)
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+
+
+def test_the_plugins_mistakes_and_an_interruption_are_one_line_and_the_rest_keeps_its_traceback(capsys):
+    passed = []
+    report = report_mistakes(lambda *exc: passed.append(exc[0]))
+    report(SettingError, SettingError("--num-pages 0: must be at least 1"), None)
+    report(KeyboardInterrupt, KeyboardInterrupt(), None)
+    report(ZeroDivisionError, ZeroDivisionError("x"), None)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(": ", 1)[1] for line in lines] == ["error: --num-pages 0: must be at least 1", "interrupted"]
+    assert passed == [ZeroDivisionError]

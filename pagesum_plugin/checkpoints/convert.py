@@ -34,6 +34,7 @@ import transformers
 from ..atomic import staged_files
 from ..corpus.format import CorpusMeta
 from ..corpus.tokenizers import GPT2_FILES
+from ..errors import CheckpointError
 from .arguments import AUTHORS_STATE_DICT_NAME, convert_parser
 from .builder import build_model, save_checkpoint
 from .errors import ConversionError
@@ -43,7 +44,7 @@ from .hf_vocab import (gpt2_id_vocabulary, hf_id_vocabulary, read_hf_vocab, writ
                        write_hf_tokenizer)
 from .hf_weights import (LIN_KEYS, fairseq_state_to_hf, fill_model, hf_state_to_fairseq, hf_weights,
                          load_state_dict_file, strip_module_prefix)
-from .safety import CheckpointError, load_checkpoint_file
+from .safety import load_checkpoint_file
 
 logger = logging.getLogger("pagesum_plugin.checkpoints.convert")
 

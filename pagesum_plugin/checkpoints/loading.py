@@ -9,7 +9,6 @@ folder (what ``pagesum-convert from-hf`` writes).
 
 import os
 import pickle
-import zipfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -17,7 +16,8 @@ from fairseq import checkpoint_utils
 from fairseq.dataclass.utils import overwrite_args_by_name
 
 from ..corpus.format import META_FILE, load_dictionary
-from .safety import CheckpointError, first_line, refused_global
+from ..errors import CheckpointError, written_by_torch_save
+from .safety import first_line, refused_global
 
 
 def checkpoint_path(model_dir: str, checkpoint_file: str) -> str:
@@ -51,12 +51,6 @@ def read_checkpoint(path: str, arg_overrides: dict) -> dict:
     if not isinstance(state, dict) or "model" not in state or state.get("cfg") is None:
         raise CheckpointError(f"{path}: not a fairseq checkpoint (no model weights and configuration)")
     return state
-
-
-def written_by_torch_save(path: str) -> bool:
-    """torch.save writes a zip archive (or, before torch 1.6, a pickle: protocol 2 opens with 0x80)."""
-    with open(path, "rb") as file:
-        return zipfile.is_zipfile(file) or file.seek(0) == 0 and file.read(1) == b"\x80"
 
 
 def data_directory(state: dict, path: str, given: Optional[str]) -> str:

@@ -14,16 +14,14 @@ from typing import Any, Dict
 import torch
 from fairseq.distributed.utils import _TensorPlaceholder
 
+from ..errors import CheckpointError
+
 # Everything a fairseq checkpoint pickles besides tensors and plain containers:
 # * argparse.Namespace: the training arguments ("args", and legacy models' cfg.model);
 # * _TensorPlaceholder: how workers above rank 0 receive a broadcast checkpoint.
 FAIRSEQ_CHECKPOINT_CLASSES = (argparse.Namespace, _TensorPlaceholder)
 
 torch.serialization.add_safe_globals(list(FAIRSEQ_CHECKPOINT_CLASSES))
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint file that cannot be used, with the reason in words."""
 
 
 def load_checkpoint_file(path: str) -> Dict[str, Any]:

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Dict, Optional
@@ -23,6 +24,7 @@ from ..corpus.format import CorpusMeta, CorpusSplit, load_dictionary
 from ..corpus.readers import PLACEHOLDER_PAGE
 from ..corpus.views import VIEWS, ViewConfig
 from ..data.paged_dataset import PagedSummarizationDataset
+from ..errors import SettingError, check_checkpoint_file
 from ..evaluation.rouge import corpus_rouge
 from ..generation import PageSumSequenceGenerator
 from ..generation.contract import model_name
@@ -38,6 +40,17 @@ LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeLsum": "ROUGE-Lsum"}
 
 
 COMPILE_LAYERS_CHOICES = ChoiceEnum(["auto", "on", "off"])
+
+
+def given_or_stored(given: Optional[int], stored: Optional[int], flag: str, least: int) -> Optional[int]:
+    """A size setting: the one given on the command line, else the corpus's (meta.json); a
+    given one below ``least`` is refused, naming the flag."""
+    if given is None:
+        return stored
+    if given < least:
+        raise SettingError(f"{flag} {given}: must be at least {least} (leave it out for the corpus's own, "
+                           f"{stored})")
+    return given
 
 
 @dataclass
@@ -107,6 +120,7 @@ class PagedSummarizationConfig(OneDictionaryConfig):
                   "one set of graphs (modules/compiled_layers.py): on, off, or auto (on when the model is on CUDA); "
                   "the first update pays the compilation, and its time is logged"},
     )
+    checkpoint_paths: Optional[str] = II("common_eval.path")  # fairseq-generate's --path, checked before loading
     seed: int = II("common.seed")
     gen_subset: str = II("dataset.gen_subset")  # the split whose outputs fairseq-generate writes
 
@@ -123,14 +137,16 @@ class PagedSummarizationTask(OneDictionaryTask):
         self._codec = None
         self.view = ViewConfig(
             view=cfg.view or meta.view,
-            num_pages=cfg.num_pages or meta.num_pages,
-            max_pages=cfg.max_pages or meta.max_pages,
-            max_page_tokens=cfg.max_page_tokens or meta.max_page_tokens,
-            max_source_tokens=cfg.max_source_tokens or meta.max_source_tokens,
+            num_pages=given_or_stored(cfg.num_pages, meta.num_pages, "--num-pages", least=1),
+            max_pages=given_or_stored(cfg.max_pages, meta.max_pages, "--max-pages", least=1),
+            max_page_tokens=given_or_stored(cfg.max_page_tokens, meta.max_page_tokens, "--max-page-tokens", least=3),
+            max_source_tokens=given_or_stored(cfg.max_source_tokens, meta.max_source_tokens, "--max-source-tokens",
+                                              least=3),
             spatial_split=cfg.spatial_split or meta.spatial_split,
             placeholder=tuple(self.codec.ids(PLACEHOLDER_PAGE).tolist()) if cfg.placeholder_pages else (),
         )
-        self.max_summary_tokens = cfg.max_summary_tokens or meta.max_summary_tokens
+        self.max_summary_tokens = given_or_stored(cfg.max_summary_tokens, meta.max_summary_tokens,
+                                                  "--max-summary-tokens", least=3)
         self.generation_defaults = self.decoding_defaults()  # the model's own row once it is built
         self._outputs = {}
         self._hypotheses: Dict[int, str] = {}  # fairseq-generate's best hypotheses so far, by input index
@@ -146,6 +162,10 @@ class PagedSummarizationTask(OneDictionaryTask):
 
     @classmethod
     def setup_task(cls, cfg: PagedSummarizationConfig, **kwargs):
+        paths = getattr(cfg, "checkpoint_paths", None) or ""
+        if not paths.startswith("${"):  # a config built without fairseq's whole one leaves the reference unresolved
+            for path in filter(None, paths.split(os.pathsep)):  # fairseq-generate --path: refused in one line
+                check_checkpoint_file(path)
         meta = CorpusMeta.load(cfg.data)
         dictionary = load_dictionary(cfg.data)
         logger.info(f"dictionary: {len(dictionary)} types")
