@@ -75,8 +75,8 @@ def check_split_path(option: str, path: Path, input_format: str) -> None:
             raise UsageError(f"{option} {path}: its summaries {target} do not exist")
 
 
-def sentencepiece_message(error: RuntimeError, vocab_size: int) -> str:
-    """The one line for sentencepiece failing to train, from its C++ message."""
+def sentencepiece_message(error: RuntimeError, vocab_size: int, training_split: str) -> str:
+    """The one line for sentencepiece failing to train on ``training_split``, from its C++ message."""
     text = str(error)
     if (found := TOO_LARGE.search(text)) is not None:
         return (f"--vocab-size {vocab_size}: the training split gives sentencepiece at most {found.group(2)} "
@@ -84,4 +84,6 @@ def sentencepiece_message(error: RuntimeError, vocab_size: int) -> str:
     if (found := TOO_SMALL.search(text)) is not None:
         return (f"--vocab-size {vocab_size}: the training split has {found.group(2)} characters and special pieces "
                 f"that every vocabulary holds; set --vocab-size {found.group(2)} or more")
+    if "sentences_.empty()" in text:
+        return f"{training_split}: the train split holds no example to train sentencepiece on"
     return f"sentencepiece could not train on the training split: {text.strip().splitlines()[0]}"

@@ -60,7 +60,7 @@ def prepare_tokenizer(args, destdir: Path):
     except RuntimeError as error:
         if errors:  # training on the sentences read before the bad line failed too
             raise errors[0] from None
-        raise UsageError(sentencepiece_message(error, args.vocab_size)) from None
+        raise UsageError(sentencepiece_message(error, args.vocab_size, args.trainpref)) from None
     if errors:
         raise errors[0]
     dictionary = build_dictionary(tokenizer)
@@ -90,6 +90,9 @@ def run(args) -> CorpusMeta:
                                    args.workers, progress=not args.no_progress, on_skip=skip_log)
             meta.stats[split] = stats.as_dict()
             logger.info(stats.report(split))
+            if stats.examples == 0:  # nothing written: the staged directory goes with the error
+                skipped = " (every one skipped as invalid)" if args.skip_invalid and sum(stats.skipped.values()) else ""
+                raise UsageError(f"{path}: the {split} split holds no example{skipped}")
         meta.save(destdir)
     return meta
 

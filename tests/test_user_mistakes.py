@@ -32,6 +32,7 @@ def inputs(tmp_path_factory):
     (root / "notes").mkdir()
     (root / "notes" / "todo.txt").write_text("not a data directory\n")
     (root / "news.src").write_text("a story\n")
+    (root / "empty.jsonl").write_text("")
     return root
 
 
@@ -85,6 +86,12 @@ PREPROCESS_MISTAKES = [
     ("a Multi-News source without its targets",
      lambda r: ["--input-format", "multinews", "--trainpref", str(r / "news.src"), *gpt2(r)],
      "--trainpref {root}/news.src: its summaries {root}/news.tgt do not exist"),
+    ("an empty training split, with sentencepiece to train on it",
+     lambda r: ["--input-format", "jsonl", "--trainpref", str(r / "empty.jsonl"), "--tokenizer", "sentencepiece",
+                "--vocab-size", "50"],
+     "{root}/empty.jsonl: the train split holds no example to train sentencepiece on"),
+    ("an empty validation split", lambda r: jsonl(r, *gpt2(r), "--validpref", str(r / "empty.jsonl")),
+     "{root}/empty.jsonl: the valid split holds no example"),
     ("an output folder that holds something else",
      lambda r: jsonl(r, *gpt2(r), "--destdir", str(r / "notes")),
      "--destdir {root}/notes: exists and is not a pagesum-preprocess data directory; choose a new folder"),
