@@ -21,6 +21,8 @@ python -c "import fairseq" 2>/dev/null || {
     pip install -q cffi cython "hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4" numpy regex sacrebleu tqdm \
         bitarray scikit-learn packaging
 }
+# fairseq's --tensorboard-logdir; without it, every fairseq command says "Please install tensorboardX"
+python -c "import tensorboardX" 2>/dev/null || pip install -q tensorboardX
 
 # pagesum itself, with the extras its tools and tests use
 pip install -q -e ".[all]"

@@ -2,7 +2,8 @@
 criterions and optimizer, and the classes that fairseq checkpoints need through ``torch.load``'s
 weights-only unpickler (first: fairseq-generate loads checkpoints). It also has fairseq's own
 commands (``fairseq-train``, ``fairseq-generate``) report the plugin's mistakes in one line
-(``report_mistakes``).
+(``report_mistakes``), and silences the deprecation notices fairseq's own code draws from
+Hydra (``FAIRSEQ_NOTICES``).
 
 The package's ``__init__`` imports it, except in text-only mode. A console command that read its
 arguments in text-only mode and then needs the library whole imports it before its work
@@ -11,6 +12,7 @@ arguments in text-only mode and then needs the library whole imports it before i
 
 import os
 import sys
+import warnings
 
 from .checkpoints import safety  # noqa: F401  (first: fairseq-generate loads checkpoints)
 from . import criterions, models, tasks  # noqa: F401
@@ -19,6 +21,15 @@ from .checkpoints.errors import ConversionError
 from .corpus.errors import InputError
 from .corpus.format import CorpusFormatError
 from .errors import CheckpointError, SettingError
+
+# Notices about fairseq's own code that a user of fairseq's commands cannot act on: fairseq composes its
+# configuration with Hydra 1.0 APIs, which Hydra 1.3 warns about at every command
+FAIRSEQ_NOTICES = (r"\s*The strict flag in the compose API is deprecated", r"\s*'config' is validated against ConfigStore",
+                   r"\s*The version_base parameter is not specified",
+                   r"\s*hydra.experimental.(initialize|compose)\(\) is no longer experimental",
+                   r"\s*In 'config'. Usage of deprecated keyword in package header")
+for notice in FAIRSEQ_NOTICES:
+    warnings.filterwarnings("ignore", message=notice)
 
 # The errors that say what the user must change: printed as one line, never as a traceback
 MISTAKES = (SettingError, CheckpointError, InputError, CorpusFormatError, ConversionError)

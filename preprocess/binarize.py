@@ -11,6 +11,7 @@ place at the end (``staged_directory``), so a failed run leaves nothing behind.
 import multiprocessing
 import re
 import shutil
+import sys
 import tempfile
 from collections import Counter, deque
 from contextlib import contextmanager
@@ -246,7 +247,8 @@ def binarize_split(split_path: str | Path, split: str, destdir: str | Path, sett
     skipped, assumed = Counter(), Counter()
     records = iter_records(split_path, settings.input_format)
     results = ordered_map(encode_chunk, _chunks(records, CHUNK_SIZE), workers, init_worker, (settings,))
-    with tqdm(desc=split, unit=" examples", disable=not progress, dynamic_ncols=True) as bar:
+    with tqdm(desc=split, unit=" examples", disable=not progress, dynamic_ncols=True,
+              mininterval=0.1 if sys.stderr.isatty() else 60) as bar:  # in a log file: a redraw a minute at most
         for chunk in results:
             for result in chunk:
                 bar.update(1)

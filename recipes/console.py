@@ -53,7 +53,9 @@ class StageBar:
     def __init__(self, name: str, updates: int = None):
         self.updates = updates
         self.bar = tqdm(desc=name, total=updates, unit=" updates" if updates else " it", dynamic_ncols=True,
-                        file=sys.stdout, leave=True, bar_format=None if updates else ELAPSED_ONLY)
+                        file=sys.stdout, leave=True, bar_format=None if updates else ELAPSED_ONLY,
+                        # in a log file every redraw is a line more: at most one a minute there
+                        mininterval=0.1 if sys.stdout.isatty() else 60)
         self.postfix = {}
 
     def read(self, line: str) -> None:

@@ -3,8 +3,13 @@
 
 import os
 import sys
+import warnings
 
 import pytest
+
+# Notices about third-party code, raised while this file imports fairseq: fairseq's modules use
+# torch.jit.script, which torch deprecates, and its reference attention mixes mask types
+warnings.filterwarnings("ignore", message="`torch.jit.script(_method)?` is deprecated", category=DeprecationWarning)
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if TESTS_DIR not in sys.path:
@@ -14,10 +19,15 @@ from builders.cli import TRAIN_FLAGS, run_cli  # noqa: E402
 from builders.corpora import acl_papers, paged_sentencepiece_data, write_jsonl  # noqa: E402
 from builders.hepos import single_thread  # noqa: E402
 from builders.paged_data import write_copy_task  # noqa: E402
+from pagesum_plugin.registration import FAIRSEQ_NOTICES  # noqa: E402
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end runs of the console commands (deselect with -m 'not slow')")
+    config.addinivalue_line("filterwarnings", "ignore:`torch.jit.script(_method)?` is deprecated:DeprecationWarning")
+    config.addinivalue_line("filterwarnings", "ignore:Support for mismatched key_padding_mask and attn_mask")
+    for notice in FAIRSEQ_NOTICES:  # the plugin silences them on import, which pytest undoes around each test
+        config.addinivalue_line("filterwarnings", f"ignore:{notice}")
 
 
 @pytest.fixture(scope="session")
