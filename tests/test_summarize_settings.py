@@ -1,0 +1,79 @@
+"""Every decoding setting a user gives ``summarize()`` reaches the search it runs, and every one
+of the generation defaults reaches both the page generator and ``fairseq-generate``'s flags:
+each test fails when a setting is dropped on the way."""
+
+from dataclasses import fields, replace
+
+import pytest
+import torch
+from fairseq import options
+
+from builders.models import build_tiny
+from pagesum_plugin import from_pretrained, hub_interface
+from pagesum_plugin.checkpoints.builder import save_checkpoint
+from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.defaults import GenerationDefaults
+
+# a value for every setting, none of them its default
+GIVEN = GenerationDefaults(beam=3, lenpen=0.25, no_repeat_ngram_size=2, min_len=5, max_len_b=17, top_pages=1)
+# the generator's attribute that holds each setting (its lengths count summary tokens, the forced <s> aside)
+ATTRIBUTES = {"beam": "beam_size", "lenpen": "len_penalty", "min_len": "min_len", "max_len_b": "max_len_b",
+              "top_pages": "top_pages"}
+
+
+def test_the_given_settings_differ_from_the_defaults():
+    default = GenerationDefaults()
+    assert all(getattr(GIVEN, f.name) != getattr(default, f.name) for f in fields(GenerationDefaults))
+
+
+def test_every_setting_reaches_the_page_generator(copy_task_dir):
+    _, task, model = build_tiny(copy_task_dir)
+    generator = PageSumSequenceGenerator([model], task.dictionary, **GIVEN.generator_kwargs())
+    for setting, attribute in ATTRIBUTES.items():
+        assert getattr(generator, attribute) == getattr(GIVEN, setting), setting
+    assert generator.repeat_ngram_blocker.no_repeat_ngram_size == GIVEN.no_repeat_ngram_size
+
+
+def test_every_search_setting_reaches_fairseq_generates_flags():
+    parser = options.get_generation_parser()
+    args = options.parse_args_and_arch(parser, ["data", *GIVEN.fairseq_flags()])
+    assert (args.beam, args.lenpen, args.no_repeat_ngram_size, args.min_len, args.max_len_b) == (
+        GIVEN.beam, GIVEN.lenpen, GIVEN.no_repeat_ngram_size, GIVEN.min_len, GIVEN.max_len_b)
+
+
+class Recording(PageSumSequenceGenerator):
+    """The page generator, keeping the settings it was built with."""
+
+    built = []
+
+    def __init__(self, models, tgt_dict, **kwargs):
+        Recording.built.append(kwargs)
+        super().__init__(models, tgt_dict, **kwargs)
+
+
+@pytest.fixture()
+def hub(paged, tmp_path, monkeypatch):
+    args, _, model = build_tiny(paged)
+    save_checkpoint(tmp_path / "checkpoint_best.pt", args, model)
+    monkeypatch.setattr(hub_interface, "PageSumSequenceGenerator", Recording)
+    Recording.built.clear()
+    return from_pretrained(str(tmp_path), "checkpoint_best.pt", data_name_or_path=paged)
+
+
+def test_every_setting_given_to_summarize_reaches_its_search(hub, papers):
+    document = [(s["name"], s["text"]) for s in papers[0]["sections"]]
+    with torch.no_grad():
+        hub.summarize([document], beam=GIVEN.beam, lenpen=GIVEN.lenpen, min_len=GIVEN.min_len,
+                      max_len_b=GIVEN.max_len_b, no_repeat_ngram_size=GIVEN.no_repeat_ngram_size,
+                      top_pages=GIVEN.top_pages)
+    (built,) = Recording.built
+    assert {key: built[key] for key in GIVEN.generator_kwargs()} == GIVEN.generator_kwargs()
+
+
+def test_summarize_decodes_with_the_tasks_defaults_where_no_setting_is_given(hub, papers):
+    document = [(s["name"], s["text"]) for s in papers[0]["sections"]]
+    with torch.no_grad():
+        hub.summarize([document])
+    (built,) = Recording.built
+    expected = replace(hub.task.generation_defaults).generator_kwargs()
+    assert {key: built[key] for key in expected} == expected
