@@ -13,6 +13,7 @@ import torch
 from fairseq.criterions import build_criterion
 
 from builders.awesome import build_awesome, segment_sample, write_text_corpus
+from builders.systems import build_system
 from pagesum_plugin.awesome import segment as segment_cli
 from pagesum_plugin.awesome.targets import example_targets, segment_summary_ids
 from pagesum_plugin.corpus.readers import example_from_raw
@@ -181,3 +182,17 @@ def test_an_empty_segment_summary_is_skipped_without_a_double_space_or_stray_tok
     assert len(best["positional_scores"]) == len(best["tokens"])
     assert codec.decode(best["tokens"]) == "The agency agreed to audit. Veterans wait long."
     assert [t.tolist() for t in best["segments"]][1] == [bos, eos]
+
+
+@pytest.mark.parametrize("lenpen", [0.5, 2.0])
+def test_the_joined_summarys_score_is_its_tokens_score_over_its_length_to_the_length_penalty(copy_task_dir, lenpen):
+    """A document's hypothesis joins its segments' best: the forced <s>, every segment's words,
+    the last </s>; its score is the sum of those tokens' scores over length ** --lenpen."""
+    generator = build_system("awesome", copy_task_dir).generator(len_penalty=lenpen)
+    parts = [{"tokens": torch.tensor([0, 5, 6, 2]), "positional_scores": torch.tensor([-0.1, -0.2, -0.3, -0.4])},
+             {"tokens": torch.tensor([0, 7, 2]), "positional_scores": torch.tensor([-0.5, -0.6, -0.7])}]
+    joined = generator._join(parts)
+    assert joined["tokens"].tolist() == [0, 5, 6, 7, 2]
+    kept = torch.tensor([-0.1, -0.2, -0.3, -0.6, -0.7])
+    torch.testing.assert_close(joined["positional_scores"], kept)
+    torch.testing.assert_close(joined["score"], kept.sum() / 5 ** lenpen)

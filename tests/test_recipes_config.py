@@ -9,9 +9,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fairseq.criterions import build_criterion
 from omegaconf import OmegaConf
 
 from builders.cli import BIN_DIR, REPO_ROOT
+from builders.models import build_tiny
+from pagesum_plugin.criterions.paged_cross_entropy import PagedLabelSmoothedCrossEntropyConfig
 
 pytestmark = pytest.mark.slow  # runs every recipe script (PLAN=1)
 
@@ -256,3 +259,21 @@ def test_govreport_and_arxiv_recipes_train_with_torchs_fused_adamw_or_the_papers
     HEPOS keeps the paper's Adafactor."""
     expected = "adafactor" if "hepos" in path.stem else "adamw_torch"
     assert OmegaConf.load(path).optimizer._name == expected
+
+
+SUMMARIZER_CONFIGS = sorted(path.stem for path in CONFIGS.glob("*.yaml")
+                            if OmegaConf.load(path).get("criterion", {}).get("_name")
+                            == "paged_label_smoothed_cross_entropy")
+
+
+@pytest.mark.parametrize("name", SUMMARIZER_CONFIGS)
+def test_every_summarizer_trains_with_its_papers_label_smoothing_as_fairseq_builds_its_criterion(name,
+                                                                                                copy_task_dir):
+    """0.1 (PageSum, HEPOS and AWESOME, after BART), 0 for HED (its paper: plain cross entropy),
+    read by the criterion fairseq builds from the yaml."""
+    expected = 0.0 if name.endswith("_hed") else 0.1
+    _, task, _ = build_tiny(copy_task_dir)
+    settings = OmegaConf.merge(OmegaConf.structured(PagedLabelSmoothedCrossEntropyConfig),
+                               OmegaConf.load(CONFIGS / f"{name}.yaml").criterion, {"sentence_avg": False})
+    criterion = build_criterion(settings, task)
+    assert criterion.eps == expected
