@@ -54,6 +54,24 @@ def test_random_extension_keeps_bart_rows_and_the_offset_and_adds_fresh_ones(cop
     assert torch.equal(table[OFFSET + BART_POSITIONS:], fresh["encoder.embed_positions.weight"][OFFSET + BART_POSITIONS:])
 
 
+def test_random_extension_draws_new_rows_not_copies_of_bart(copy_task_dir, bart_checkpoint):
+    """The paper's choice, where the authors' release copies BART's last position instead."""
+    path, bart = bart_checkpoint
+    loaded, _ = load(copy_task_dir, path, "--extend-positions", "random")
+    new = loaded["encoder.embed_positions.weight"][OFFSET + BART_POSITIONS:]
+    assert not (new == bart["encoder.embed_positions.weight"][-1]).all(dim=1).any()
+    assert len({tuple(row.tolist()) for row in new}) == len(new)  # each drawn on its own
+
+
+def test_last_extension_copies_barts_last_position_into_every_new_row_as_the_authors_release(
+        copy_task_dir, bart_checkpoint):
+    path, bart = bart_checkpoint
+    loaded, _ = load(copy_task_dir, path, "--extend-positions", "last")
+    table, original = loaded["encoder.embed_positions.weight"], bart["encoder.embed_positions.weight"]
+    assert torch.equal(table[: OFFSET + BART_POSITIONS], original)
+    assert all(torch.equal(row, original[-1]) for row in table[OFFSET + BART_POSITIONS:])
+
+
 def test_tile_extension_repeats_bart_positions_along_the_sequence(copy_task_dir, bart_checkpoint):
     path, bart = bart_checkpoint
     loaded, _ = load(copy_task_dir, path, "--extend-positions", "tile")

@@ -348,3 +348,16 @@ def test_batched_equals_one_at_a_time(cls, kwargs):
     for row, n in enumerate(lengths):
         alone, _ = module(x[:n, row : row + 1], x[:n, row : row + 1], x[:n, row : row + 1])
         torch.testing.assert_close(batched[:n, row : row + 1], alone, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cls,kwargs", BATCHABLE, ids=lambda c: getattr(c, "__name__", ""))
+def test_what_stands_at_padding_positions_changes_nothing_at_real_ones(cls, kwargs):
+    """Padding keys are masked in every variant, and Sinkhorn's block means read real tokens
+    only (the authors' release averages padding in, and masks query and key together): huge
+    values at the padding positions leave the real positions' outputs as they are."""
+    module = variant(cls, seed=7, **kwargs)
+    x, padding = states(length=31, pad_from={1: 12, 2: 24})
+    loud = x.masked_fill(padding.t()[:, :, None], 1e4)  # (length, batch, dim): padding positions at 1e4
+    quiet, _ = module(x, x, x, key_padding_mask=padding)
+    shouted, _ = module(loud, loud, loud, key_padding_mask=padding)
+    assert_close_where_real(shouted, quiet, padding)

@@ -41,7 +41,7 @@ ENCODER_ATTENTIONS = ("full", "window", "lsh", "sinkhorn")
 LEARNED_PATTERNS = ("lsh", "sinkhorn")  # what --encoder-layout alternates with sliding windows
 ENCODER_LAYOUTS = ("hybrid", "uniform")
 CROSS_ATTENTIONS = ("hepos", "full", "linformer")
-POSITION_EXTENSIONS = ("random", "tile")
+POSITION_EXTENSIONS = ("random", "last", "tile")
 # The paper's settings (Section 6.2): comparable memory with w = l * b_l = 2 * b_s = 256, s_h = n / k = 4.
 DEFAULTS = dict(
     encoder_attention="full",
@@ -204,8 +204,9 @@ class HeposModel(LongInputBARTModel):
         parser.add_argument("--hepos-stride", type=int, metavar="S",
                             help="HEPOS stride s_h: head h attends to source positions i = h mod s_h (default: 4)")
         parser.add_argument("--extend-positions", choices=POSITION_EXTENSIONS,
-                            help="source positions past the loaded checkpoint's table: random (the paper) or "
-                            "tile (copies of the table along the sequence) (default: random)")
+                            help="source positions past the loaded checkpoint's table: random (the paper), last "
+                            "(each a copy of the table's last position: the authors' release) or tile (copies of "
+                            "the table along the sequence) (default: random)")
         parser.add_argument("--window-size", type=int, metavar="W",
                             help="window: each token attends to W/2 tokens on each side (default: 256)")
         parser.add_argument("--global-tokens", type=int, metavar="G",
@@ -249,8 +250,9 @@ class HeposModel(LongInputBARTModel):
         """Grow a checkpoint's (shorter) learned source positions to this model's length.
 
         Rows 0..padding_idx are fairseq's offset (not positions) and are kept with the
-        checkpoint's positions; the rows past them are this model's fresh ones (random)
-        or the checkpoint's positions repeated along the sequence (tile)."""
+        checkpoint's positions; the rows past them are this model's fresh ones (random), copies
+        of the checkpoint's last position (last: what LongDocSum's ``align_embed_position``
+        does), or the checkpoint's positions repeated along the sequence (tile)."""
         ours = self.encoder.embed_positions.weight  # (max_source_positions + padding_idx + 1, dim)
         loaded = state_dict.get(key)
         if loaded is None or loaded.size(0) >= ours.size(0) or loaded.size(1) != ours.size(1):
@@ -263,6 +265,8 @@ class HeposModel(LongInputBARTModel):
             known = loaded.size(0) - offset  # the checkpoint's positions
             rows = torch.arange(loaded.size(0), ours.size(0))
             extended[loaded.size(0):] = loaded[offset + (rows - offset) % known]
+        elif mode == "last":
+            extended[loaded.size(0):] = loaded[-1]
         elif mode != "random":
             raise ValueError(f"unknown --extend-positions {mode!r}; choose from {', '.join(POSITION_EXTENSIONS)}")
         logger.info(f"extending source positions from {loaded.size(0) - offset} to {ours.size(0) - offset} ({mode})")
