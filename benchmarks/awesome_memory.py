@@ -37,7 +37,7 @@ from torch.nn.attention import sdpa_kernel
 from benchmarks.common import (ATTENTION_KERNELS, LONG_INPUT_SIZES, build_model, describe_device, device_defaults,
                                dtype_name, label_smoothed_loss, markdown_table, measure_step, random_tokens,
                                result_cell, start, summary_io, training_step)
-from pagesum_plugin.models.awesome import MEMORY_DEPTH
+from pagesum_plugin.systems.awesome.model import MEMORY_DEPTH
 
 MODELS = ("AWESOME (attentive)", "AWESOME (attentive, K=4)", "AWESOME (compressive)", "Se3", "PageSum", "HEPOS")
 MEMORY_FLAGS = {  # the segment-by-segment models

@@ -71,7 +71,7 @@ from pagesum_plugin.checkpoints.hf_config import bart_config_from_args
 from pagesum_plugin.checkpoints.hf_weights import fairseq_state_to_hf
 from pagesum_plugin.generation import PageSumSequenceGenerator
 from pagesum_plugin.generation.search_loop import fairseq_loop
-from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
+from pagesum_plugin.systems.pagesum.model import CONFIDENCE_KEYS
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention, set_cache_length
 from pagesum_plugin.modules.fused_attention import reference_attention
 from pagesum_plugin.profiling import synchronize

@@ -42,7 +42,7 @@ from torch.nn.attention import sdpa_kernel
 
 from benchmarks.common import (ATTENTION_KERNELS, CPU_SMALL, build_model, describe_device, markdown_table,
                                free_memory, paged_source, peak_step_bytes, start, summary_io, training_step)
-from pagesum_plugin.modules.hed_attention import DocumentLayout, DocumentSelfAttention
+from pagesum_plugin.systems.hed.attention import DocumentLayout, DocumentSelfAttention
 
 MODELS = ("HED block-sparse", "HED dense mask", "PageSum doc pages")
 

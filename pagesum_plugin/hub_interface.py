@@ -12,7 +12,7 @@ An AWESOME model (``segmented_summarization``) reads its documents segment by se
 the training data was segmented. One trained with salient sentences
 (``--salient-sentences oracle`` or ``extractor``) needs them for every document: pass the
 trained extractor, ``summarize(..., extractor="extractor/checkpoint_best.pt")`` (or a
-``pagesum_plugin.tasks.salient_extraction.SalientExtractor``, for another threshold), or the labels
+``pagesum_plugin.systems.awesome.extraction_task.SalientExtractor``, for another threshold), or the labels
 themselves, ``salient=[[0, 1, ...], ...]``, one per sentence of ``sentences(document)``.
 """
 
@@ -95,7 +95,7 @@ class PageSumHubInterface(nn.Module):
         document_ids = self.codec.encode_document(example)
         if not len(document_ids.unit_length):
             raise EmptyDocument("the document has no tokens")
-        if hasattr(self.task, "document_inputs"):  # a segment-by-segment task reads documents its own way
+        if self.task.segment_by_segment:  # the task reads a raw document its own way
             labels = self.task.salient_labels(document_ids, salient, extractor, self.device)
             return [torch.from_numpy(ids) for ids in self.task.document_inputs(document_ids, labels)], None
         if salient is not None or extractor is not None:

@@ -15,8 +15,14 @@ import sys
 import warnings
 
 from .checkpoints import safety  # noqa: F401  (first: fairseq-generate loads checkpoints)
-from . import criterions, models, tasks  # noqa: F401
-from . import optim  # noqa: F401  (registers --optimizer adamw_torch)
+from .criterions import paged_cross_entropy  # noqa: F401  (registers each system's criterion, task, model)
+from .optim import adamw_torch  # noqa: F401
+from .systems.awesome import extraction_criterion, extraction_task, extractor, model as awesome  # noqa: F401
+from .systems.awesome import task as segmented_summarization  # noqa: F401
+from .systems.hed import model as hed  # noqa: F401
+from .systems.hepos import model as hepos  # noqa: F401
+from .systems.pagesum import model as pagesum  # noqa: F401
+from .tasks import paged_summarization  # noqa: F401
 from .checkpoints.errors import ConversionError
 from .corpus.errors import InputError
 from .corpus.format import CorpusFormatError

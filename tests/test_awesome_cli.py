@@ -12,7 +12,7 @@ from builders.cli import USER_DIR, run_cli
 from builders.models import save_bart_checkpoint
 from pagesum_plugin import from_pretrained
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
-from pagesum_plugin.tasks.salient_extraction import SalientExtractor
+from pagesum_plugin.systems.awesome.extraction_task import SalientExtractor
 
 pytestmark = pytest.mark.slow  # end-to-end runs of fairseq-train and fairseq-generate
 

@@ -8,8 +8,8 @@ from fairseq.criterions import build_criterion
 
 from builders.awesome import build_extractor, paper_examples, write_text_corpus
 from builders.models import bart_twin, build_tiny
-from pagesum_plugin.awesome import label as label_cli
-from pagesum_plugin.awesome.cache import salient_path
+from pagesum_plugin.systems.awesome import label as label_cli
+from pagesum_plugin.systems.awesome.cache import salient_path
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import torch
 from fairseq.criterions import build_criterion
 
 from builders.awesome import build_awesome, randomize_memories, segment_sample
-from pagesum_plugin.modules.memory import (
+from pagesum_plugin.systems.awesome.memory import (
     CompressiveMemory,
     GatedMemoryUpdate,
     MemorySlots,

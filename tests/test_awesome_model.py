@@ -12,9 +12,9 @@ from fairseq.criterions import build_criterion
 from builders.awesome import awesome_bart_twin, build_awesome, randomize_memories, segment_sample
 from builders.models import decoder_input, make_source_sensitive
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
-from pagesum_plugin.generation.segment_sequence_generator import SegmentSequenceGenerator
-from pagesum_plugin.models.awesome import memory_layer_ids
-from pagesum_plugin.modules.memory import (
+from pagesum_plugin.systems.awesome.generator import SegmentSequenceGenerator
+from pagesum_plugin.systems.awesome.model import memory_layer_ids
+from pagesum_plugin.systems.awesome.memory import (
     AttentiveMemory,
     CompressiveMemory,
     MemoryDecoderLayer,

@@ -9,9 +9,9 @@ import pytest
 
 from builders.awesome import paper_examples, write_text_corpus
 from builders.paged_data import document_of_pages
-from pagesum_plugin.awesome import segment as segment_cli
-from pagesum_plugin.awesome.cache import embeddings_path, load_segmentation, segments_path
-from pagesum_plugin.awesome.segmentation import model_tag, opens_new_segment, segment_sentences
+from pagesum_plugin.systems.awesome import segment as segment_cli
+from pagesum_plugin.systems.awesome.cache import embeddings_path, load_segmentation, segments_path
+from pagesum_plugin.systems.awesome.segmentation import model_tag, opens_new_segment, segment_sentences
 from pagesum_plugin.corpus.codec import TextCodec, unit_texts
 from pagesum_plugin.corpus.format import CorpusSplit, SplitStructure
 from pagesum_plugin.corpus.views import ViewConfig, assemble_pages, plan_pages

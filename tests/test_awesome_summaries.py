@@ -14,11 +14,11 @@ from fairseq.criterions import build_criterion
 
 from builders.awesome import build_awesome, segment_sample, write_text_corpus
 from builders.systems import build_system
-from pagesum_plugin.awesome import segment as segment_cli
-from pagesum_plugin.awesome.targets import example_targets, segment_summary_ids
+from pagesum_plugin.systems.awesome import segment as segment_cli
+from pagesum_plugin.systems.awesome.targets import example_targets, segment_summary_ids
 from pagesum_plugin.corpus.readers import example_from_raw
-from pagesum_plugin.generation.segment_sequence_generator import SegmentSequenceGenerator
-from pagesum_plugin.modules.memory import SegmentMemory
+from pagesum_plugin.systems.awesome.generator import SegmentSequenceGenerator
+from pagesum_plugin.systems.awesome.memory import SegmentMemory
 
 AGENCY = ["The agency reviewed the budget and found large deficits in the clinics.",
           "The agency agreed to audit the clinics every year from now on."]

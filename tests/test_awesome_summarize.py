@@ -14,14 +14,14 @@ import torch
 
 from builders.awesome import build_awesome, build_extractor, paper_examples, save_checkpoint, write_text_corpus
 from pagesum_plugin import from_pretrained
-from pagesum_plugin.awesome import label as label_cli
-from pagesum_plugin.awesome import segment as segment_cli
-from pagesum_plugin.awesome.cache import load_salient
+from pagesum_plugin.systems.awesome import label as label_cli
+from pagesum_plugin.systems.awesome import segment as segment_cli
+from pagesum_plugin.systems.awesome.cache import load_salient
 from pagesum_plugin.corpus.format import CorpusSplit
 from pagesum_plugin.corpus.readers import example_from_raw
-from pagesum_plugin.criterions.salient_extraction import sentence_probabilities
+from pagesum_plugin.systems.awesome.extraction_criterion import sentence_probabilities
 from pagesum_plugin.hub_interface import PageSumHubInterface
-from pagesum_plugin.tasks.salient_extraction import SalientExtractor, predict_split
+from pagesum_plugin.systems.awesome.extraction_task import SalientExtractor, predict_split
 
 GEN = dict(beam=2, lenpen=1.0, min_len=0, max_len_b=6, no_repeat_ngram_size=0)
 

@@ -10,14 +10,14 @@ import torch
 from fairseq.criterions import build_criterion
 
 from builders.awesome import build_awesome, paper_examples, write_text_corpus
-from pagesum_plugin.awesome import label as label_cli
-from pagesum_plugin.awesome import segment as segment_cli
-from pagesum_plugin.awesome.cache import salient_path
-from pagesum_plugin.awesome.oracle import oracle_labels, oracle_positions
-from pagesum_plugin.awesome.targets import assign_sentences, segment_summaries
+from pagesum_plugin.systems.awesome import label as label_cli
+from pagesum_plugin.systems.awesome import segment as segment_cli
+from pagesum_plugin.systems.awesome.cache import salient_path
+from pagesum_plugin.systems.awesome.oracle import oracle_labels, oracle_positions
+from pagesum_plugin.systems.awesome.targets import assign_sentences, segment_summaries
 from pagesum_plugin.corpus.sentences import split_sentences
 from pagesum_plugin.data.paged_dataset import collate_pages
-from pagesum_plugin.data.salient_content import SalientHeaders, augmented_input, outermost_first
+from pagesum_plugin.systems.awesome.salient_content import SalientHeaders, augmented_input, outermost_first
 from pagesum_plugin.evaluation.extractive import oracle
 from pagesum_plugin.evaluation.rouge import score_pair, tokenize
 

@@ -11,7 +11,7 @@ from builders.models import bart_twin, build_tiny
 from builders.paged_data import make_dictionary
 from pagesum_plugin.checkpoints.builder import build_model, dictionary_directory, save_checkpoint
 from pagesum_plugin.checkpoints.hf_weights import fill_model
-from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
+from pagesum_plugin.systems.pagesum.model import CONFIDENCE_KEYS
 
 DIMENSIONS = ("encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads",
               "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads")

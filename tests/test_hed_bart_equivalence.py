@@ -20,7 +20,7 @@ from builders.models import (
 )
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.generation import PageSumSequenceGenerator
-from pagesum_plugin.modules.hed_attention import DocumentLayout
+from pagesum_plugin.systems.hed.attention import DocumentLayout
 
 
 @pytest.fixture(scope="module")

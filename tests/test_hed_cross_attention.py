@@ -5,7 +5,7 @@ import torch
 
 from builders.hed import build_hed, document_sizes, reference_cross_attention
 from builders.models import decoder_input, paged_batch, random_pages, vocab
-from pagesum_plugin.modules.hed_attention import HierarchicalCrossAttention, document_lengths, hierarchical_softmax
+from pagesum_plugin.systems.hed.attention import HierarchicalCrossAttention, document_lengths, hierarchical_softmax
 
 SIZES = [[5, 3, 9], [7], [2, 6, 4, 3]]  # tokens per document (SOD included) of three clusters
 

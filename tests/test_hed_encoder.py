@@ -6,7 +6,7 @@ import torch
 
 from builders.hed import build_hed, dense_reference_encoder, document_sizes, hed_attention_mask
 from builders.models import paged_batch, random_pages, vocab
-from pagesum_plugin.modules.hed_attention import DocumentLayout
+from pagesum_plugin.systems.hed.attention import DocumentLayout
 
 
 @pytest.fixture(scope="module")

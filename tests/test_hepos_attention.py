@@ -5,7 +5,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from builders.hepos import attention_like, dense_attention, merge_heads, per_head, stock_attention
-from pagesum_plugin.modules.hepos_attention import CrossAttention, HeposAttention, LinformerCrossAttention
+from pagesum_plugin.systems.hepos.attention import CrossAttention, HeposAttention, LinformerCrossAttention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
 

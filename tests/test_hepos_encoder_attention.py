@@ -12,7 +12,7 @@ from builders.hepos import (
     sinkhorn_dense_reference,
     stock_attention,
 )
-from pagesum_plugin.modules.efficient_attention import (
+from pagesum_plugin.systems.hepos.efficient_attention import (
     LSHAttention,
     SinkhornAttention,
     SlidingWindowAttention,

@@ -16,7 +16,7 @@ from builders.models import (
 )
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
 from pagesum_plugin.generation import PageSumSequenceGenerator
-from pagesum_plugin.modules.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
+from pagesum_plugin.systems.hepos.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
 

@@ -10,6 +10,11 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
 import pytest
+from fairseq.criterions import CRITERION_REGISTRY
+from fairseq.models import MODEL_REGISTRY
+from fairseq.tasks import TASK_REGISTRY
+
+import pagesum_plugin.registration  # noqa: F401  (fills fairseq's registries)
 
 from benchmarks.commands import console_scripts
 from builders.cli import REPO_ROOT
@@ -25,10 +30,10 @@ LIBRARY_LAYERS = [
     #                                            the user's mistakes
     ("corpus",),  # the stored corpus
     ("evaluation",),  # ROUGE, baselines, analyses: text in, numbers out
-    ("awesome",),  # AWESOME's derived data: Algorithm 1, targets, oracle labels, their files
-    ("data", "modules"),  # datasets and batches; attention, memories, page mixing
-    ("models", "generation", "criterions", "optim"),
+    ("data", "modules"),  # datasets and batches; attention, page mixing, the layers every system shares
+    ("generation", "criterions", "optim"),
     ("tasks",),
+    ("systems",),  # one folder per system: its model, layers, tasks and offline stages
     ("checkpoints", "summaries"),  # checkpoints loaded, converted, built; what summarize() returns
     ("hub_interface", "registration"),  # from_pretrained and summarize(); the plugin registered with fairseq
     ("__init__",),  # the plugin itself: registers everything fairseq loads
@@ -165,3 +170,52 @@ def test_the_recipes_run_console_commands_never_a_python_file_or_module():
 def test_every_command_module_is_installed_with_its_entry_point():
     for module, command in commands().items():
         assert is_module(module), f"{command}: no module {module}"
+
+
+SYSTEMS = ("awesome", "bart", "hed", "hepos", "pagesum")  # pagesum_plugin/systems/<name>/
+BASE_SYSTEM = "bart"  # what every other system's model subclasses
+
+
+def system_of(module: str) -> str:
+    """``pagesum_plugin.systems.hepos.attention`` -> ``hepos``; outside the systems: ``""``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "systems" else ""
+
+
+def test_every_system_has_one_folder_that_says_what_it_holds():
+    folders = sorted(p.name for p in (REPO / "pagesum_plugin" / "systems").iterdir() if (p / "__init__.py").exists())
+    assert tuple(folders) == SYSTEMS
+    for name in SYSTEMS:
+        docstring = ast.get_docstring(parsed(REPO / "pagesum_plugin" / "systems" / name / "__init__.py")) or ""
+        files = sorted(p.name for p in (REPO / "pagesum_plugin" / "systems" / name).glob("*.py") if p.name != "__init__.py")
+        unnamed = [f for f in files if f"``{f}``" not in docstring]
+        assert not unnamed, f"systems/{name}/__init__.py does not say what these hold: {unnamed}"
+
+
+def test_a_system_imports_its_own_folder_bart_and_the_shared_layers_never_another_system():
+    crossing = []
+    for path in files_of("pagesum_plugin"):
+        own = system_of(module_name(path))
+        if not own:
+            continue  # above the systems, anything may import them all
+        for node, target in imported(path):
+            other = system_of(target)
+            if other and other != own and other != BASE_SYSTEM:
+                crossing.append(f"{path.relative_to(REPO)}:{node.lineno} imports {target}")
+    assert not crossing, "\n".join(crossing)
+
+
+def test_every_registered_model_task_and_criterion_lives_in_its_system_or_the_shared_layers():
+    """fairseq's registries, filled by the plugin: a name of one system (``hepos_tiny``,
+    ``awesome_extractor``) is defined in that system's folder; the shared task and criterion
+    (``paged_summarization``, ``paged_label_smoothed_cross_entropy``) below the systems."""
+    owners = {"segmented_summarization": "awesome", "salient_extraction": "awesome"}
+    misplaced = []
+    for registry in (MODEL_REGISTRY, TASK_REGISTRY, CRITERION_REGISTRY):
+        for name, cls in registry.items():
+            if not cls.__module__.startswith("pagesum_plugin."):
+                continue
+            system = owners.get(name, next((s for s in SYSTEMS if name.split("_")[0] == s), ""))
+            if system_of(cls.__module__) != system:
+                misplaced.append(f"{name}: {cls.__module__} (expected {'systems/' + system if system else 'a shared layer'})")
+    assert not misplaced, "\n".join(misplaced)

@@ -9,7 +9,7 @@ import torch
 from builders.models import bart_twin, build_tiny, save_bart_checkpoint
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 from pagesum_plugin.errors import CheckpointError
-from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
+from pagesum_plugin.systems.pagesum.model import CONFIDENCE_KEYS
 
 
 @pytest.fixture(scope="module")

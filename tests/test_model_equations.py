@@ -14,7 +14,7 @@ from builders.models import (
     paged_batch,
     random_pages,
 )
-from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
+from pagesum_plugin.systems.pagesum.model import CONFIDENCE_KEYS
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ import pytest
 from builders.awesome import build_awesome
 from builders.hed import build_hed
 from builders.hepos import build_hepos
-from pagesum_plugin.models.hepos import DEFAULTS
-from pagesum_plugin.modules.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
-from pagesum_plugin.modules.hed_attention import DocumentSelfAttention, HierarchicalCrossAttention
-from pagesum_plugin.modules.hepos_attention import CrossAttention, HeposAttention, LinformerCrossAttention
-from pagesum_plugin.modules.memory import AttentiveMemory, CompressiveMemory, MemoryDecoderLayer, MemoryEncoderLayer
+from pagesum_plugin.systems.hepos.model import DEFAULTS
+from pagesum_plugin.systems.hepos.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
+from pagesum_plugin.systems.hed.attention import DocumentSelfAttention, HierarchicalCrossAttention
+from pagesum_plugin.systems.hepos.attention import CrossAttention, HeposAttention, LinformerCrossAttention
+from pagesum_plugin.systems.awesome.memory import AttentiveMemory, CompressiveMemory, MemoryDecoderLayer, MemoryEncoderLayer
 
 FOUR_LAYERS = ["--encoder-layers", "4", "--decoder-layers", "4"]
 

@@ -13,7 +13,7 @@ try:
 except ImportError as error:  # the hf extra is optional: say how to get it
     raise ImportError(f"pagesum-convert needs the hf extra (pip install 'pagesum[hf]'): {error}") from error
 
-from ..models.pagesum import fresh_confidence_state
+from ..systems.pagesum.model import fresh_confidence_state
 from .errors import ConversionError
 
 # the PageSum authors' lin layer -> this plugin's page confidence layer

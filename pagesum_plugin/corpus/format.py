@@ -26,7 +26,7 @@ it (how it reads at the start of a page). A unit read at the start of a page is
 the head lengths are 0.
 
 Derived-data stages add files of their own beside these, named ``{split}.<kind>.<tag>.*``,
-and each stage's own module owns them (AWESOME's: ``awesome/cache.py``). They are optional,
+and each stage's own module owns them (AWESOME's: ``systems/awesome/cache.py``). They are optional,
 made after preprocessing by the stage's commands, keyed by a model or a source, and versioned
 by the stage, so that a stage can change its files without changing this format: no corpus is
 preprocessed again for it, and this module never learns a system's files. Writing the

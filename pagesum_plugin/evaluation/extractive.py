@@ -1,7 +1,7 @@
 """Extractive summaries: Lead-k and the greedy ROUGE Oracle, on a document's sentences.
 
 ``pagesum-baseline`` writes them for a whole corpus (``baselines.py``); AWESOME's
-salient-sentence labels are the Oracle's choice (``awesome/oracle.py``). ROUGE is the
+salient-sentence labels are the Oracle's choice (``systems/awesome/oracle.py``). ROUGE is the
 project's scorer (``rouge.py``: rouge-score's tokenizer and stemmer, clipped n-gram counts).
 """
 

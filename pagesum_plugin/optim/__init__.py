@@ -1,3 +1,1 @@
-"""The optimizers the plugin registers with fairseq: ``adamw_torch``."""
-
-from . import adamw_torch  # noqa: F401  (registers --optimizer adamw_torch)
+"""The optimizers the plugin registers with fairseq: ``adamw_torch`` (``adamw_torch.py``)."""

@@ -1,3 +1,2 @@
-from .paged_summarization import PagedSummarizationTask  # noqa: F401
-from .segmented_summarization import SegmentedSummarizationTask  # noqa: F401
-from .salient_extraction import SalientExtractionTask  # noqa: F401
+"""The task every system but AWESOME reads its corpus with: ``paged_summarization``
+(``paged_summarization.py``). AWESOME's own tasks are in ``systems/awesome/``."""

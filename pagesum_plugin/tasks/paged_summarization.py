@@ -128,7 +128,9 @@ class PagedSummarizationConfig(OneDictionaryConfig):
 @register_task("paged_summarization", dataclass=PagedSummarizationConfig)
 class PagedSummarizationTask(OneDictionaryTask):
     cfg: PagedSummarizationConfig
-    decodes_segments = False  # a segment-by-segment task decodes with the per-segment lengths
+    # A segment-by-segment task (AWESOME) reads a raw document with its own document_inputs() and
+    # decodes with the per-segment lengths; this one reads pages of a view
+    segment_by_segment = False
 
     def __init__(self, cfg: PagedSummarizationConfig, dictionary: Dictionary, meta: CorpusMeta):
         super().__init__(cfg)
@@ -157,7 +159,7 @@ class PagedSummarizationTask(OneDictionaryTask):
         """Every decoding setting of this task for the registered model ``system``: its dataset's
         row (the system's own where a rival's authors decoded the dataset otherwise), per segment
         for a segment-by-segment task, with the task's --top-pages."""
-        return replace(for_dataset(self.meta.dataset, system, per_segment=self.decodes_segments),
+        return replace(for_dataset(self.meta.dataset, system, per_segment=self.segment_by_segment),
                        top_pages=self.cfg.top_pages)
 
     @classmethod

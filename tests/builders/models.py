@@ -10,7 +10,7 @@ from fairseq.models.bart import BARTModel
 
 import pagesum_plugin  # noqa: F401  (registers the task, model and criterion)
 from pagesum_plugin.checkpoints.builder import build_model
-from pagesum_plugin.models.pagesum import CONFIDENCE_KEYS
+from pagesum_plugin.systems.pagesum.model import CONFIDENCE_KEYS
 
 
 def build_tiny(data_dir: str, *extra_args: str, arch: str = "pagesum_tiny", seed: int = 0):

@@ -18,7 +18,7 @@ from builders.hed import build_hed
 from builders.hepos import SMALL_PATTERNS, build_hepos, flat_batch, random_texts
 from builders.models import build_tiny, make_source_sensitive, paged_batch, random_pages, vocab
 from pagesum_plugin.generation import PageSumSequenceGenerator
-from pagesum_plugin.generation.segment_sequence_generator import SegmentSequenceGenerator
+from pagesum_plugin.systems.awesome.generator import SegmentSequenceGenerator
 
 EVERY_SYSTEM = {
     "pagesum": lambda d: build_tiny(d),

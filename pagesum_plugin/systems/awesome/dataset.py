@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from fairseq.data import data_utils
 
-from ..awesome.cache import SegmentTargets
-from ..corpus.codec import unit_ids
-from ..corpus.format import CorpusSplit, EncodedDocument
-from ..corpus.views import ViewConfig, assemble_pages, plan_pages
-from .examples import ExampleDataset
-from .paged_dataset import collate_pages, summary_target
+from .cache import SegmentTargets
+from ...corpus.codec import unit_ids
+from ...corpus.format import CorpusSplit, EncodedDocument
+from ...corpus.views import ViewConfig, assemble_pages, plan_pages
+from ...data.examples import ExampleDataset
+from ...data.paged_dataset import collate_pages, summary_target
 from .salient_content import SalientHeaders, augmented_input
 
 

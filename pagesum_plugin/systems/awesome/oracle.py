@@ -7,7 +7,7 @@ from typing import List, Sequence
 
 import numpy as np
 
-from ..evaluation.extractive import oracle
+from ...evaluation.extractive import oracle
 
 
 class _Sentence(str):

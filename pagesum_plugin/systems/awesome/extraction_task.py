@@ -16,12 +16,12 @@ from fairseq.data import Dictionary, data_utils
 from fairseq.tasks import register_task
 from omegaconf import II
 
-from ..awesome.arguments import DEFAULT_THRESHOLD
-from ..awesome.cache import load_salient, salient_path
-from ..corpus.format import CorpusSplit, EncodedDocument, load_dictionary
-from ..criterions.salient_extraction import sentence_probabilities
-from ..data.sentence_dataset import SalientExtractionDataset, sentence_inputs
-from .one_dictionary import OneDictionaryConfig, OneDictionaryTask
+from .arguments import DEFAULT_THRESHOLD
+from .cache import load_salient, salient_path
+from ...corpus.format import CorpusSplit, EncodedDocument, load_dictionary
+from .extraction_criterion import sentence_probabilities
+from .sentence_dataset import SalientExtractionDataset, sentence_inputs
+from ...tasks.one_dictionary import OneDictionaryConfig, OneDictionaryTask
 
 logger = logging.getLogger(__name__)
 

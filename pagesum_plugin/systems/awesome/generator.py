@@ -23,9 +23,9 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from .page_sequence_generator import PageSumSequenceGenerator
-from ..modules.memory import SegmentMemory
-from ..modules.page_mixing import real_pages
+from ...generation.page_sequence_generator import PageSumSequenceGenerator
+from .memory import SegmentMemory
+from ...modules.page_mixing import real_pages
 
 
 class SegmentSequenceGenerator(PageSumSequenceGenerator):

@@ -6,7 +6,7 @@ One forward pass is one segment of every document of a batch: ``src_tokens`` is
 it out) and ``prev_output_tokens`` (rows, tgt_len) is that segment's summary, shifted.
 The document's summary is the concatenation of its segments' summaries.
 
-Memories (``--memory``, Sec. 3.1, see ``modules/memory.py``):
+Memories (``--memory``, Sec. 3.1, see ``systems/awesome/memory.py``):
 
 * ``attentive`` (default): in the last 3 encoder and decoder layers an extra
   cross-attention after self-attention reads ``m`` memory slots, which a gated write
@@ -18,7 +18,7 @@ Memories (``--memory``, Sec. 3.1, see ``modules/memory.py``):
 The encoder memory reads the document's earlier segments; the decoder memory the
 summaries of those segments (the references in training, the generated summaries in
 decoding). ``forward(..., memory=SegmentMemory())`` reads the memory that the previous
-call left and leaves this segment's write pending in it; see ``modules/memory.py``
+call left and leaves this segment's write pending in it; see ``systems/awesome/memory.py``
 for why writes are lazy and where the gradients stop. ``--memory-grad-segments K``: the
 loss of a segment back-propagates through the memory writes of the K segments before it
 (truncated back-propagation through the memory; 0: through every earlier write).
@@ -35,12 +35,12 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 
-from .bart_args import as_bart_args, tiny_dimensions
-from .long_input_bart import LongInputBARTModel, TokenWeightsOnRequest, wrap_layer
-from ..modules.decoder_self_attention import set_cache_beams
-from ..modules.fused_layer import FusedDecoderLayer, as_config
-from ..modules.layer_norm import recomputing_norms
-from ..modules.memory import (
+from ..bart.arguments import as_bart_args, tiny_dimensions
+from ..bart.model import LongInputBARTModel, TokenWeightsOnRequest, wrap_layer
+from ...modules.decoder_self_attention import set_cache_beams
+from ...modules.fused_layer import FusedDecoderLayer, as_config
+from ...modules.layer_norm import recomputing_norms
+from .memory import (
     MEMORY_KINDS,
     MemoryDecoderLayer,
     MemoryEncoderLayer,
@@ -59,7 +59,7 @@ MEMORY_SIDES = ("both", "encoder", "decoder")
 MEMORY_DEPTH = 3  # layers that hold a memory by default (Sec. 3.1, "selective installation")
 # Truncated back-propagation through the memory: a segment's loss reaches the writes of the
 # 1 segment before it (Sec. 3.1: SG on the segment states only; constant memory in the
-# number of segments, App. C.2). See modules/memory.py.
+# number of segments, App. C.2). See systems/awesome/memory.py.
 MEMORY_GRAD_SEGMENTS = 1
 
 

@@ -12,10 +12,10 @@ from typing import List, Sequence
 
 import numpy as np
 
-from ..corpus.codec import TextCodec, unit_ids
-from ..corpus.format import EncodedDocument
-from ..corpus.sentences import split_sentences
-from ..evaluation.rouge import ngram_counts, overlap_f1, tokenize
+from ...corpus.codec import TextCodec, unit_ids
+from ...corpus.format import EncodedDocument
+from ...corpus.sentences import split_sentences
+from ...evaluation.rouge import ngram_counts, overlap_f1, tokenize
 
 
 def assign_sentences(summary_sentences: Sequence[str], segment_texts: Sequence[str]) -> np.ndarray:

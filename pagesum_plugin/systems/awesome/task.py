@@ -5,10 +5,10 @@ segments in every segment's input (``--salient-sentences``). A training step run
 of a batch in order, carrying the memories from one to the next with stopped gradients, and
 back-propagates each segment's loss before the next segment runs, so the peak memory of a step
 does not grow with the number of segments. Decoding is segment by segment too
-(``generation/segment_sequence_generator.py``), with the per-segment generation defaults. For
+(``systems/awesome/generator.py``), with the per-segment generation defaults. For
 ``summarize()``, the task reads a raw document as the training data was read: segmented the same
 way, with the salient sentences given or picked by a trained extractor (loaded once per path).
-The extractor trains on its own task, ``salient_extraction`` (``tasks/salient_extraction.py``).
+The extractor trains on its own task, ``salient_extraction`` (``systems/awesome/extraction_task.py``).
 """
 
 import contextlib
@@ -25,18 +25,18 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.tasks import register_task
 
-from ..awesome.cache import load_salient, load_segmentation, segmentation_settings
-from ..awesome import segmentation as algorithm_1  # AWESOME's Algorithm 1 and its settings
-from ..corpus.codec import unit_texts
-from ..corpus.format import CorpusSplit, EncodedDocument
-from ..corpus.views import ViewConfig
-from ..data.salient_content import SalientHeaders
-from ..data.segmented_dataset import SegmentedSummarizationDataset, segment_inputs
-from ..generation.segment_sequence_generator import SegmentSequenceGenerator
-from ..modules.memory import SegmentMemory
-from ..modules.page_mixing import real_pages
-from .paged_summarization import PagedSummarizationConfig, PagedSummarizationTask
-from .salient_extraction import SalientExtractor
+from .cache import load_salient, load_segmentation, segmentation_settings
+from . import segmentation as algorithm_1  # AWESOME's Algorithm 1 and its settings
+from ...corpus.codec import unit_texts
+from ...corpus.format import CorpusSplit, EncodedDocument
+from ...corpus.views import ViewConfig
+from .salient_content import SalientHeaders
+from .dataset import SegmentedSummarizationDataset, segment_inputs
+from .generator import SegmentSequenceGenerator
+from .memory import SegmentMemory
+from ...modules.page_mixing import real_pages
+from ...tasks.paged_summarization import PagedSummarizationConfig, PagedSummarizationTask
+from .extraction_task import SalientExtractor
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class SegmentedSummarizationConfig(PagedSummarizationConfig):
 @register_task("segmented_summarization", dataclass=SegmentedSummarizationConfig)
 class SegmentedSummarizationTask(PagedSummarizationTask):
     cfg: SegmentedSummarizationConfig
-    decodes_segments = True  # decoding settings apply to every segment (generation/defaults.py)
+    segment_by_segment = True  # document_inputs() below; decoding settings apply to every segment
 
     def __init__(self, cfg: SegmentedSummarizationConfig, dictionary: Dictionary, meta):
         super().__init__(cfg, dictionary, meta)

@@ -29,9 +29,9 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
-from ..atomic import write_atomically
-from ..corpus.codec import TextCodec, unit_texts
-from ..corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
+from ...atomic import write_atomically
+from ...corpus.codec import TextCodec, unit_texts
+from ...corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
 from .arguments import SEGMENT as PROG, segment_parser
 from .cache import SegmentTargets, embeddings_path, save_segmentation
 from .segmentation import (

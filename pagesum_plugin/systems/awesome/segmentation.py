@@ -20,7 +20,7 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
-from ..corpus.format import EncodedDocument
+from ...corpus.format import EncodedDocument
 from .arguments import DEFAULT_EMBEDDING_MODEL, LENGTH_RULE, MAX_TOKENS, MIN_TOKENS  # noqa: F401  (read from here too)
 
 PAPER_EMBEDDING_MODEL = "sentence-transformers/all-roberta-large-v1"  # what the paper used

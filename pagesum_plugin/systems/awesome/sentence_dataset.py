@@ -1,6 +1,6 @@
 """The dataset of the ``salient_extraction`` task (AWESOME's salient-sentence extractor), read
 from the stored corpus: every example is its sentences, each ``<s> sentence </s>``, and their
-greedy-oracle labels (``awesome/cache.py``). A batch packs every sentence of its documents into
+greedy-oracle labels (``systems/awesome/cache.py``). A batch packs every sentence of its documents into
 rows: ``src_tokens`` (n_sentences, sent_len), ``sentence_counts`` (batch,), ``target``
 (n_sentences,).
 """
@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from fairseq.data import data_utils
 
-from ..corpus.codec import unit_ids
-from ..corpus.format import CorpusSplit, EncodedDocument
-from .examples import ExampleDataset
+from ...corpus.codec import unit_ids
+from ...corpus.format import CorpusSplit, EncodedDocument
+from ...data.examples import ExampleDataset
 
 
 def sentence_inputs(document: EncodedDocument, bos: int, eos: int, max_sentence_tokens: int) -> List[torch.Tensor]:

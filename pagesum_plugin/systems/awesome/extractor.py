@@ -26,8 +26,8 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerEncoder
 from fairseq.modules import LayerNorm, MultiheadAttention
 
-from .bart_args import tiny_dimensions
-from ..modules.page_mixing import unpack_pages
+from ..bart.arguments import tiny_dimensions
+from ...modules.page_mixing import unpack_pages
 
 logger = logging.getLogger(__name__)
 

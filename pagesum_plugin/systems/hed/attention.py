@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from .page_mixing import real_pages, unpack_pages
+from ...modules.page_mixing import real_pages, unpack_pages
 
 LENGTH_GROUP_RATIO = math.sqrt(2.0)  # documents whose lengths differ less share a padded group
 

@@ -29,11 +29,11 @@ from fairseq.models.transformer import TransformerDecoderBase, TransformerEncode
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import Tensor
 
-from .bart_args import as_bart_args, tiny_dimensions
-from .long_input_bart import LongInputBARTModel, SyncFreeDecoder, TokenWeightsOnRequest, wrap_layer
-from ..modules.fused_layer import FusedAttentionLayer
-from ..modules.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
-from ..modules.hepos_attention import CrossAttention, HeposAttention, LinformerCrossAttention
+from ..bart.arguments import as_bart_args, tiny_dimensions
+from ..bart.model import LongInputBARTModel, SyncFreeDecoder, TokenWeightsOnRequest, wrap_layer
+from ...modules.fused_layer import FusedAttentionLayer
+from .efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
+from .attention import CrossAttention, HeposAttention, LinformerCrossAttention
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ Encoder (Section 4.1). Positions restart at 0 in every document; a document long
 1,024 tokens uses positions past BART's table, which HED extends to 4,096 by tiling
 BART's 1,024 rows (Section 5.3; done when a BART checkpoint is loaded). Self-attention
 stays within each document, except that SOD tokens also attend to each other
-(``modules/hed_attention.py``). The encoder works on the documents' tokens packed
+(``systems/hed/attention.py``). The encoder works on the documents' tokens packed
 without padding and returns each cluster's documents concatenated: states
 (src_len, batch, dim), and in place of the padding mask the document map (batch,
 src_len) that the decoder's cross-attention needs (-1 on padding).
@@ -44,10 +44,10 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoder, Tr
 from fairseq.modules import LearnedPositionalEmbedding
 from fairseq.modules.transformer_layer import TransformerDecoderLayer, TransformerEncoderLayer
 
-from .bart_args import tiny_dimensions
-from .long_input_bart import LongInputBARTModel, SyncFreeDecoder, wrap_layer
-from ..modules.fused_layer import FusedAttentionLayer
-from ..modules.hed_attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossAttention
+from ..bart.arguments import tiny_dimensions
+from ..bart.model import LongInputBARTModel, SyncFreeDecoder, wrap_layer
+from ...modules.fused_layer import FusedAttentionLayer
+from .attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossAttention
 
 logger = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ from fairseq.models.transformer import TransformerConfig
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from torch import Tensor, nn
 
-from .bart_args import as_bart_args
-from ..modules.decoder_self_attention import set_cache_beams
-from ..modules.decoding_step import embed_step_positions
-from ..modules.dropout import keep_bool_masks
-from ..modules.feed_forward import fold_activation
-from ..modules.layer_norm import recompute_layer_norms, recomputing_norms
+from .arguments import as_bart_args
+from ...modules.decoder_self_attention import set_cache_beams
+from ...modules.decoding_step import embed_step_positions
+from ...modules.dropout import keep_bool_masks
+from ...modules.feed_forward import fold_activation
+from ...modules.layer_norm import recompute_layer_norms, recomputing_norms
 
 NO_ALIGNMENT = -1  # an alignment layer that no layer index matches
 

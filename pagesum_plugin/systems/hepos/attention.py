@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from .decoding_step import select_rows
+from ...modules.decoding_step import select_rows
 from .efficient_attention import MASKED_SCORE, masked_softmax
-from .fused_attention import attention_dropout
+from ...modules.fused_attention import attention_dropout
 
 Memory = Tuple[Tensor, Tensor, Optional[Tensor]]
 

@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import torch
 
-from ..corpus.format import CorpusFormatError, CorpusMeta
-from ..tasks.salient_extraction import load_extractor, predict_split
+from ...corpus.format import CorpusFormatError, CorpusMeta
+from .extraction_task import load_extractor, predict_split
 from .arguments import EXTRACT as PROG, extract_parser
 from .cache import salient_path, save_salient
 

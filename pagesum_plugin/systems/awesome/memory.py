@@ -40,8 +40,8 @@ from torch import Tensor
 from fairseq.modules import LayerNorm, MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from .fused_attention import FusedCrossAttention
-from .fused_layer import FusedAttentionLayer
+from ...modules.fused_attention import FusedCrossAttention
+from ...modules.fused_layer import FusedAttentionLayer
 
 MEMORY_KINDS = ("attentive", "compressive", "none")
 

@@ -39,11 +39,11 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
 
-from .bart_args import tiny_dimensions
-from .long_input_bart import NO_ALIGNMENT, LongInputBARTModel, SyncFreeDecoder, wrap_layer
-from ..modules.fused_layer import FusedDecoderLayer
-from ..modules.decoder_self_attention import DecoderSelfAttention, set_cache_beams
-from ..modules.page_mixing import PageLayout, real_pages, rows_of_pages, unpack_pages
+from ..bart.arguments import tiny_dimensions
+from ..bart.model import NO_ALIGNMENT, LongInputBARTModel, SyncFreeDecoder, wrap_layer
+from ...modules.fused_layer import FusedDecoderLayer
+from ...modules.decoder_self_attention import DecoderSelfAttention, set_cache_beams
+from ...modules.page_mixing import PageLayout, real_pages, rows_of_pages, unpack_pages
 
 logger = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from typing import List
 
 import numpy as np
 
-from ..atomic import atomic_path, write_atomically
-from ..corpus.format import CorpusFormatError
+from ...atomic import atomic_path, write_atomically
+from ...corpus.format import CorpusFormatError
 
 SALIENT_SOURCES = ("oracle", "extractor")
 # 2: every segment's target reads after another sentence (a leading space), so that the
