@@ -68,7 +68,7 @@ from benchmarks.common import (
     random_words,
     start,
 )
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.profiling import synchronize
 
 # bart.base: 6+6 layers, d=768, 12 heads, GPT-2 BPE vocabulary

@@ -22,7 +22,7 @@ import torch._dynamo
 
 from benchmarks.common import CPU_TINY, BART_LARGE, add_device_args, build_model, describe_device, markdown_table, \
     paged_source, start
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.modules.compiled_layers import compile_decoder_layers
 from pagesum_plugin.profiling import CountedGraphs, best_seconds, count_calls
 

@@ -18,7 +18,7 @@ import contextlib
 import torch
 
 from benchmarks.common import CPU_SMALL, add_device_args, build_model, describe_device, markdown_table, paged_source, start
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.search_loop import fairseq_loop
 from pagesum_plugin.profiling import HostSyncs
 

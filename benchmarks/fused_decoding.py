@@ -69,7 +69,7 @@ from benchmarks.common import (
 from benchmarks.scale.costs import decoder_weight_bytes, step_bytes
 from pagesum_plugin.checkpoints.hf_config import bart_config_from_args
 from pagesum_plugin.checkpoints.hf_weights import fairseq_state_to_hf
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.search_loop import fairseq_loop
 from pagesum_plugin.systems.pagesum.model import CONFIDENCE_KEYS
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention, set_cache_length

@@ -53,7 +53,7 @@ from benchmarks.common import (
     paged_source,
     start,
 )
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 
 
 def parse_args(argv=None):

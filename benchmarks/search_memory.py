@@ -31,7 +31,7 @@ import torch
 from benchmarks.beam_cache import BART_BASE
 from benchmarks.common import build_model, paged_source
 from benchmarks.generation_speed import net_input
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 settings = json.loads(sys.argv[1])
 torch.set_num_threads(settings["threads"])
 torch.manual_seed(0)

@@ -2,31 +2,24 @@
 built by a module that imports nothing heavy, and only then imports the module that does its
 work.
 
-Importing any module of ``pagesum_plugin`` runs the package's ``__init__``, which registers the
-plugin with fairseq and so imports torch and fairseq (seconds, and fairseq's import chatter). So a
-command imports its parser with the library in text-only mode (``PAGESUM_TEXT_ONLY=1`` in this
-process), in which importing the package registers nothing: ``--help`` and a usage error exit
-there, having imported no torch, fairseq, NLTK, scipy, scikit-learn, matplotlib or
+Importing ``pagesum_plugin`` or a torch-free module of it imports neither torch nor fairseq
+(the package registers with fairseq only when fairseq is already imported), so ``--help`` and a
+usage error exit having imported no torch, fairseq, NLTK, scipy, scikit-learn, matplotlib or
 ``transformers``. Then:
 
 * a text-only command (``pagesum-score``, ``pagesum-baseline``, ``pagesum-plot``,
-  ``pagesum-decoding-flags``, ``pagesum-plan``) does its work in text-only mode too, and never
-  imports torch or fairseq;
-* every other command imports ``pagesum_plugin.registration`` (the plugin registered with
-  fairseq, as by ``import pagesum_plugin``) before the module that does its work.
+  ``pagesum-decoding-flags``, ``pagesum-plan``) does its work without torch or fairseq;
+* every other command registers the plugin with fairseq (``pagesum_plugin.registration``,
+  quietly) before it imports the module that does its work.
 
 The work module's ``main()`` parses the same command line again with the same parser (a
 millisecond), so that calling ``main(argv)`` from Python behaves exactly as the command does.
-Everything else (``fairseq-train --user-dir pagesum_plugin``, ``import pagesum_plugin``,
-``from pagesum_plugin import from_pretrained``) registers as before.
 """
 
 import importlib
 import logging
-import os
 from dataclasses import dataclass
 
-TEXT_ONLY = "PAGESUM_TEXT_ONLY"  # read by pagesum_plugin/__init__.py
 REGISTRATION = "pagesum_plugin.registration"
 
 
@@ -65,13 +58,7 @@ def run(name: str):
     """Run command ``name`` on ``sys.argv``: parse, then import its work and run its ``main()``."""
     command = COMMANDS[name]
     module, function = command.parser.split(":")
-    os.environ[TEXT_ONLY] = "1"  # read once, when the package is first imported
-    try:
-        getattr(importlib.import_module(module), function)().parse_args()  # --help and usage errors exit here
-        if command.text_only:
-            importlib.import_module(command.work)
-    finally:
-        del os.environ[TEXT_ONLY]  # no child process inherits it
+    getattr(importlib.import_module(module), function)().parse_args()  # --help and usage errors exit here
     if not command.text_only:
         register_quietly()
     return importlib.import_module(command.work).main()

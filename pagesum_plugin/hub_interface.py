@@ -24,12 +24,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
+from . import registration  # noqa: F401  (from_pretrained loads checkpoints of the plugin's models and tasks)
 from .checkpoints.loading import load_for_inference
 from .corpus.codec import unit_texts
 from .corpus.readers import example_from_raw
 from .corpus.views import STRUCTURED_VIEWS, assemble_pages, plan_document
 from .data.paged_dataset import collate_pages, summary_target
-from .generation import PageSumSequenceGenerator
+from .generation.page_sequence_generator import PageSumSequenceGenerator
 from .summaries import EmptyDocument, Reading, Summaries
 
 Document = Union[str, Sequence[Any]]  # a text, a list of sections, or a list of documents

@@ -72,16 +72,16 @@ def test_a_torch_command_registers_the_plugin_after_parsing(tmp_path):
 
 def test_every_torch_command_imports_its_work_after_its_parser_and_the_registration():
     # the order pagesum_commands.run follows, for all of them in one interpreter: parsers first,
-    # in text-only mode, then the registration, then every work module (no import cycle breaks)
+    # with neither torch nor fairseq imported, then the registration, then every work module (no
+    # import cycle breaks)
     check = """
-import importlib, os, sys
-from pagesum_commands import COMMANDS, REGISTRATION, TEXT_ONLY
+import importlib, sys
+from pagesum_commands import COMMANDS, REGISTRATION
 torch_commands = [command for command in COMMANDS.values() if not command.text_only]
-os.environ[TEXT_ONLY] = "1"
 for command in torch_commands:
     module, function = command.parser.split(":")
     getattr(importlib.import_module(module), function)()
-del os.environ[TEXT_ONLY]
+assert "torch" not in sys.modules and "fairseq" not in sys.modules, "a parser imported torch or fairseq"
 importlib.import_module(REGISTRATION)
 print(len(torch_commands), all(callable(importlib.import_module(command.work).main) for command in torch_commands))
 """
@@ -100,3 +100,24 @@ def test_a_torch_command_at_work_logs_in_its_own_format_with_no_import_chatter(t
     assert chatter and all(line.startswith("pagesum-preprocess | ") for line in chatter), chatter
     assert f"{bad}, line 1, field 'sections[0]'" in chatter[-1]
     assert not (tmp_path / "out").exists()
+
+
+IMPORTS = """
+import sys
+{before}
+import pagesum_plugin
+{after}
+registered = "fairseq.tasks" in sys.modules and "paged_summarization" in sys.modules["fairseq.tasks"].TASK_REGISTRY
+print(sorted(name for name in ("torch", "fairseq") if name in sys.modules), registered)
+"""
+
+
+@pytest.mark.parametrize("before, after, expected", [
+    ("", "", "[] False"),  # a command's parser, a torch-free tool: nothing heavy, nothing registered
+    ("import fairseq", "", "['fairseq', 'torch'] True"),  # fairseq's --user-dir imports the package after fairseq
+    ("", "from pagesum_plugin import from_pretrained", "['fairseq', 'torch'] True"),  # the hub registers
+])
+def test_importing_the_package_registers_with_fairseq_only_when_fairseq_is_there(before, after, expected):
+    done = subprocess.run([sys.executable, "-c", IMPORTS.format(before=before, after=after)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.stdout.strip() == expected, done.stderr

@@ -22,7 +22,7 @@ from pagesum_plugin.checkpoints.convert import AUTHORS_STATE_DICT_NAME, main
 from pagesum_plugin.checkpoints.hf_config import BART_CONFIG_FIELDS
 from pagesum_plugin.checkpoints.hf_weights import LIN_KEYS
 from pagesum_plugin.corpus.tokenizers import build_tokenizer
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 
 
 D_MODEL = 24

@@ -10,7 +10,8 @@ from fairseq import utils
 from benchmarks.scale import results
 from benchmarks.scale.cli import main as scale
 from builders.models import build_tiny, decoder_input, log_probs, make_source_sensitive, paged_batch
-from pagesum_plugin.generation import PageSumSequenceGenerator, ban_repeated_ngrams
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
+from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.generation.ngram_blocking import NoRepeatNGramBlocker
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none)")

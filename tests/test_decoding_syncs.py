@@ -14,7 +14,8 @@ from fairseq.sequence_generator import SequenceGenerator
 from builders.hepos import SMALL_PATTERNS, build_hepos
 from builders.models import build_tiny, make_source_sensitive, paged_batch, random_pages, vocab
 from builders.hed import build_hed
-from pagesum_plugin.generation import PageSumSequenceGenerator, search_loop
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
+from pagesum_plugin.generation import search_loop
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.modules.page_mixing import PageLayout
 from pagesum_plugin.profiling import HostSyncs

@@ -15,7 +15,7 @@ from fairseq.modules import FairseqDropout, MultiheadAttention
 from builders.models import assert_gradients_close, build_tiny, decoder_input, make_source_sensitive
 from builders.stock import assert_same_hypotheses
 from builders.systems import SUMMARIES, TRAINED_SYSTEMS, loss_and_grads, pages, trained_system
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.modules.fused_attention import reference_attention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread

@@ -14,7 +14,8 @@ from builders.models import (
     random_pages,
 )
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
-from pagesum_plugin.generation import PageSumSequenceGenerator, ban_repeated_ngrams
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
+from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 
 
 def make_sample(page_lists, dictionary, max_pages=0):

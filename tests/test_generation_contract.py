@@ -7,7 +7,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY, FairseqEncoderDecoderModel
 
 from builders.awesome import build_awesome
 from builders.models import build_tiny, decoder_input, paged_batch
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.contract import PagePruningModel, SummaryModel, check_models
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread

@@ -7,7 +7,7 @@ import torch
 from fairseq import search
 
 from builders.models import build_tiny, paged_batch, random_pages
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 
 
 def make_sample(page_lists, dictionary):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from builders.models import build_tiny, make_source_sensitive, paged_batch, random_pages
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.systems.pagesum.model import PAGE_STATE_KEY
 from pagesum_plugin.modules.page_mixing import PageLayout
 

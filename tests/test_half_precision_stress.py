@@ -8,7 +8,7 @@ import torch
 from fairseq import utils
 
 from builders.models import build_tiny, decoder_input, make_source_sensitive, paged_batch
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,7 @@ from builders.models import (
     vocab,
 )
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.systems.hed.attention import DocumentLayout
 
 

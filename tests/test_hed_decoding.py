@@ -15,7 +15,7 @@ from builders.models import (
     random_pages,
     vocab,
 )
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 
 DOC_COUNTS = (2, 1, 4, 3)  # the longest cluster (the first) has fewer documents than another
 SUMMARIES = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16], [17]]

@@ -15,7 +15,7 @@ from builders.models import (
     make_source_sensitive,
 )
 from builders.stock import assert_same_hypotheses, over_search_settings, stock_generate
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.systems.hepos.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread

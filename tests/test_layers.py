@@ -35,8 +35,9 @@ LIBRARY_LAYERS = [
     ("tasks",),
     ("systems",),  # one folder per system: its model, layers, tasks and offline stages
     ("checkpoints", "summaries"),  # checkpoints loaded, converted, built; what summarize() returns
-    ("hub_interface", "registration"),  # from_pretrained and summarize(); the plugin registered with fairseq
-    ("__init__",),  # the plugin itself: registers everything fairseq loads
+    ("registration",),  # the plugin registered with fairseq
+    ("hub_interface",),  # from_pretrained and summarize()
+    ("__init__",),  # the plugin itself: registers with fairseq when fairseq imports it
 ]
 HARNESSES = ("pagesum_recipes", "benchmarks", "tests", "builders")
 

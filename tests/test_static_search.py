@@ -17,7 +17,7 @@ from benchmarks.step_operators import Dispatched
 from builders.models import build_tiny, make_source_sensitive
 from builders.stock import assert_same_hypotheses
 from builders.systems import BEAM_SETTINGS, build_system, pages
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.generation.static_search import FixedShapeSearch, ban_repeated_ngrams_at
 from pagesum_plugin.profiling import CountedGraphs

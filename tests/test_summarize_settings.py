@@ -11,7 +11,7 @@ from fairseq import options
 from builders.models import build_tiny
 from pagesum_plugin import from_pretrained, hub_interface
 from pagesum_plugin.checkpoints.builder import save_checkpoint
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.defaults import GenerationDefaults
 
 # a value for every setting, none of them its default

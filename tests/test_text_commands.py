@@ -67,8 +67,12 @@ def test_a_real_run_imports_neither_torch_nor_fairseq(inputs, command, argv):
     assert "tensorboardX" not in out + err
 
 
-def test_importing_the_plugin_still_registers_everything():
-    check = ("import pagesum_plugin, sys; from fairseq.tasks import TASK_REGISTRY; from fairseq.models import "
+def test_fairseqs_user_dir_still_registers_everything():
+    # as fairseq-train --user-dir does it: fairseq first, then the plugin's folder imported by fairseq
+    check = ("import argparse, importlib.util, sys; from fairseq import utils; "
+             "folder = importlib.util.find_spec('pagesum_plugin').submodule_search_locations[0]; "
+             "utils.import_user_module(argparse.Namespace(user_dir=folder)); import pagesum_plugin; "
+             "from fairseq.tasks import TASK_REGISTRY; from fairseq.models import "
              "ARCH_MODEL_REGISTRY; from fairseq.criterions import CRITERION_REGISTRY; "
              "from fairseq.optim import OPTIMIZER_REGISTRY; "
              "print('paged_summarization' in TASK_REGISTRY, 'pagesum_tiny' in ARCH_MODEL_REGISTRY, "

@@ -1,7 +1,3 @@
-import os
-
-# In text-only mode (see pagesum_plugin/__init__.py) only the torch-free modules, such as
-# ``defaults``, are imported, by name.
-if os.environ.get("PAGESUM_TEXT_ONLY") != "1":
-    from .ngram_blocking import NoRepeatNGramBlocker, ban_repeated_ngrams  # noqa: F401
-    from .page_sequence_generator import PageSumSequenceGenerator  # noqa: F401
+"""Beam search over pages: ``page_sequence_generator.PageSumSequenceGenerator`` (the generator every
+system but AWESOME decodes with), its fixed-shape and captured step (``static_search.py``), the
+n-gram blocker, and the decoding defaults of every dataset (``defaults.py``, torch-free)."""

@@ -26,7 +26,7 @@ from ..corpus.views import VIEWS, ViewConfig
 from ..data.paged_dataset import PagedSummarizationDataset
 from ..errors import SettingError, check_checkpoint_file
 from ..evaluation.rouge import corpus_rouge
-from ..generation import PageSumSequenceGenerator
+from ..generation.page_sequence_generator import PageSumSequenceGenerator
 from ..generation.contract import model_name
 from ..generation.defaults import GenerationDefaults, for_dataset
 from ..generation.outputs import InputOrderFile, page_weights_record

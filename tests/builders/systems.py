@@ -17,7 +17,7 @@ from builders.awesome import build_awesome, randomize_memories, segment_sample
 from builders.hed import build_hed
 from builders.hepos import SMALL_PATTERNS, build_hepos, flat_batch, random_texts
 from builders.models import build_tiny, make_source_sensitive, paged_batch, random_pages, vocab
-from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.systems.awesome.generator import SegmentSequenceGenerator
 
 EVERY_SYSTEM = {
