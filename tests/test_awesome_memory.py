@@ -13,6 +13,7 @@ from builders.awesome import build_awesome, randomize_memories, segment_sample
 from pagesum_plugin.systems.awesome.memory import (
     CompressiveMemory,
     GatedMemoryUpdate,
+    MemoryEncoderLayer,
     MemorySlots,
     PendingWrite,
     SegmentMemory,
@@ -351,3 +352,96 @@ def test_a_replayed_write_computes_the_memory_the_next_segment_read(copy_task_di
     fresh = [layer.write(chain[0], pending.states, pending.padding).values for chain in window_at_3[:1] * 2]
     assert not torch.equal(*fresh), "dropout is on: only the recorded seed makes the replay exact"
 
+
+
+# --------------------------------------------------------------------------- what the encoder reads
+
+
+def heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, padding=None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d_head)) v per head, written out: q (len, rows, dim), k and v
+    (keys, rows, dim), padding (rows, keys) bool -> (len, rows, dim)."""
+    length, rows, dim = q.shape
+    split = lambda t: t.reshape(t.size(0), rows, heads, dim // heads).permute(1, 2, 0, 3)  # (rows, heads, n, d_head)
+    scores = split(q) @ split(k).transpose(-1, -2) / math.sqrt(dim // heads)  # (rows, heads, len, keys)
+    if padding is not None:
+        scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
+    out = scores.softmax(-1) @ split(v)  # (rows, heads, len, d_head)
+    return out.permute(2, 0, 1, 3).reshape(length, rows, dim)
+
+
+def projected_attention(attn, query, memory, heads, padding=None):
+    """A fairseq attention module's computation with its own weights, by hand."""
+    out = heads_attention(attn.q_proj(query), attn.k_proj(memory), attn.v_proj(memory), heads, padding)
+    return attn.out_proj(out)
+
+
+def by_hand_feed_forward(layer, x):
+    """BART's feed-forward sublayer, post-norm: LN(x + W2 gelu(W1 x + b1) + b2)."""
+    hidden = torch.nn.functional.gelu(torch.nn.functional.linear(x, layer.fc1.weight, layer.fc1.bias))
+    return layer.final_layer_norm(x + torch.nn.functional.linear(hidden, layer.fc2.weight, layer.fc2.bias))
+
+
+@pytest.fixture(scope="module", params=["attentive", "compressive"])
+def memory_encoder(request, copy_task_dir):
+    args, task, model = build_awesome(copy_task_dir, "--memory", request.param)
+    return args, randomize_memories(model).eval().encoder
+
+
+def some_slots(memory_layer, rows: int, dim: int, seed: int, empty_first: int = 0) -> MemorySlots:
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.randn(rows, memory_layer.memory.slots, dim, generator=generator)
+    empty = torch.zeros(rows, memory_layer.memory.slots, dtype=torch.bool)
+    empty[:, :empty_first] = True
+    return MemorySlots(values, empty)
+
+
+def test_a_memory_encoder_layer_reads_its_slots_as_the_paper_says(memory_encoder):
+    """attentive: x -> LN(x + SelfAttn(x)) = H_self -> LN(H_self + Attn(H_self, M, M)) -> FFN, and
+    H_self is what the layer writes (Eq. 12); compressive: self-attention whose keys and values are
+    concat(M, x), empty slots masked (Eq. 7-8) -> FFN, and the layer's input is what it writes (Eq. 2)."""
+    args, encoder = memory_encoder
+    layer = next(layer for layer in encoder.layers if isinstance(layer, MemoryEncoderLayer))
+    heads, dim = args.encoder_attention_heads, args.encoder_embed_dim
+    x = torch.randn(5, 2, dim, generator=torch.Generator().manual_seed(3))  # (len, rows, dim)
+    slots = some_slots(layer, rows=2, dim=dim, seed=4, empty_first=2)
+    with torch.no_grad():
+        out, written = layer(x, None, memory_slots=slots)
+        if layer.memory.kind == "attentive":
+            h_self = layer.self_attn_layer_norm(x + projected_attention(layer.self_attn, x, x, heads))
+            memory = slots.values.transpose(0, 1)  # (m, rows, dim)
+            read = layer.memory.read_layer_norm(
+                h_self + projected_attention(layer.memory.read_attn, h_self, memory, heads, slots.empty))
+            expected, expected_written = by_hand_feed_forward(layer, read), h_self
+        else:
+            keys = torch.cat([slots.values.transpose(0, 1), x])  # (m + len, rows, dim)
+            padding = torch.cat([slots.empty, torch.zeros(2, 5, dtype=torch.bool)], dim=1)
+            attended = layer.self_attn_layer_norm(x + projected_attention(layer.self_attn, x, keys, heads, padding))
+            expected, expected_written = by_hand_feed_forward(layer, attended), x
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(written, expected_written, rtol=1e-6, atol=1e-6)
+
+
+def test_the_encoder_hands_every_memory_layer_its_own_slots(memory_encoder):
+    """The encoder's output is its layers run in order, each memory layer reading the slots of
+    its own position in ``encoder_memory``; the slots of one layer change the output, and nothing
+    before that layer."""
+    args, encoder = memory_encoder
+    memory_layers = [layer for layer in encoder.layers if isinstance(layer, MemoryEncoderLayer)]
+    tokens = torch.randint(4, 40, (2, 6), generator=torch.Generator().manual_seed(5))
+    slots = [some_slots(layer, 2, args.encoder_embed_dim, seed=10 + i) for i, layer in enumerate(memory_layers)]
+    with torch.no_grad():
+        out = encoder(tokens, encoder_memory=slots, return_all_hiddens=True)
+        x, _ = encoder.forward_embedding(tokens)
+        x = x.transpose(0, 1)  # (len, rows, dim)
+        own = iter(slots)
+        for layer in encoder.layers:
+            x = layer(x, None, memory_slots=next(own))[0] if layer in memory_layers else layer(x, None)
+        torch.testing.assert_close(out["encoder_out"][0], x, rtol=1e-5, atol=1e-5)
+
+        changed = list(slots)
+        changed[-1] = some_slots(memory_layers[-1], 2, args.encoder_embed_dim, seed=99)
+        other = encoder(tokens, encoder_memory=changed, return_all_hiddens=True)
+    last = list(encoder.layers).index(memory_layers[-1])
+    for before, (a, b) in enumerate(zip(out["encoder_states"][: last + 1], other["encoder_states"][: last + 1])):
+        torch.testing.assert_close(a, b, msg=f"the input of layer {before} changed with a later layer's memory")
+    assert not torch.allclose(out["encoder_out"][0], other["encoder_out"][0])

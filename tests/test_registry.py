@@ -8,6 +8,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.tasks import TASK_REGISTRY
 
 import pagesum_plugin
+import pagesum_plugin.registration  # noqa: F401  (fills the registries)
 
 
 def registered(registry) -> set:

@@ -14,7 +14,7 @@ from fairseq import options, tasks
 from fairseq.data import data_utils
 from fairseq.models.bart import BARTModel
 
-import pagesum_plugin  # noqa: F401  (registers the tasks, models and criteria)
+import pagesum_plugin.registration  # noqa: F401  (registers the tasks, models and criteria)
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_papers
 from pagesum_plugin.corpus.codec import TextCodec

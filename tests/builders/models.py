@@ -8,7 +8,7 @@ import torch
 from fairseq.data import data_utils
 from fairseq.models.bart import BARTModel
 
-import pagesum_plugin  # noqa: F401  (registers the task, model and criterion)
+import pagesum_plugin.registration  # noqa: F401  (registers the task, model and criterion)
 from pagesum_plugin.checkpoints.builder import build_model
 from pagesum_plugin.systems.pagesum.model import CONFIDENCE_KEYS
 
