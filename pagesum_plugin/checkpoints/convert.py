@@ -38,12 +38,13 @@ from ..errors import CheckpointError
 from .arguments import AUTHORS_STATE_DICT_NAME, convert_parser
 from .builder import build_model, save_checkpoint
 from .errors import ConversionError
+from ..hf import PageSumForConditionalGeneration
 from .hf_config import (HF_GENERATION, architecture_for, bart_config_from_args, check_bart_config, fairseq_flags,
-                        fairseq_settings, model_args)
+                        fairseq_settings, model_args, pagesum_config_from_args)
 from .hf_vocab import (gpt2_id_vocabulary, hf_id_vocabulary, read_hf_vocab, write_bpe_files, write_dictionary,
                        write_hf_tokenizer)
-from .hf_weights import (LIN_KEYS, fairseq_state_to_hf, fill_model, hf_state_to_fairseq, hf_weights,
-                         load_state_dict_file, strip_module_prefix)
+from .hf_weights import (LIN_KEYS, fairseq_state_to_hf, fairseq_state_to_pagesum_hf, fill_model, hf_state_to_fairseq,
+                         hf_weights, load_state_dict_file, strip_module_prefix)
 from .safety import load_checkpoint_file
 
 logger = logging.getLogger("pagesum_plugin.checkpoints.convert")
@@ -120,6 +121,15 @@ def convert_to_hf(checkpoint: str, out_dir: str, data_dir: Optional[str] = None)
                        "to write vocab.json and merges.txt)")
     logger.info(f"wrote {out} (transformers BART) and {out / AUTHORS_STATE_DICT_NAME} (BART + lin)")
     return out
+
+def pagesum_hf_model(args, state: dict, label_smoothing: float) -> PageSumForConditionalGeneration:
+    """The ``PageSumForConditionalGeneration`` of a PageSum model's arguments and state dict: the same weights,
+    loaded strictly."""
+    converted = fairseq_state_to_pagesum_hf(state)
+    config = pagesum_config_from_args(args, converted["model.shared.weight"].size(0), label_smoothing)
+    model = PageSumForConditionalGeneration(config)
+    model.load_state_dict(converted, strict=True)
+    return model
 
 def main(argv: Optional[List[str]] = None) -> None:
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)

@@ -10,6 +10,7 @@ try:
 except ImportError as error:  # the hf extra is optional: say how to get it
     raise ImportError(f"pagesum-convert needs the hf extra (pip install 'pagesum[hf]'): {error}") from error
 
+from ..hf import PageSumConfig
 from .errors import ConversionError
 
 HF_SPECIAL_IDS = {"bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2}
@@ -114,6 +115,15 @@ def fairseq_settings(config) -> dict:
 
 def bart_config_from_args(args, vocab_size: int):
     """The ``BartConfig`` of a PageSum model's arguments; refuses layouts BART lacks."""
+    return transformers.BartConfig(**bart_fields_from_args(args, vocab_size))
+
+def pagesum_config_from_args(args, vocab_size: int, label_smoothing: float) -> PageSumConfig:
+    """The ``PageSumConfig`` of a PageSum model's arguments and its criterion's label smoothing."""
+    fields = {**bart_fields_from_args(args, vocab_size), "forced_eos_token_id": None}
+    return PageSumConfig(**fields, label_smoothing=float(label_smoothing))
+
+def bart_fields_from_args(args, vocab_size: int) -> dict:
+    """The ``BartConfig`` fields of a model's arguments; refuses layouts BART lacks."""
     required = {
         "encoder_normalize_before": False, "decoder_normalize_before": False, "layernorm_embedding": True,
         "share_all_embeddings": True, "share_decoder_input_output_embed": True,
@@ -127,7 +137,7 @@ def bart_config_from_args(args, vocab_size: int):
     to_hf_activation = {v: k for k, v in reversed(list(ACTIVATIONS.items()))}
     if args.activation_fn not in to_hf_activation:
         raise ConversionError(f"activation {args.activation_fn!r} has no transformers equivalent")
-    return transformers.BartConfig(
+    return dict(
         vocab_size=vocab_size,
         d_model=args.encoder_embed_dim,
         encoder_layers=args.encoder_layers,

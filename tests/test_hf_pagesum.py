@@ -1,0 +1,68 @@
+"""pagesum_plugin.hf: PageSum as a transformers model computes what the fairseq model computes, from the same
+weights: its logits and page weights, its summaries under transformers' generate(), its training loss and
+gradients."""
+
+import pytest
+import torch
+
+from builders.models import (assert_gradients_close, build_tiny, decoder_input, make_source_sensitive, paged_batch,
+                             random_pages, vocab)
+from pagesum_plugin.checkpoints.builder import checkpoint_state
+from pagesum_plugin.checkpoints.convert import pagesum_hf_model
+from pagesum_plugin.generation import PageSumSequenceGenerator
+from pagesum_plugin.hf import PageSumForConditionalGeneration, summary_lengths
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PAD = 1
+
+
+@pytest.fixture(scope="module")
+def twins(copy_task_dir):
+    """(fairseq PageSum model, the transformers model with its weights, the task's dictionary), eval mode."""
+    args, task, model = build_tiny(copy_task_dir, "--label-smoothing", "0.1")
+    model = make_source_sensitive(model, task.dictionary)  # summaries of different lengths
+    hf = pagesum_hf_model(args, model.state_dict(), label_smoothing=0.1).eval()
+    return model, hf, task.dictionary
+
+
+def documents(dictionary, n, pages, seed=0, max_len=12):
+    """``n`` examples of 1..``pages`` random pages of content ids (the first with ``pages``)."""
+    rng = torch.Generator().manual_seed(seed)
+    low, high = vocab(dictionary)
+    counts = [pages] + [int(torch.randint(1, pages + 1, (1,), generator=rng)) for _ in range(n - 1)]
+    return [random_pages(rng, count, low, high, max_len=max_len) for count in counts]
+
+
+# ---- one forward pass -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pages", [1, 7])
+def test_the_same_weights_give_the_fairseq_models_logits_and_page_weights(twins, pages):
+    model, hf, dictionary = twins
+    src = paged_batch(documents(dictionary, 4, pages), dictionary)  # (4, pages, page_len), missing pages padding
+    summaries = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14], [15]]
+    _, prev = decoder_input(summaries, dictionary)  # (4, tgt_len): </s> <s> summary, right-padded
+    with torch.no_grad():
+        expected, extra = model(src, None, prev)
+        out = hf(input_ids=src, attention_mask=src.ne(PAD), decoder_input_ids=prev, output_page_weights=True)
+    real = prev.ne(PAD)  # (4, tgt_len)
+    torch.testing.assert_close(out.logits[real], expected[real], atol=1e-5, rtol=0)
+    weights = out.page_weights.transpose(1, 2)[real]  # (real positions, pages)
+    torch.testing.assert_close(weights, extra["page_weights"].transpose(1, 2)[real], atol=1e-5, rtol=0)
+    if pages > 1:
+        assert weights.max() > 0.6, "the confidences tell the pages apart"
+        assert (out.page_weights[1:].sum(-1) == 0).any(), "some examples have fewer pages, weighted exactly 0"
+
+
+def test_a_page_mask_leaves_the_masked_pages_out(twins):
+    model, hf, dictionary = twins
+    examples = documents(dictionary, 1, 3, seed=4)
+    src = paged_batch(examples, dictionary)  # (1, 3, page_len)
+    _, prev = decoder_input([[5, 6, 7]], dictionary)
+    masked = src.ne(PAD)
+    masked[:, 2] = False  # the third page is masked out
+    with torch.no_grad():
+        alone = hf(input_ids=paged_batch([examples[0][:2]], dictionary), decoder_input_ids=prev).logits
+        out = hf(input_ids=src, attention_mask=masked, decoder_input_ids=prev, output_page_weights=True)
+    torch.testing.assert_close(out.logits, alone, atol=1e-5, rtol=0)
+    assert torch.equal(out.page_weights[:, 2], torch.zeros_like(out.page_weights[:, 2]))
