@@ -66,3 +66,54 @@ def test_a_page_mask_leaves_the_masked_pages_out(twins):
         out = hf(input_ids=src, attention_mask=masked, decoder_input_ids=prev, output_page_weights=True)
     torch.testing.assert_close(out.logits, alone, atol=1e-5, rtol=0)
     assert torch.equal(out.page_weights[:, 2], torch.zeros_like(out.page_weights[:, 2]))
+
+
+# ---- generate() -----------------------------------------------------------------------------------------------
+
+BASE = dict(beam=4, lenpen=2.0, no_repeat_ngram_size=0, min_len=1, max_len_b=20)
+# every setting, with a value that changes the plugin's summaries of DOCUMENTS (checked below): a generate() that
+# ignored it would fail
+SETTINGS = {"lenpen": 0.0, "no_repeat_ngram_size": 2, "min_len": 12, "max_len_b": 3, "beam": 1}
+
+
+def plugin_summaries(model, dictionary, src, beam, lenpen, no_repeat_ngram_size, min_len, max_len_b):
+    """The plugin's best summary of every example, ``<s> ... </s>``, and its page weights (steps, pages)."""
+    generator = PageSumSequenceGenerator([model], dictionary, beam_size=beam, len_penalty=lenpen,
+                                         no_repeat_ngram_size=no_repeat_ngram_size, min_len=min_len,
+                                         max_len_b=max_len_b)
+    sample = {"id": torch.arange(src.size(0)), "net_input": {"src_tokens": src, "src_lengths": src.ne(PAD).sum((1, 2))}}
+    return [(hypos[0]["tokens"], hypos[0]["page_weights"]) for hypos in generator.generate([model], sample)]
+
+
+def transformers_summaries(hf, src, beam, lenpen, no_repeat_ngram_size, min_len, max_len_b):
+    """generate()'s summaries, the decoder start left out, and the page weights of their steps."""
+    sequences = hf.generate(input_ids=src, num_beams=beam, length_penalty=lenpen, early_stopping=True,
+                            no_repeat_ngram_size=no_repeat_ngram_size, do_sample=False,
+                            **summary_lengths(min_len, max_len_b))  # (batch, 1 + steps), padded
+    weights = hf.summary_page_weights(sequences, input_ids=src)  # (batch, steps, pages)
+    lengths = sequences[:, 1:].ne(PAD).sum(1)
+    return [(sequences[i, 1: 1 + n], weights[i, :n]) for i, n in enumerate(lengths.tolist())]
+
+
+@pytest.fixture(scope="module")
+def batches(twins):
+    """24 documents of 1 to 7 pages, in batches of 8 (padding pages and all)."""
+    _, _, dictionary = twins
+    return [paged_batch(documents(dictionary, 8, 7, seed=10 + b), dictionary) for b in range(3)]
+
+
+@pytest.mark.parametrize("setting", [None, *SETTINGS])
+def test_generate_gives_the_plugins_summaries_and_page_weights(twins, batches, setting):
+    model, hf, dictionary = twins
+    settings = dict(BASE, **({setting: SETTINGS[setting]} if setting else {}))
+    changed = False
+    for src in batches:
+        ours = plugin_summaries(model, dictionary, src, **settings)
+        theirs = transformers_summaries(hf, src, **settings)
+        for (tokens, weights), (hf_tokens, hf_weights) in zip(ours, theirs):
+            assert hf_tokens.tolist() == tokens.tolist()
+            torch.testing.assert_close(hf_weights[:, : weights.size(1)], weights, atol=1e-5, rtol=0)
+        if setting:
+            base = plugin_summaries(model, dictionary, src, **BASE)
+            changed |= any(a.tolist() != b.tolist() for (a, _), (b, _) in zip(ours, base))
+    assert changed or not setting, f"{setting}={SETTINGS.get(setting)} changes no summary: the case cannot tell"
