@@ -4,13 +4,15 @@ gradients."""
 
 import pytest
 import torch
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from builders.models import (assert_gradients_close, build_tiny, decoder_input, make_source_sensitive, paged_batch,
                              random_pages, vocab)
 from pagesum_plugin.checkpoints.builder import checkpoint_state
 from pagesum_plugin.checkpoints.convert import pagesum_hf_model
+from pagesum_plugin.checkpoints.hf_weights import fairseq_state_to_pagesum_hf
 from pagesum_plugin.generation import PageSumSequenceGenerator
-from pagesum_plugin.hf import PageSumForConditionalGeneration, summary_lengths
+from pagesum_plugin.hf import PageSumCollator, PageSumForConditionalGeneration, summary_lengths
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -117,3 +119,70 @@ def test_generate_gives_the_plugins_summaries_and_page_weights(twins, batches, s
             base = plugin_summaries(model, dictionary, src, **BASE)
             changed |= any(a.tolist() != b.tolist() for (a, _), (b, _) in zip(ours, base))
     assert changed or not setting, f"{setting}={SETTINGS.get(setting)} changes no summary: the case cannot tell"
+
+
+# ---- training -------------------------------------------------------------------------------------------------
+
+def test_the_loss_and_its_gradients_are_the_fairseq_criterions(copy_task_dir):
+    args, task, model = build_tiny(copy_task_dir, "--label-smoothing", "0.1")
+    criterion = task.build_criterion(args)
+    hf = pagesum_hf_model(args, model.state_dict(), label_smoothing=0.1)
+    model.train(), hf.train()  # dropout 0: the same computation as in eval mode, with training's code paths
+    dictionary = task.dictionary
+    src = paged_batch(documents(dictionary, 3, 7, seed=2), dictionary)
+    target, prev = decoder_input([[5, 6, 7, 8], [9, 10], [11, 12, 13]], dictionary)
+    ntokens = int(target.ne(PAD).sum())
+    sample = {"net_input": {"src_tokens": src, "src_lengths": src.ne(PAD).sum((1, 2)), "prev_output_tokens": prev},
+              "target": target, "ntokens": ntokens}
+    loss, sample_size, _ = criterion(model, sample)
+    loss.backward()
+    out = hf(input_ids=src, attention_mask=src.ne(PAD), labels=target.masked_fill(target.eq(PAD), -100))
+    out.loss.backward()
+
+    assert sample_size == ntokens
+    torch.testing.assert_close(out.loss * ntokens, loss, atol=1e-4, rtol=1e-6)
+    # fairseq's trainer divides the summed loss's gradients by the sample size; the model's loss is a mean
+    fairseq_grads = fairseq_state_to_pagesum_hf({name: p.grad / ntokens for name, p in model.named_parameters()})
+    hf_grads = {name: p.grad for name, p in hf.named_parameters()}
+    assert_gradients_close(hf_grads, {name: fairseq_grads[name] for name in hf_grads})
+
+
+def test_label_smoothing_comes_from_the_config(twins):
+    _, hf, dictionary = twins
+    src = paged_batch(documents(dictionary, 2, 3, seed=3), dictionary)
+    labels, _ = decoder_input([[5, 6, 7], [8, 9]], dictionary)
+    labels = labels.masked_fill(labels.eq(PAD), -100)
+    losses = {}
+    with torch.no_grad():
+        for smoothing in (0.1, 0.0):
+            hf.config.label_smoothing = smoothing
+            out = hf(input_ids=src, labels=labels)
+            losses[smoothing], logits = out.loss, out.logits.transpose(1, 2)  # (batch, vocab, tgt_len)
+    hf.config.label_smoothing = 0.1
+    # fairseq spreads epsilon over the other tokens, torch over all of them: eps * V / (V - 1) in torch's terms
+    size = logits.size(1)
+    for smoothing, loss in losses.items():
+        expected = torch.nn.functional.cross_entropy(logits, labels, label_smoothing=smoothing * size / (size - 1))
+        torch.testing.assert_close(loss, expected)
+    assert losses[0.1] != losses[0.0]
+
+
+def test_one_seq2seq_trainer_step_trains_the_model(twins, tmp_path):
+    _, hf, dictionary = twins
+    model = PageSumForConditionalGeneration(hf.config)
+    model.load_state_dict(hf.state_dict())
+    rng = torch.Generator().manual_seed(5)
+    low, high = vocab(dictionary)
+    features = [{"pages": [[0, *page, 2] for page in random_pages(rng, n, low, high)],
+                 "labels": [0, *random_pages(rng, 1, low, high)[0], 2]} for n in (1, 3, 2, 4)]
+    arguments = Seq2SeqTrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=1,
+                                         learning_rate=1e-3, use_cpu=True, report_to=[], save_strategy="no",
+                                         remove_unused_columns=False, logging_steps=1)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainer = Seq2SeqTrainer(model=model, args=arguments, train_dataset=features,
+                             data_collator=PageSumCollator(dictionary.pad()))
+    result = trainer.train()
+    assert result.global_step == 1 and result.training_loss > 0
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    assert {"model.page_confidence.weight", "model.shared.weight", "model.encoder.layers.0.fc1.weight"} <= changed
+    assert model.lm_head.weight is model.model.shared.weight  # tied, as in BART and the fairseq model

@@ -10,6 +10,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from .configuration_pagesum import PageSumConfig
 from .modeling_pagesum import (PageCache, PageSumForConditionalGeneration, PageSumModel, SummaryRules,
                                summary_lengths)
+from .processing_pagesum import PageSumCollator, pad_pages
 
 AutoConfig.register(PageSumConfig.model_type, PageSumConfig, exist_ok=True)
 AutoModel.register(PageSumConfig, PageSumModel, exist_ok=True)
@@ -19,5 +20,5 @@ PageSumConfig.register_for_auto_class()
 PageSumModel.register_for_auto_class("AutoModel")
 PageSumForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
-__all__ = ["PageCache", "PageSumConfig", "PageSumForConditionalGeneration", "PageSumModel", "SummaryRules",
-           "summary_lengths"]
+__all__ = ["PageCache", "PageSumCollator", "PageSumConfig", "PageSumForConditionalGeneration", "PageSumModel",
+           "SummaryRules", "pad_pages", "summary_lengths"]
