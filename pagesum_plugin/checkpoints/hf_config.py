@@ -44,6 +44,9 @@ BART_CONFIG_FIELDS = {
                   "output_hidden_states", "problem_type", "return_dict", "transformers_version", "use_cache"},
 }
 
+# The fields PageSumConfig adds to BartConfig's, and where the fairseq checkpoint keeps them.
+PAGESUM_CONFIG_FIELDS = {"label_smoothing": "the criterion's --label-smoothing"}
+
 # What to-hf writes as the generation configuration: this plugin's decoding rules (the
 # summary starts with the forced <s>, which never comes again, and has at least one token;
 # </s> ends it at the length limit), so that transformers' generate() gives the tokens
@@ -54,8 +57,8 @@ HF_GENERATION = dict(decoder_start_token_id=2, bos_token_id=0, pad_token_id=1, e
 
 def check_bart_config(config, source: str) -> None:
     """Refuse BART variants whose computation the fairseq BART layers do not reproduce."""
-    if config.model_type != "bart":
-        raise ConversionError(f"{source}: model_type {config.model_type!r} is not 'bart'")
+    if config.model_type not in ("bart", PageSumConfig.model_type):
+        raise ConversionError(f"{source}: model_type {config.model_type!r} is not 'bart' or 'pagesum'")
     for name, expected in HF_SPECIAL_IDS.items():
         if getattr(config, name, expected) != expected:
             raise ConversionError(
@@ -159,6 +162,15 @@ def bart_fields_from_args(args, vocab_size: int) -> dict:
         **HF_SPECIAL_IDS,
         forced_eos_token_id=2,
     )
+
+def label_smoothing_of(state: dict):
+    """The label smoothing of a fairseq checkpoint's criterion, None if it names none."""
+    criterion = (state.get("cfg") or {}).get("criterion") or {}
+    smoothing = criterion.get("label_smoothing") if isinstance(criterion, dict) else getattr(criterion,
+                                                                                               "label_smoothing", None)
+    if smoothing is None and state.get("args") is not None:
+        smoothing = getattr(state["args"], "label_smoothing", None)
+    return smoothing
 
 def model_args(state: dict, source: str) -> argparse.Namespace:
     """The model arguments of a fairseq checkpoint, old ('args') or new ('cfg') style."""
