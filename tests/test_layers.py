@@ -24,8 +24,8 @@ LIBRARY_LAYERS = [
     ("profiling", "atomic", "memory", "errors"),  # memory and time measured and predicted; files written whole;
     #                                            the user's mistakes
     ("corpus",),  # the stored corpus
-    ("hf",),  # PageSum as a transformers model: torch, transformers, numpy and the corpus only, never fairseq
-    ("evaluation",),  # ROUGE, baselines, analyses: text in, numbers out
+    ("evaluation", "hf"),  # ROUGE, baselines, analyses: text in, numbers out; PageSum as a transformers model
+    #                       (torch, transformers, numpy, never fairseq)
     ("awesome",),  # AWESOME's derived data: Algorithm 1, targets, oracle labels, their files
     ("data", "modules"),  # datasets and batches; attention, memories, page mixing
     ("models", "generation", "criterions", "optim"),
