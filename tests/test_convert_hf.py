@@ -23,6 +23,7 @@ from pagesum_plugin.checkpoints.hf_config import BART_CONFIG_FIELDS
 from pagesum_plugin.checkpoints.hf_weights import LIN_KEYS
 from pagesum_plugin.corpus.tokenizers import build_tokenizer
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
+from pagesum_plugin.hf import PageSumForConditionalGeneration
 
 
 D_MODEL = 24
@@ -244,7 +245,7 @@ def test_every_computation_field_converts_to_equal_log_probs_both_ways(bpe, tmp_
     main(["from-hf", str(hf_dir), str(tmp_path / "out")])
     ours, _ = load_converted(tmp_path / "out")
     main(["to-hf", str(tmp_path / "out" / "model.pt"), str(tmp_path / "back")])
-    back = transformers.BartForConditionalGeneration.from_pretrained(str(tmp_path / "back"))
+    back = PageSumForConditionalGeneration.from_pretrained(str(tmp_path / "back"))
 
     training = field in TRAINING_ONLY
     for model in (hf, ours, back):
@@ -256,7 +257,8 @@ def test_every_computation_field_converts_to_equal_log_probs_both_ways(bpe, tmp_
         expected = hf_log_probs(hf, src, prev)
         logits, _ = ours(src.unsqueeze(1), src.ne(1).sum(1), prev)  # one page per example
         torch.testing.assert_close(logits.log_softmax(-1), expected, atol=1e-5, rtol=0)
-        torch.testing.assert_close(hf_log_probs(back, src, prev), expected, atol=1e-5, rtol=0)
+        back_logits = back(input_ids=src.unsqueeze(1), attention_mask=src.ne(1).unsqueeze(1), decoder_input_ids=prev).logits
+        torch.testing.assert_close(back_logits.log_softmax(-1), expected, atol=1e-5, rtol=0)
 
 
 def test_a_config_vocab_size_that_differs_from_the_embedding_rows_is_refused(bpe, tmp_path):
@@ -334,8 +336,9 @@ def test_plugin_to_hf_to_plugin_round_trip_keeps_every_weight(copy_task_dir, tmp
     main(["to-hf", str(tmp_path / "model.pt"), str(tmp_path / "hf"), "--data", copy_task_dir])
     authors = torch.load(tmp_path / "hf" / AUTHORS_STATE_DICT_NAME, weights_only=True)
     assert torch.equal(authors["lin.weight"], model.decoder.page_confidence.weight)
-    hf = transformers.BartForConditionalGeneration.from_pretrained(str(tmp_path / "hf"))
+    hf = PageSumForConditionalGeneration.from_pretrained(str(tmp_path / "hf"))
     assert torch.equal(hf.lm_head.weight, model.decoder.output_projection.weight)
+    assert torch.equal(hf.model.page_confidence.weight, model.decoder.page_confidence.weight)
     assert not hf.config.scale_embedding and hf.config.activation_function == "gelu"
 
     main(["from-hf", str(tmp_path / "hf"), str(tmp_path / "back"),
@@ -352,7 +355,7 @@ def test_transformers_generate_on_a_to_hf_model_gives_this_plugins_greedy_summar
     model = make_source_sensitive(model, task.dictionary)  # summaries of different lengths
     torch.save(checkpoint_state(args, model), tmp_path / "model.pt")
     main(["to-hf", str(tmp_path / "model.pt"), str(tmp_path / "hf")])
-    hf = transformers.BartForConditionalGeneration.from_pretrained(str(tmp_path / "hf")).eval()
+    hf = PageSumForConditionalGeneration.from_pretrained(str(tmp_path / "hf")).eval()
 
     rng = torch.Generator().manual_seed(3)
     documents = [random_pages(rng, 1, task.dictionary.nspecial, len(task.dictionary) - 8) for _ in range(4)]
@@ -363,7 +366,8 @@ def test_transformers_generate_on_a_to_hf_model_gives_this_plugins_greedy_summar
     for i, hypos in enumerate(ours):
         page = src[i, 0][src[i, 0].ne(task.dictionary.pad())]
         # transformers counts the decoder start </s>, the forced <s> and the closing </s> in max_length
-        theirs = hf.generate(page[None], num_beams=1, do_sample=False, max_length=12 + 3)[0]
+        theirs = hf.generate(page[None, None], num_beams=1, no_repeat_ngram_size=0, do_sample=False,
+                             max_length=12 + 3)[0]
         assert theirs[0] == task.dictionary.eos() and theirs[1] == task.dictionary.bos()
         assert torch.equal(theirs[1:], hypos[0]["tokens"])
         lengths.add(len(theirs))

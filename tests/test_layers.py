@@ -29,7 +29,8 @@ LIBRARY_LAYERS = [
     ("profiling", "atomic", "memory", "errors"),  # memory and time measured and predicted; files written whole;
     #                                            the user's mistakes
     ("corpus",),  # the stored corpus
-    ("evaluation",),  # ROUGE, baselines, analyses: text in, numbers out
+    ("evaluation", "hf"),  # ROUGE, baselines, analyses: text in, numbers out; PageSum as a transformers model
+    #                       (torch, transformers, numpy, never fairseq)
     ("data", "modules"),  # datasets and batches; attention, page mixing, the layers every system shares
     ("generation", "criterions", "optim"),
     ("tasks",),

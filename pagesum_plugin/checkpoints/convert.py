@@ -6,8 +6,11 @@ Two directions:
   the tokenizer's ``vocab.json``/``merges.txt``), optionally with a PageSum authors' state
   dict (a BART state dict plus the ``lin`` confidence layer), becomes ``model.pt`` for
   architecture ``pagesum`` with a fairseq ``dict.txt`` and the BPE files that go with it.
-* ``to-hf``: a checkpoint of this plugin becomes a ``transformers`` BART directory plus a
-  state dict in the PageSum authors' layout (the BART weights and ``lin.*``).
+* ``to-hf``: a PageSum checkpoint becomes a ``pagesum_plugin.hf.PageSumForConditionalGeneration``
+  directory (config, safetensors, generation settings) plus a state dict in the PageSum authors'
+  layout (the BART weights and ``lin.*``); a HEPOS checkpoint with full attention (BART reading
+  the flat view) becomes a ``BartForConditionalGeneration`` directory. ``from-hf`` reads either
+  back.
 
 Vocabulary. A BART embedding row ``i`` is token ``i`` of the Hugging Face tokenizer, so
 the converted ``dict.txt`` keeps that order: fairseq index ``i`` is Hugging Face id ``i``
@@ -38,12 +41,14 @@ from ..errors import CheckpointError
 from .arguments import AUTHORS_STATE_DICT_NAME, convert_parser
 from .builder import build_model, save_checkpoint
 from .errors import ConversionError
+from ..generation.defaults import DATASETS
+from ..hf import PageSumConfig, PageSumForConditionalGeneration, summary_lengths
 from .hf_config import (HF_GENERATION, architecture_for, bart_config_from_args, check_bart_config, fairseq_flags,
-                        fairseq_settings, model_args)
+                        fairseq_settings, label_smoothing_of, model_args, pagesum_config_from_args)
 from .hf_vocab import (gpt2_id_vocabulary, hf_id_vocabulary, read_hf_vocab, write_bpe_files, write_dictionary,
                        write_hf_tokenizer)
-from .hf_weights import (LIN_KEYS, fairseq_state_to_hf, fill_model, hf_state_to_fairseq, hf_weights,
-                         load_state_dict_file, strip_module_prefix)
+from .hf_weights import (LIN_KEYS, fairseq_state_to_hf, fairseq_state_to_pagesum_hf, fill_model, hf_state_to_fairseq,
+                         hf_weights, load_state_dict_file, strip_module_prefix)
 from .safety import load_checkpoint_file
 
 logger = logging.getLogger("pagesum_plugin.checkpoints.convert")
@@ -57,8 +62,11 @@ def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
     hf_dir, out = Path(hf_dir), Path(out_dir)
     if not (hf_dir / "config.json").exists():
         raise ConversionError(f"{hf_dir / 'config.json'}: not found (need a transformers BART directory)")
-    config = transformers.BartConfig.from_pretrained(str(hf_dir))
+    config = transformers.AutoConfig.from_pretrained(str(hf_dir))  # BART's, or PageSum's (registered by ..hf)
     check_bart_config(config, str(hf_dir / "config.json"))
+    # a PageSum directory's label smoothing is the training criterion's
+    criterion = (["--criterion", "paged_label_smoothed_cross_entropy", "--label-smoothing", str(config.label_smoothing)]
+                 if isinstance(config, PageSumConfig) else [])
 
     source = state_dict or str(hf_dir)
     weights = load_state_dict_file(Path(state_dict)) if state_dict else hf_weights(hf_dir)
@@ -85,7 +93,7 @@ def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
         CorpusMeta(tokenizer="gpt2" if has_bpe else "none", dictionary_size=vocab_size).save(staging)
 
         args, _, model = build_model(staging, architecture_for(config), *fairseq_flags(config, page_decoding),
-                                     settings=fairseq_settings(config))
+                                     *criterion, settings=fairseq_settings(config))
         fill_model(model, converted, source)
         args.data = str(out)  # the data directory the checkpoint names is out_dir, not the staging folder
         save_checkpoint(staging / CHECKPOINT_NAME, args, model)
@@ -96,30 +104,68 @@ def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
     return path
 
 def convert_to_hf(checkpoint: str, out_dir: str, data_dir: Optional[str] = None) -> Path:
-    """Write a transformers BART directory and the PageSum authors' state dict into ``out_dir``."""
+    """Write the transformers directory of a PageSum checkpoint (``PageSumForConditionalGeneration`` and the PageSum
+    authors' state dict) or of a HEPOS checkpoint with full attention (``BartForConditionalGeneration``) into
+    ``out_dir``."""
     state = load_checkpoint_file(checkpoint)
     args = model_args(state, checkpoint)
-    if getattr(args, "arch", "").split("_")[0] != "pagesum" and getattr(args, "_name", "") != "pagesum":
-        raise ConversionError(f"{checkpoint}: architecture {getattr(args, 'arch', None)!r} is not a PageSum model")
-    hf_state, lin = fairseq_state_to_hf(state["model"])
-    vocab_size = hf_state["model.shared.weight"].size(0)
-    config = bart_config_from_args(args, vocab_size)
+    system = (getattr(args, "arch", None) or getattr(args, "_name", None) or "").split("_")[0]  # pagesum_bart_large
+    if system == "pagesum":
+        if getattr(args, "page_decoding", "page") != "page":
+            raise ConversionError(f"{checkpoint}: --page-decoding {args.page_decoding} has no transformers model "
+                                  "(PageSumForConditionalGeneration decodes every page)")
+        smoothing = label_smoothing_of(state)
+        model = pagesum_hf_model(args, state["model"], PageSumConfig.label_smoothing if smoothing is None else smoothing)
+        model.generation_config = pagesum_generation_config(model.config)
+    elif system == "hepos" and (args.encoder_attention, args.cross_attention) == ("full", "full"):
+        hf_state, _ = fairseq_state_to_hf(state["model"])
+        model = transformers.BartForConditionalGeneration(bart_config_from_args(args, hf_state["model.shared.weight"]
+                                                                                .size(0)))
+        model.load_state_dict(hf_state, strict=True)
+        model.generation_config = transformers.GenerationConfig(**HF_GENERATION)
+    else:
+        raise ConversionError(f"{checkpoint}: architecture {getattr(args, 'arch', None)!r} is neither a PageSum model "
+                              "nor a HEPOS model with full attention (--encoder-attention full --cross-attention full)")
 
     out = Path(out_dir)
-    model = transformers.BartForConditionalGeneration(config)
-    model.load_state_dict(hf_state, strict=True)
-    model.generation_config = transformers.GenerationConfig(**HF_GENERATION)
+    vocab_size = model.config.vocab_size
     with staged_files(out) as staging:  # every file appears in out_dir only once all are written
         model.save_pretrained(str(staging))
-        torch.save({**{k: v.contiguous() for k, v in model.state_dict().items()}, **lin},
-                   staging / AUTHORS_STATE_DICT_NAME)
+        if system == "pagesum":
+            _, lin = fairseq_state_to_hf(state["model"])
+            bart = {k: v.contiguous() for k, v in model.state_dict().items() if not k.startswith("model.page_")}
+            torch.save({**bart, "final_logits_bias": torch.zeros(1, vocab_size), **lin},
+                       staging / AUTHORS_STATE_DICT_NAME)
         if data_dir:
             write_hf_tokenizer(Path(data_dir), staging, vocab_size)
     if not data_dir:
         logger.warning(f"{out}: no tokenizer files written (pass --data with the checkpoint's data directory "
                        "to write vocab.json and merges.txt)")
-    logger.info(f"wrote {out} (transformers BART) and {out / AUTHORS_STATE_DICT_NAME} (BART + lin)")
+    written = (f"{type(model).__name__}) and {out / AUTHORS_STATE_DICT_NAME} (BART + lin)" if system == "pagesum"
+               else f"{type(model).__name__})")
+    logger.info(f"wrote {out} ({written}")
     return out
+
+def pagesum_generation_config(config: PageSumConfig) -> transformers.GenerationConfig:
+    """The plugin's default search (``generation/defaults.py``) as a PageSum directory's generation settings."""
+    search = DATASETS["default"]
+    lengths = summary_lengths(search.min_len, search.max_len_b)
+    # the decoder has max_position_embeddings positions: the plugin's search stops there too
+    lengths["max_length"] = min(lengths["max_length"], config.max_position_embeddings)
+    return transformers.GenerationConfig(
+        decoder_start_token_id=config.decoder_start_token_id, bos_token_id=config.bos_token_id,
+        pad_token_id=config.pad_token_id, eos_token_id=config.eos_token_id, num_beams=search.beam,
+        length_penalty=search.lenpen, no_repeat_ngram_size=search.no_repeat_ngram_size, early_stopping=True,
+        **lengths)
+
+def pagesum_hf_model(args, state: dict, label_smoothing: float) -> PageSumForConditionalGeneration:
+    """The ``PageSumForConditionalGeneration`` of a PageSum model's arguments and state dict: the same weights,
+    loaded strictly."""
+    converted = fairseq_state_to_pagesum_hf(state)
+    config = pagesum_config_from_args(args, converted["model.shared.weight"].size(0), label_smoothing)
+    model = PageSumForConditionalGeneration(config)
+    model.load_state_dict(converted, strict=True)
+    return model
 
 def main(argv: Optional[List[str]] = None) -> None:
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)

@@ -10,6 +10,7 @@ try:
 except ImportError as error:  # the hf extra is optional: say how to get it
     raise ImportError(f"pagesum-convert needs the hf extra (pip install 'pagesum[hf]'): {error}") from error
 
+from ..hf import PageSumConfig
 from .errors import ConversionError
 
 HF_SPECIAL_IDS = {"bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2}
@@ -43,6 +44,9 @@ BART_CONFIG_FIELDS = {
                   "output_hidden_states", "problem_type", "return_dict", "transformers_version", "use_cache"},
 }
 
+# The fields PageSumConfig adds to BartConfig's, and where the fairseq checkpoint keeps them.
+PAGESUM_CONFIG_FIELDS = {"label_smoothing": "the criterion's --label-smoothing"}
+
 # What to-hf writes as the generation configuration: this plugin's decoding rules (the
 # summary starts with the forced <s>, which never comes again, and has at least one token;
 # </s> ends it at the length limit), so that transformers' generate() gives the tokens
@@ -53,8 +57,8 @@ HF_GENERATION = dict(decoder_start_token_id=2, bos_token_id=0, pad_token_id=1, e
 
 def check_bart_config(config, source: str) -> None:
     """Refuse BART variants whose computation the fairseq BART layers do not reproduce."""
-    if config.model_type != "bart":
-        raise ConversionError(f"{source}: model_type {config.model_type!r} is not 'bart'")
+    if config.model_type not in ("bart", PageSumConfig.model_type):
+        raise ConversionError(f"{source}: model_type {config.model_type!r} is not 'bart' or 'pagesum'")
     for name, expected in HF_SPECIAL_IDS.items():
         if getattr(config, name, expected) != expected:
             raise ConversionError(
@@ -114,6 +118,15 @@ def fairseq_settings(config) -> dict:
 
 def bart_config_from_args(args, vocab_size: int):
     """The ``BartConfig`` of a PageSum model's arguments; refuses layouts BART lacks."""
+    return transformers.BartConfig(**bart_fields_from_args(args, vocab_size))
+
+def pagesum_config_from_args(args, vocab_size: int, label_smoothing: float) -> PageSumConfig:
+    """The ``PageSumConfig`` of a PageSum model's arguments and its criterion's label smoothing."""
+    fields = {**bart_fields_from_args(args, vocab_size), "forced_eos_token_id": None}
+    return PageSumConfig(**fields, label_smoothing=float(label_smoothing))
+
+def bart_fields_from_args(args, vocab_size: int) -> dict:
+    """The ``BartConfig`` fields of a model's arguments; refuses layouts BART lacks."""
     required = {
         "encoder_normalize_before": False, "decoder_normalize_before": False, "layernorm_embedding": True,
         "share_all_embeddings": True, "share_decoder_input_output_embed": True,
@@ -127,7 +140,7 @@ def bart_config_from_args(args, vocab_size: int):
     to_hf_activation = {v: k for k, v in reversed(list(ACTIVATIONS.items()))}
     if args.activation_fn not in to_hf_activation:
         raise ConversionError(f"activation {args.activation_fn!r} has no transformers equivalent")
-    return transformers.BartConfig(
+    return dict(
         vocab_size=vocab_size,
         d_model=args.encoder_embed_dim,
         encoder_layers=args.encoder_layers,
@@ -149,6 +162,15 @@ def bart_config_from_args(args, vocab_size: int):
         **HF_SPECIAL_IDS,
         forced_eos_token_id=2,
     )
+
+def label_smoothing_of(state: dict):
+    """The label smoothing of a fairseq checkpoint's criterion, None if it names none."""
+    criterion = (state.get("cfg") or {}).get("criterion") or {}
+    smoothing = criterion.get("label_smoothing") if isinstance(criterion, dict) else getattr(criterion,
+                                                                                               "label_smoothing", None)
+    if smoothing is None and state.get("args") is not None:
+        smoothing = getattr(state["args"], "label_smoothing", None)
+    return smoothing
 
 def model_args(state: dict, source: str) -> argparse.Namespace:
     """The model arguments of a fairseq checkpoint, old ('args') or new ('cfg') style."""

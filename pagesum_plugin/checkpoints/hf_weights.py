@@ -1,6 +1,6 @@
-"""State dicts between ``transformers`` BART (plus the PageSum authors' ``lin`` layer) and
-this plugin's fairseq layout: key mapping both ways, reading weight files, and filling a
-built model strictly."""
+"""State dicts between ``transformers`` BART (plus the PageSum authors' ``lin`` layer, or
+``pagesum_plugin.hf``'s ``model.page_confidence``) and this plugin's fairseq layout: key mapping
+both ways, reading weight files, and filling a built model strictly."""
 
 import json
 from pathlib import Path
@@ -18,13 +18,16 @@ from .errors import ConversionError
 
 # the PageSum authors' lin layer -> this plugin's page confidence layer
 LIN_KEYS = {"lin.weight": "decoder.page_confidence.weight", "lin.bias": "decoder.page_confidence.bias"}
+# pagesum_plugin.hf's PageSumForConditionalGeneration -> this plugin's page confidence layer
+PAGESUM_HF_KEYS = {"model.page_confidence.weight": "decoder.page_confidence.weight",
+                   "model.page_confidence.bias": "decoder.page_confidence.bias"}
 
 
 # Per-layer parameter names are the same in both layouts (self_attn.q_proj, fc1, ...).
 def hf_to_fairseq_key(key: str) -> Optional[str]:
     """Map a BartForConditionalGeneration key to this plugin's key (None: handled apart)."""
-    if key in LIN_KEYS:
-        return LIN_KEYS[key]
+    if key in LIN_KEYS or key in PAGESUM_HF_KEYS:
+        return LIN_KEYS.get(key) or PAGESUM_HF_KEYS[key]
     for side in ("encoder", "decoder"):
         prefix = f"model.{side}."
         if key.startswith(prefix):
@@ -105,6 +108,14 @@ def fairseq_state_to_hf(state: Dict[str, torch.Tensor]) -> Tuple[Dict[str, torch
         else:
             raise ConversionError(f"{key}: no place for it in transformers' BART")
     return hf, lin
+
+def fairseq_state_to_pagesum_hf(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """This plugin's PageSum state dict -> ``PageSumForConditionalGeneration``'s (BART's names, no output bias,
+    and ``model.page_confidence``)."""
+    hf, lin = fairseq_state_to_hf(state)
+    del hf["final_logits_bias"]
+    hf_key_of = {fairseq_key: hf_key for hf_key, fairseq_key in PAGESUM_HF_KEYS.items()}
+    return {**hf, **{hf_key_of[LIN_KEYS[key]]: value for key, value in lin.items()}}
 
 def load_state_dict_file(path: Path) -> Dict[str, torch.Tensor]:
     """A state dict from ``.safetensors`` or a torch pickle (weights-only)."""
