@@ -14,13 +14,13 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from pagesum_plugin.memory.model import LOSS_CHUNK_TOKENS, OPTIMIZERS, Step, architecture, predict
+from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS, SPECIAL_SYMBOLS, architecture
+from pagesum_plugin.memory.model import OPTIMIZERS, Step, predict
 
 from .systems import PAGE_VIEWS, Comparison
 from .systems import architecture as sized_architecture
 
 logger = logging.getLogger(__name__)
-SPECIAL_SYMBOLS = 4  # fairseq's dictionaries: <s>, <pad>, </s>, <unk> before the words of dict.txt
 CHUNKING_CRITERION = "paged_label_smoothed_cross_entropy"  # the plugin's: its loss takes --loss-chunk-tokens at a time
 
 
