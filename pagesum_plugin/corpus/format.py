@@ -47,8 +47,14 @@ from ..atomic import write_atomically
 from .options import ViewConfig
 
 FORMAT_VERSION = 2
+# The directory's own files (the splits' are named {split}.<stream>.*): every module names them from here.
 META_FILE = "meta.json"
 DICT_FILE = "dict.txt"
+GPT2_ENCODER_FILE = "encoder.json"  # GPT-2 BPE: token -> id
+GPT2_MERGES_FILE = "vocab.bpe"  # GPT-2 BPE: the merges
+GPT2_FILES = (GPT2_ENCODER_FILE, GPT2_MERGES_FILE)
+SENTENCEPIECE_FILE = "sentencepiece.model"
+DIRECTORY_FILES = (META_FILE, DICT_FILE, *GPT2_FILES, SENTENCEPIECE_FILE)
 TOKEN_STREAMS = ("units", "heads", "names", "summary")  # fairseq mmap indexed datasets, one item per example
 STRUCTURE_DTYPES = {  # {split}.structure.npz, compact on disk, int64 in memory
     "example_units": np.int64, "example_groups": np.int64, "unit_length": np.int32, "unit_group": np.int32,
