@@ -44,7 +44,7 @@ import torch
 from fairseq.data import Dictionary, indexed_dataset
 
 from ..atomic import write_atomically
-from .options import ViewConfig
+from .options import MAX_SUMMARY_TOKENS, ViewConfig
 
 FORMAT_VERSION = 2
 # The directory's own files (the splits' are named {split}.<stream>.*): every module names them from here.
@@ -75,13 +75,13 @@ class CorpusMeta:
 
     tokenizer: str  # "gpt2" | "sentencepiece" | "none" (ids written directly, as in tests)
     dataset: str = "default"  # the input format, which also names the generation defaults
-    view: str = "spatial"  # the default view; task options override it
-    num_pages: int = 7
-    max_pages: int = 8
+    view: str = ViewConfig.view  # the default view (ViewConfig's settings); task options override it
+    num_pages: int = ViewConfig.num_pages
+    max_pages: int = ViewConfig.max_pages
     spatial_split: str = ViewConfig.spatial_split
-    max_page_tokens: int = 1024
-    max_source_tokens: int = 4096
-    max_summary_tokens: int = 1024
+    max_page_tokens: int = ViewConfig.max_page_tokens
+    max_source_tokens: int = ViewConfig.max_source_tokens
+    max_summary_tokens: int = MAX_SUMMARY_TOKENS
     dictionary_size: int = 0
     vocab_size: Optional[int] = None  # sentencepiece only
     splits: List[str] = field(default_factory=list)
