@@ -56,6 +56,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from benchmarks.common import (
+    BART_BASE,
     BART_LARGE,
     ModelSize,
     add_device_args,
@@ -71,8 +72,6 @@ from benchmarks.common import (
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.profiling import synchronize
 
-# bart.base: 6+6 layers, d=768, 12 heads, GPT-2 BPE vocabulary
-BART_BASE = ModelSize(embed_dim=768, ffn_dim=3072, layers=6, heads=12, vocab_words=50260)
 MB = 2**20
 
 

@@ -1,5 +1,6 @@
-"""What the benchmarks share: model sizes, start-up, model building, synthetic paged
-batches, the training step, timing and peak-memory measurement, and markdown tables.
+"""What the benchmarks share: model sizes (from ``pagesum_plugin.architectures``), start-up, model
+building, synthetic paged batches, the training step, timing and peak-memory measurement, and
+markdown tables.
 
 The benchmarks measure cost, not quality, so their inputs are random word ids laid
 out exactly as the ``paged_summarization`` task lays them out: every page is
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from fairseq.data import Dictionary
 from torch.nn.attention import SDPBackend
 
+from pagesum_plugin.architectures import ARCHITECTURES, BENCHMARK_SIZES, SPECIAL_SYMBOLS, Architecture
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.checkpoints.builder import dictionary_directory
 from pagesum_plugin.criterions.paged_cross_entropy import PagedLabelSmoothedCrossEntropy
@@ -35,6 +37,10 @@ class ModelSize:
     heads: int
     vocab_words: int  # dictionary size without the 4 special symbols
 
+    @classmethod
+    def of(cls, arch: Architecture) -> "ModelSize":
+        return cls(arch.embed_dim, arch.ffn_dim, arch.layers, arch.heads, arch.vocab - SPECIAL_SYMBOLS)
+
     def arch_args(self) -> List[str]:
         dims = {
             "encoder-embed-dim": self.embed_dim,
@@ -49,14 +55,11 @@ class ModelSize:
         return [arg for name, value in dims.items() for arg in (f"--{name}", str(value))]
 
 
-# bart.large: 12+12 layers, d=1024, 16 heads, GPT-2 BPE vocabulary (50264 words + specials)
-BART_LARGE = ModelSize(embed_dim=1024, ffn_dim=4096, layers=12, heads=16, vocab_words=50260)
-# small enough for a 2-core CPU, still BART-shaped
-CPU_SMALL = ModelSize(embed_dim=256, ffn_dim=1024, layers=2, heads=4, vocab_words=2000)
-# the pagesum_tiny architecture's dimensions, for decoding speed and fidelity on CPU
-CPU_TINY = ModelSize(embed_dim=64, ffn_dim=128, layers=2, heads=4, vocab_words=60)
-# narrower than CPU_SMALL, for inputs of many thousand tokens on a 2-core CPU
-CPU_LONG_INPUT = ModelSize(embed_dim=128, ffn_dim=512, layers=2, heads=4, vocab_words=2000)
+BART_LARGE = ModelSize.of(ARCHITECTURES["bart_large"])
+BART_BASE = ModelSize.of(ARCHITECTURES["bart_base"])
+CPU_SMALL = ModelSize.of(BENCHMARK_SIZES["cpu_small"])
+CPU_TINY = ModelSize.of(ARCHITECTURES["tiny"])  # for decoding speed and fidelity on CPU
+CPU_LONG_INPUT = ModelSize.of(BENCHMARK_SIZES["cpu_long_input"])
 # the long-input benchmarks' (hepos_memory, awesome_memory) size on each --device
 LONG_INPUT_SIZES = {"cpu": CPU_LONG_INPUT, "cuda": BART_LARGE}
 

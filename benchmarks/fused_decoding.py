@@ -53,8 +53,9 @@ from fairseq.sequence_generator import SequenceGenerator
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from benchmarks.beam_cache import BART_BASE, LiveStorages, tensor_bytes
+from benchmarks.beam_cache import LiveStorages, tensor_bytes
 from benchmarks.common import (
+    BART_BASE,
     BART_LARGE,
     ModelSize,
     add_device_args,

@@ -4,8 +4,8 @@ output-layer loss, with the layer norms' outputs recomputed in backward, and wit
 masks.
 
 The step (forward, the plugin's label-smoothed cross entropy, backward) is measured with
-torch's ``MemTracker`` on CPU (``pagesum_plugin.profiling``), ``bart.base`` widths (d=768, 12
-heads, ffn 3,072, a 50,264-word vocabulary) and random weights, in two ways:
+torch's ``MemTracker`` on CPU (``pagesum_plugin.profiling``), ``bart.base``'s widths and vocabulary
+(``pagesum_plugin.architectures``) and random weights, in two ways:
 
 * **per layer**: the step's peak (on top of the weights) at 1 and at 2 encoder+decoder
   layers. Every layer adds the same activations, so the difference is one layer's cost and
@@ -36,13 +36,14 @@ import argparse
 import contextlib
 import sys
 import time
+from dataclasses import replace
 from typing import Dict, List
 
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _ModState, _MemRefType
 
 from benchmarks.common import ModelSize, build_model, criterion_step, markdown_table, paged_source, start, summary_io
-from pagesum_plugin.memory.model import LOSS_CHUNK_TOKENS
+from pagesum_plugin.architectures import ARCHITECTURES, LOSS_CHUNK_TOKENS
 from pagesum_plugin.modules.dropout import BoolMaskDropout
 from pagesum_plugin.modules.feed_forward import ActivationLinear
 from pagesum_plugin.modules.fused_attention import reference_attention
@@ -62,7 +63,7 @@ STEPS = {  # name: (the modules on their path of before: ALL, or these classes; 
 STEP_LABELS = {"before": "before", "fused": "fused attention", "recomputed": "+ activation recomputed",
                "chunked": "+ chunked loss", "norms": "+ layer norms recomputed", "masks": "+ bool dropout masks"}
 PART_STEPS = ("before", "masks")  # the per-module table: every change of the layer, or none
-BART_BASE_LAYERS = 6
+BART_BASE = ARCHITECTURES["bart_base"]
 MB = 2**20
 # one decoder layer's sub-modules in forward order, and what each is charged with: the
 # activations kept from its forward's start to the next one's (the functions between modules,
@@ -86,7 +87,7 @@ def parse_args(argv=None):
     parser.add_argument("--page-len", type=int, default=512)
     parser.add_argument("--tgt-len", type=int, default=512, help="summary tokens")
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
-    parser.add_argument("--heads", type=int, default=12,
+    parser.add_argument("--heads", type=int, default=BART_BASE.heads,
                         help="attention heads of 64 dimensions; the width is 64 x heads, the feed-forward 4 x that "
                              "(default 12: bart.base). Every per-layer tensor grows with the heads at this "
                              "head size, so --heads 1 keeps bart.base's per-layer proportions at 1/12 of its size")
@@ -104,10 +105,13 @@ def parse_args(argv=None):
 
 
 def size_of(args, layers: int) -> ModelSize:
+    """``bart.base`` at ``layers`` layers and ``args.heads`` heads of its head width (``--quick``:
+    the tiny architecture at ``layers`` layers)."""
     if args.quick:
-        return ModelSize(embed_dim=64, ffn_dim=128, layers=layers, heads=4, vocab_words=200)
-    width = 64 * args.heads
-    return ModelSize(embed_dim=width, ffn_dim=4 * width, layers=layers, heads=args.heads, vocab_words=50260)
+        return ModelSize.of(replace(ARCHITECTURES["tiny"], layers=layers))
+    width = BART_BASE.embed_dim // BART_BASE.heads * args.heads
+    return ModelSize.of(replace(BART_BASE, layers=layers, embed_dim=width, heads=args.heads,
+                                ffn_dim=BART_BASE.ffn_dim // BART_BASE.embed_dim * width))
 
 
 def layers_of(model: torch.nn.Module, step: str):
@@ -191,9 +195,9 @@ def decoder_layer_parts(model, src, prev_output_tokens) -> Dict[str, Dict[str, f
 def render(args, peaks, parts, seconds=None) -> str:
     per_layer = {name: peaks[name][2] - peaks[name][1] for name in STEPS}
     fixed = {name: peaks[name][1] - per_layer[name] for name in STEPS}
-    full = {name: fixed[name] + BART_BASE_LAYERS * per_layer[name] for name in STEPS}
+    full = {name: fixed[name] + BART_BASE.layers * per_layer[name] for name in STEPS}
     lines = [("fixed (embeddings, logits)", fixed), ("one encoder + decoder layer", per_layer),
-             (f"{BART_BASE_LAYERS} layers: fixed + {BART_BASE_LAYERS} x layer", full)]
+             (f"{BART_BASE.layers} layers: fixed + {BART_BASE.layers} x layer", full)]
     if args.check_layers:
         lines.append((f"{args.check_layers} layers, measured", {name: peaks[name][args.check_layers] for name in STEPS}))
     rows = [[label] + [f"{values[name]:.0f}" for name in STEPS] for label, values in lines]

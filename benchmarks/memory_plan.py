@@ -27,9 +27,10 @@ from fairseq.optim.fp16_optimizer import FP16Optimizer
 
 from benchmarks.common import (ModelSize, add_device_args, best_seconds, criterion_and_sample, describe_device,
                                make_dictionary, markdown_table, paged_source, start, summary_io)
+from pagesum_plugin.architectures import ARCHITECTURES, SYSTEMS, Architecture
 from pagesum_plugin.checkpoints import builder
-from pagesum_plugin.memory.model import (ARCHITECTURES, COUNTS, Architecture, Counts, Step, activation_bytes,
-                                         backward_gradients, predict, static_bytes)
+from pagesum_plugin.memory.model import (COUNTS, Counts, Step, activation_bytes, backward_gradients, predict,
+                                         static_bytes)
 from pagesum_plugin.profiling import peak_memory
 
 MB = 2**20
@@ -45,11 +46,6 @@ MB = 2**20
 FIXED = ("encoder_ffn", "decoder_ffn", "cross_kv", "checkpointed_d", "recomputed_layer", "logits")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 ARCH_NAMES = {"pagesum": "pagesum_bart_large", "bart": "bart_large"}
-
-
-def model_size(arch: Architecture) -> ModelSize:
-    return ModelSize(embed_dim=arch.embed_dim, ffn_dim=arch.ffn_dim, layers=arch.layers, heads=arch.heads,
-                     vocab_words=arch.vocab - 4)
 
 
 def small(layers: int, embed_dim: int, heads: int, vocab: int = 2008) -> Architecture:
@@ -79,13 +75,13 @@ class Built:
 
 def build(step: Step, device: torch.device, optimizer: str = None, seed: int = 0) -> Built:
     """The model, fairseq's optimizer and one training step of ``step``'s shapes on ``device``."""
-    flags = ["--dropout", "0.1", *model_size(step.arch).arch_args(), "--optimizer", optimizer or step.optimizer,
+    flags = ["--dropout", "0.1", *ModelSize.of(step.arch).arch_args(), "--optimizer", optimizer or step.optimizer,
              "--lr", "1e-4", "--max-source-positions", str(max(step.page_tokens, 1024))]
     flags += ["--bf16"] if step.dtype == "bf16" else []
     flags += ["--checkpoint-activations"] if step.checkpointing else []
     torch.manual_seed(seed)
     with tempfile.TemporaryDirectory() as data_dir:
-        builder.dictionary_directory(make_dictionary(model_size(step.arch)), data_dir)
+        builder.dictionary_directory(make_dictionary(ModelSize.of(step.arch)), data_dir)
         args, task, model = builder.build_model(data_dir, ARCH_NAMES[step.system], *flags)
     model = model.to(device=device, dtype=DTYPES[step.dtype]).train()
     cfg = convert_namespace_to_omegaconf(args)
@@ -95,7 +91,7 @@ def build(step: Step, device: torch.device, optimizer: str = None, seed: int = 0
                                                                                                          params)
     dictionary, generator = task.dictionary, torch.Generator().manual_seed(seed)
     source = paged_source(dictionary, step.batch, step.pages, step.page_tokens, generator)  # (batch, pages, tokens)
-    if step.system == "bart":
+    if SYSTEMS[step.system].flat:
         source = source.reshape(step.batch, -1)  # (batch, tokens)
     target, prev_output_tokens = summary_io(dictionary, step.batch, step.summary_tokens, generator)
     source, target, prev_output_tokens = source.to(device), target.to(device), prev_output_tokens.to(device)
@@ -166,7 +162,7 @@ def validation_table(device: torch.device, steps: Sequence[Step] = tuple(VALIDAT
                            "predicted MB", "error"], rows)
 
 
-def optimizer_table(device: torch.device, repeats: int, arch: Architecture = ARCHITECTURES["base"]) -> str:
+def optimizer_table(device: torch.device, repeats: int, arch: Architecture = ARCHITECTURES["bart_base"]) -> str:
     """The update alone (gradients in place), adam against adamw_torch, alternating, best of
     ``repeats``, on PageSum at ``arch``'s dimensions (default bart.base's, vocabulary 50,265)."""
     step = Step("pagesum", arch, 1, 64, 16)
@@ -186,7 +182,7 @@ def optimizer_table(device: torch.device, repeats: int, arch: Architecture = ARC
 
 
 def goal_row() -> str:
-    step = Step("pagesum", ARCHITECTURES["large"], 20, 1024, 1024, dtype="bf16", checkpointing=True)
+    step = Step("pagesum", ARCHITECTURES["bart_large"], 20, 1024, 1024, dtype="bf16", checkpointing=True)
     rows = [[kernel, f"{predict(replace(step, decoder_kernel=kernel)).peak_gb:.1f}"] for kernel in ("bmm", "fused")]
     return ("PageSum-large, 20 x 1024 tokens, 1,024-token summary, bf16, checkpointing, adamw_torch, batch 1 "
             "(predicted; goal <= 12 GB):\n\n" + markdown_table(["decoder attention", "peak GB"], rows))
@@ -195,7 +191,7 @@ def goal_row() -> str:
 def report(device: torch.device, repeats: int = 5, quick: bool = False) -> str:
     """Every table of this module, as the memory-scaling benchmark prints them (``quick``: one
     validation size and a tiny model's update, for a smoke run)."""
-    steps, arch = (VALIDATION[:1], ARCHITECTURES["tiny"]) if quick else (VALIDATION, ARCHITECTURES["base"])
+    steps, arch = (VALIDATION[:1], ARCHITECTURES["tiny"]) if quick else (VALIDATION, ARCHITECTURES["bart_base"])
     return "\n\n".join([f"Memory model (pagesum_plugin/memory/model.py) on {describe_device(device)}:",
                         validation_table(device, steps), goal_row(),
                         f"Optimizer update, adam (fairseq's, no apex) against adamw_torch, {arch.layers}+{arch.layers}"

@@ -60,9 +60,9 @@ import torch
 from torch.nn.attention import sdpa_kernel
 
 from benchmarks import memory_plan
-from benchmarks.beam_cache import BART_BASE
 from benchmarks.common import (
     ATTENTION_KERNELS,
+    BART_BASE,
     BART_LARGE,
     CPU_SMALL,
     ModelSize,

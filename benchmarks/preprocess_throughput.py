@@ -36,7 +36,7 @@ import aclsum
 from tokenizers import ByteLevelBPETokenizer
 
 from benchmarks.commands import export, exported, installed, timed
-from pagesum_plugin.corpus.format import CorpusMeta
+from pagesum_plugin.corpus.format import DICT_FILE, GPT2_ENCODER_FILE, GPT2_MERGES_FILE, CorpusMeta
 from pagesum_plugin.corpus.readers import iter_records, parse_record
 from pagesum_plugin.corpus.sentences import nltk_punkt_sentences, split_sentences
 from pagesum_plugin.corpus.tokenizers import build_tokenizer
@@ -95,10 +95,10 @@ def train_bpe(directory: Path, texts: list[str], vocab_size: int) -> Path:
     bpe = ByteLevelBPETokenizer(add_prefix_space=False)
     bpe.train_from_iterator(texts, vocab_size=vocab_size, show_progress=False)
     vocab, merges = bpe.save_model(str(directory))
-    Path(vocab).replace(directory / "encoder.json")
-    Path(merges).replace(directory / "vocab.bpe")
-    ids = sorted(json.loads((directory / "encoder.json").read_text()).values())
-    (directory / "dict.txt").write_text("".join(f"{i} 1\n" for i in ids))
+    Path(vocab).replace(directory / GPT2_ENCODER_FILE)
+    Path(merges).replace(directory / GPT2_MERGES_FILE)
+    ids = sorted(json.loads((directory / GPT2_ENCODER_FILE).read_text()).values())
+    (directory / DICT_FILE).write_text("".join(f"{i} 1\n" for i in ids))
     return directory
 
 
@@ -108,8 +108,8 @@ def measure(command: list[str], corpus: Path, input_format: str, gpt2_dir: Path,
     return timed(command + [
         "--input-format", input_format, "--trainpref", str(corpus), "--locality", "spatial", "--num-pages", "8",
         "--destdir", str(destdir), "--workers", str(workers), "--no-progress", "--tokenizer", "gpt2",
-        "--gpt2-encoder-json", str(gpt2_dir / "encoder.json"), "--gpt2-vocab-bpe", str(gpt2_dir / "vocab.bpe"),
-        "--gpt2-dict", str(gpt2_dir / "dict.txt")])
+        "--gpt2-encoder-json", str(gpt2_dir / GPT2_ENCODER_FILE), "--gpt2-vocab-bpe", str(gpt2_dir / GPT2_MERGES_FILE),
+        "--gpt2-dict", str(gpt2_dir / DICT_FILE)])
 
 
 def tokenizer_alone(corpus: Path, input_format: str, gpt2_dir: Path, whole: bool) -> tuple[float, float]:
@@ -121,7 +121,8 @@ def tokenizer_alone(corpus: Path, input_format: str, gpt2_dir: Path, whole: bool
         example = parse_record(record, input_format)
         texts += [" " + sentence for unit in example.units for sentence in unit.sentence_list()]
         texts.append(" ".join(example.summary.split()))
-    tokenizer = build_tokenizer("gpt2", encoder_json=gpt2_dir / "encoder.json", vocab_bpe=gpt2_dir / "vocab.bpe")
+    tokenizer = build_tokenizer("gpt2", encoder_json=gpt2_dir / GPT2_ENCODER_FILE,
+                                vocab_bpe=gpt2_dir / GPT2_MERGES_FILE)
     encode = tokenizer.encode_ids_whole if whole else tokenizer.encode_flat
     start, cpu = time.perf_counter(), time.process_time()
     encode(texts)

@@ -13,6 +13,7 @@ two replays). Weights are random; the counts do not depend on them, nor on the d
 """
 
 import argparse
+from dataclasses import replace
 from typing import Dict
 
 import torch
@@ -22,6 +23,7 @@ from benchmarks.beam_cache import generator_for
 from benchmarks.common import ModelSize, add_device_args, build_model, describe_device, markdown_table, paged_source, \
     start
 from benchmarks.generation_speed import net_input
+from pagesum_plugin.architectures import ARCHITECTURES
 
 
 class Dispatched(TorchDispatchMode):
@@ -60,7 +62,7 @@ def parse_args(argv=None):
 
 
 def count(args, layers: int, steps: int, fixed: bool, device) -> Dispatched:
-    size = ModelSize(embed_dim=32, ffn_dim=64, layers=layers, heads=2, vocab_words=60)
+    size = ModelSize.of(replace(ARCHITECTURES["tiny"], layers=layers))
     torch.manual_seed(args.seed)
     task, model = build_model("pagesum_bart_large", size, "--max-source-positions", "16", "--max-target-positions",
                               str(4 * args.steps), dropout=0.0)

@@ -7,7 +7,8 @@ fairseq and NLTK load (``pagesum_commands``); ``cli`` parses its arguments with 
 
 import argparse
 
-from pagesum_plugin.corpus.options import INPUT_FORMATS, SPATIAL_SPLITS, TOKENIZERS, VIEWS, ViewConfig
+from pagesum_plugin.corpus.options import (INPUT_FORMATS, MAX_SUMMARY_TOKENS, SPATIAL_SPLITS, TOKENIZERS, VIEWS,
+                                           ViewConfig)
 
 DESCRIPTION = "``pagesum-preprocess``: a corpus in its native format -> a tokenized corpus of sentence units."
 SPLITS = ("train", "valid", "test")
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--skip-invalid", action="store_true",
                       help="skip bad examples (counted by reason) instead of stopping at the first one")
     view = parser.add_argument_group("default view (recorded in meta.json; the task's options override it)")
-    view.add_argument("--view", "--locality", dest="view", default="spatial", choices=VIEWS,
+    view.add_argument("--view", "--locality", dest="view", default=ViewConfig.view, choices=VIEWS,
                       help="how pages are made from the stored sentences")
     view.add_argument("--num-pages", type=int, default=ViewConfig.num_pages, help="spatial, token: pages per example")
     view.add_argument("--max-pages", type=int, default=ViewConfig.max_pages,
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="tokens per page, <s> and </s> included")
     view.add_argument("--max-source-tokens", type=int, default=ViewConfig.max_source_tokens,
                       help="flat, documents: tokens of the whole input, specials included")
-    view.add_argument("--max-summary-tokens", type=int, default=1024,
+    view.add_argument("--max-summary-tokens", type=int, default=MAX_SUMMARY_TOKENS,
                       help="tokens per summary, <s> and </s> included")
     tokenizer = parser.add_argument_group("tokenizer")
     tokenizer.add_argument("--tokenizer", default="gpt2", choices=TOKENIZERS)

@@ -19,10 +19,8 @@ import sys
 from pathlib import Path
 
 from pagesum_plugin.corpus.errors import InputError
-from pagesum_plugin.corpus.format import CorpusMeta
-from pagesum_plugin.corpus.tokenizers import (
-    SENTENCEPIECE_FILE, build_dictionary, build_tokenizer, train_sentencepiece,
-)
+from pagesum_plugin.corpus.format import DICT_FILE, GPT2_ENCODER_FILE, GPT2_MERGES_FILE, SENTENCEPIECE_FILE, CorpusMeta
+from pagesum_plugin.corpus.tokenizers import build_dictionary, build_tokenizer, train_sentencepiece
 from pagesum_plugin.corpus.views import ViewConfig
 from pagesum_preprocess.arguments import SPLITS, build_parser
 from pagesum_preprocess.binarize import (
@@ -40,9 +38,9 @@ def prepare_tokenizer(args, destdir: Path):
     if args.tokenizer == "gpt2":
         tokenizer = build_tokenizer("gpt2", encoder_json=args.gpt2_encoder_json, vocab_bpe=args.gpt2_vocab_bpe)
         tokenizer.save(destdir)
-        shutil.copyfile(args.gpt2_dict, destdir / "dict.txt")  # unchanged, as BART's model expects
-        files = {"encoder_json": str(destdir / "encoder.json"), "vocab_bpe": str(destdir / "vocab.bpe")}
-        return tokenizer, build_dictionary(tokenizer, destdir / "dict.txt"), files
+        shutil.copyfile(args.gpt2_dict, destdir / DICT_FILE)  # unchanged, as BART's model expects
+        files = {"encoder_json": str(destdir / GPT2_ENCODER_FILE), "vocab_bpe": str(destdir / GPT2_MERGES_FILE)}
+        return tokenizer, build_dictionary(tokenizer, destdir / DICT_FILE), files
     logger.info("training sentencepiece (vocabulary %d) on %s", args.vocab_size, args.trainpref)
     model = destdir / SENTENCEPIECE_FILE
     # sentencepiece reads the sentences from C++: an InputError raised inside it would come
@@ -64,7 +62,7 @@ def prepare_tokenizer(args, destdir: Path):
     if errors:
         raise errors[0]
     dictionary = build_dictionary(tokenizer)
-    dictionary.save(str(destdir / "dict.txt"))
+    dictionary.save(str(destdir / DICT_FILE))
     return tokenizer, dictionary, {"model": str(model)}
 
 
@@ -75,7 +73,7 @@ def run(args) -> CorpusMeta:
                       spatial_split=args.spatial_split)
     with staged_directory(args.destdir) as destdir:
         tokenizer, dictionary, files = prepare_tokenizer(args, destdir)
-        settings = JobSettings(args.input_format, tokenizer.name, files, str(destdir / "dict.txt"), args.skip_invalid)
+        settings = JobSettings(args.input_format, tokenizer.name, files, str(destdir / DICT_FILE), args.skip_invalid)
         meta = CorpusMeta(
             tokenizer=tokenizer.name, dataset=args.dataset or args.input_format, view=view.view,
             num_pages=view.num_pages,

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from builders.cli import REPO_ROOT
-from pagesum_plugin.memory.model import GB, LOSS_CHUNK_TOKENS, predict
+from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS
+from pagesum_plugin.memory.model import GB, predict
 from pagesum_recipes.comparison.prediction import at_length, model_step, predicted_units
 from pagesum_recipes.comparison.systems import Comparison
 

@@ -12,8 +12,8 @@ from builders.awesome import build_awesome
 from builders.hed import build_hed
 from builders.hepos import SMALL_PATTERNS, build_hepos, flat_batch, random_texts
 from builders.models import assert_gradients_close, build_tiny, decoder_input, paged_batch, random_pages, vocab
+from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS
 from pagesum_plugin.criterions.paged_cross_entropy import PagedLabelSmoothedCrossEntropy
-from pagesum_plugin.memory.model import LOSS_CHUNK_TOKENS
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
 

@@ -26,6 +26,7 @@ PACKAGES = {"pagesum_plugin": "pagesum_plugin", "pagesum_preprocess": "preproces
             "pagesum_commands": "commands", "benchmarks": "benchmarks", "tests": "tests"}
 # The library's layers, lowest first: a module imports from its own package and lower layers only.
 LIBRARY_LAYERS = [
+    ("architectures",),  # the models' dimensions and the systems' shapes: pure data
     ("profiling", "atomic", "memory", "errors"),  # memory and time measured and predicted; files written whole;
     #                                            the user's mistakes
     ("corpus",),  # the stored corpus

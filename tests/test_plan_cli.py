@@ -5,7 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from pagesum_plugin.memory.model import GB, SYSTEMS, Step, architecture, predict
+from pagesum_plugin.architectures import SYSTEMS, architecture
+from pagesum_plugin.memory.model import GB, Step, predict
 from pagesum_plugin.memory.plan import SETTINGS, best_fit, main, parse_bytes, step_for
 
 

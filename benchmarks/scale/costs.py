@@ -56,7 +56,8 @@ from torch import nn
 
 from benchmarks.common import ModelSize
 from benchmarks.scale.hardware import REFERENCE_GPU, Peaks, peaks_by_name
-from pagesum_plugin.memory.model import Architecture, Step, predict
+from pagesum_plugin.architectures import SPECIAL_SYMBOLS, Architecture
+from pagesum_plugin.memory.model import Step, predict
 
 START_SECONDS = 16.0  # a fresh process: Python, torch and fairseq imports, the CUDA context
 BUILD_SECONDS_PER_WEIGHT = 2.5e-8  # fairseq's random initialisation on the CPU, then to the GPU: ~10 s for bart.large
@@ -119,7 +120,7 @@ class Cost:
 
 def padded_vocab(size: ModelSize) -> int:
     """``common.make_dictionary``'s size: the words, 4 special symbols, padded to a multiple of 8."""
-    return -(-(size.vocab_words + 4) // 8) * 8
+    return -(-(size.vocab_words + SPECIAL_SYMBOLS) // 8) * 8
 
 
 def weight_counts(size: ModelSize) -> Dict[str, int]:

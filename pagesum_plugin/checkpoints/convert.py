@@ -35,8 +35,7 @@ import torch
 import transformers
 
 from ..atomic import staged_files
-from ..corpus.format import CorpusMeta
-from ..corpus.tokenizers import GPT2_FILES
+from ..corpus.format import DICT_FILE, GPT2_FILES, CorpusMeta
 from ..errors import CheckpointError
 from .arguments import AUTHORS_STATE_DICT_NAME, convert_parser
 from .builder import build_model, save_checkpoint
@@ -86,7 +85,7 @@ def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
     else:
         vocabulary = hf_id_vocabulary(id_to_token, vocab_size)
     with staged_files(out) as staging:  # every file appears in out_dir only once all are written
-        write_dictionary(vocabulary.symbols, staging / "dict.txt", vocab_size)
+        write_dictionary(vocabulary.symbols, staging / DICT_FILE, vocab_size)
         write_bpe_files(hf_dir, staging, vocabulary)
         # The directory describes itself, so that from_pretrained(out_dir, "model.pt") works at once.
         has_bpe = all((staging / name).exists() for name in GPT2_FILES)

@@ -10,6 +10,7 @@ try:
 except ImportError as error:  # the hf extra is optional: say how to get it
     raise ImportError(f"pagesum-convert needs the hf extra (pip install 'pagesum[hf]'): {error}") from error
 
+from ..architectures import ARCHITECTURES, Architecture, SYSTEMS, architecture_name
 from ..hf import PageSumConfig
 from .errors import ConversionError
 
@@ -17,14 +18,6 @@ HF_SPECIAL_IDS = {"bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2, "deco
 
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_accurate", "gelu_pytorch_tanh": "gelu_accurate",
                "tanh": "tanh", "linear": "linear"}
-
-# Named fairseq architectures and the dimensions that define them.
-NAMED_ARCHS = {
-    "pagesum_bart_large": dict(d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
-                               decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096),
-    "pagesum_bart_base": dict(d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
-                              decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072),
-}
 
 # Every field of transformers' BartConfig, by what the converter does with it; a field that
 # transformers adds later fails tests/test_convert_hf.py until it is placed here.
@@ -77,12 +70,21 @@ def check_bart_config(config, source: str) -> None:
             raise ConversionError(f"{source}: {name} = {getattr(config, name)} is not supported "
                                   f"(fairseq BART layout needs {expected})")
 
+
+def hf_dimensions(arch: Architecture) -> dict:
+    """``arch``'s dimensions as ``BartConfig`` fields."""
+    return dict(d_model=arch.embed_dim, encoder_layers=arch.layers, decoder_layers=arch.layers,
+                encoder_attention_heads=arch.heads, decoder_attention_heads=arch.heads, encoder_ffn_dim=arch.ffn_dim,
+                decoder_ffn_dim=arch.ffn_dim)
+
+
 def architecture_for(config) -> str:
-    """The named architecture whose dimensions match, else base with explicit dims."""
-    for arch, dims in NAMED_ARCHS.items():
-        if all(getattr(config, k) == v for k, v in dims.items()):
-            return arch
-    return "pagesum_bart_base"
+    """The PageSum architecture whose dimensions match, else its base with explicit dims."""
+    for size in SYSTEMS["pagesum"].sizes:
+        if all(getattr(config, k) == v for k, v in hf_dimensions(ARCHITECTURES[size]).items()):
+            return architecture_name("pagesum", size)
+    return architecture_name("pagesum", "bart_base")
+
 
 def fairseq_flags(config, page_decoding: str) -> List[str]:
     """Command-line flags that rebuild ``config`` as a PageSum model; every dimension is
@@ -110,20 +112,24 @@ def fairseq_flags(config, page_decoding: str) -> List[str]:
     }
     return [str(x) for pair in flags.items() for x in pair]
 
+
 def fairseq_settings(config) -> dict:
     """Model arguments of ``config`` that no fairseq flag can set: transformers scales token
     embeddings by sqrt(d_model) when ``scale_embedding``, fairseq unless
     ``no_scale_embedding``, which BART's architectures default to True."""
     return {"no_scale_embedding": not config.scale_embedding}
 
+
 def bart_config_from_args(args, vocab_size: int):
     """The ``BartConfig`` of a PageSum model's arguments; refuses layouts BART lacks."""
     return transformers.BartConfig(**bart_fields_from_args(args, vocab_size))
+
 
 def pagesum_config_from_args(args, vocab_size: int, label_smoothing: float) -> PageSumConfig:
     """The ``PageSumConfig`` of a PageSum model's arguments and its criterion's label smoothing."""
     fields = {**bart_fields_from_args(args, vocab_size), "forced_eos_token_id": None}
     return PageSumConfig(**fields, label_smoothing=float(label_smoothing))
+
 
 def bart_fields_from_args(args, vocab_size: int) -> dict:
     """The ``BartConfig`` fields of a model's arguments; refuses layouts BART lacks."""
@@ -163,6 +169,7 @@ def bart_fields_from_args(args, vocab_size: int) -> dict:
         forced_eos_token_id=2,
     )
 
+
 def label_smoothing_of(state: dict):
     """The label smoothing of a fairseq checkpoint's criterion, None if it names none."""
     criterion = (state.get("cfg") or {}).get("criterion") or {}
@@ -171,6 +178,7 @@ def label_smoothing_of(state: dict):
     if smoothing is None and state.get("args") is not None:
         smoothing = getattr(state["args"], "label_smoothing", None)
     return smoothing
+
 
 def model_args(state: dict, source: str) -> argparse.Namespace:
     """The model arguments of a fairseq checkpoint, old ('args') or new ('cfg') style."""

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional
 
 from fairseq.data import Dictionary
 
+from ..corpus.format import DICT_FILE, GPT2_ENCODER_FILE, GPT2_MERGES_FILE
 from .errors import ConversionError
 
 logger = logging.getLogger("pagesum_plugin.checkpoints.convert")
@@ -84,12 +85,12 @@ def write_bpe_files(hf_dir: Path, out: Path, vocabulary: Vocabulary) -> None:
         logger.warning(f"{hf_dir}: no vocab.json/merges.txt, so no encoder.json/vocab.bpe written; dict.txt "
                        "symbols are the tokenizer's ids as decimal strings")
         return
-    (out / "encoder.json").write_text(json.dumps(vocabulary.encoder_json, ensure_ascii=False), encoding="utf-8")
-    shutil.copyfile(merges, out / "vocab.bpe")
+    (out / GPT2_ENCODER_FILE).write_text(json.dumps(vocabulary.encoder_json, ensure_ascii=False), encoding="utf-8")
+    shutil.copyfile(merges, out / GPT2_MERGES_FILE)
 
 def hf_vocab_from_data(data_dir: Path, dictionary) -> Optional[Dict[str, int]]:
     """vocab.json (BPE token -> model index) from a data directory's encoder.json + dict.txt."""
-    encoder_path = data_dir / "encoder.json"
+    encoder_path = data_dir / GPT2_ENCODER_FILE
     if not encoder_path.exists():
         return None
     encoder = json.loads(encoder_path.read_text(encoding="utf-8"))
@@ -109,16 +110,16 @@ def hf_vocab_from_data(data_dir: Path, dictionary) -> Optional[Dict[str, int]]:
     return vocab
 
 def write_hf_tokenizer(data_dir: Path, out: Path, vocab_size: int) -> None:
-    dict_path = data_dir / "dict.txt"
+    dict_path = data_dir / DICT_FILE
     if not dict_path.exists():
         raise ConversionError(f"{dict_path}: not found")
     dictionary = Dictionary.load(str(dict_path))
     if len(dictionary) != vocab_size:
         raise ConversionError(f"{dict_path}: {len(dictionary)} entries, the model has {vocab_size} rows")
     vocab = hf_vocab_from_data(data_dir, dictionary)
-    if vocab is None or not (data_dir / "vocab.bpe").exists():
+    if vocab is None or not (data_dir / GPT2_MERGES_FILE).exists():
         logger.warning(f"{data_dir}: no encoder.json/vocab.bpe (not a GPT-2 BPE data directory); "
                        "no tokenizer files written")
         return
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    shutil.copyfile(data_dir / "vocab.bpe", out / "merges.txt")
+    shutil.copyfile(data_dir / GPT2_MERGES_FILE, out / "merges.txt")

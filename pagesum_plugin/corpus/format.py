@@ -44,11 +44,17 @@ import torch
 from fairseq.data import Dictionary, indexed_dataset
 
 from ..atomic import write_atomically
-from .options import ViewConfig
+from .options import MAX_SUMMARY_TOKENS, ViewConfig
 
 FORMAT_VERSION = 2
+# The directory's own files (the splits' are named {split}.<stream>.*): every module names them from here.
 META_FILE = "meta.json"
 DICT_FILE = "dict.txt"
+GPT2_ENCODER_FILE = "encoder.json"  # GPT-2 BPE: token -> id
+GPT2_MERGES_FILE = "vocab.bpe"  # GPT-2 BPE: the merges
+GPT2_FILES = (GPT2_ENCODER_FILE, GPT2_MERGES_FILE)
+SENTENCEPIECE_FILE = "sentencepiece.model"
+DIRECTORY_FILES = (META_FILE, DICT_FILE, *GPT2_FILES, SENTENCEPIECE_FILE)
 TOKEN_STREAMS = ("units", "heads", "names", "summary")  # fairseq mmap indexed datasets, one item per example
 STRUCTURE_DTYPES = {  # {split}.structure.npz, compact on disk, int64 in memory
     "example_units": np.int64, "example_groups": np.int64, "unit_length": np.int32, "unit_group": np.int32,
@@ -69,13 +75,13 @@ class CorpusMeta:
 
     tokenizer: str  # "gpt2" | "sentencepiece" | "none" (ids written directly, as in tests)
     dataset: str = "default"  # the input format, which also names the generation defaults
-    view: str = "spatial"  # the default view; task options override it
-    num_pages: int = 7
-    max_pages: int = 8
+    view: str = ViewConfig.view  # the default view (ViewConfig's settings); task options override it
+    num_pages: int = ViewConfig.num_pages
+    max_pages: int = ViewConfig.max_pages
     spatial_split: str = ViewConfig.spatial_split
-    max_page_tokens: int = 1024
-    max_source_tokens: int = 4096
-    max_summary_tokens: int = 1024
+    max_page_tokens: int = ViewConfig.max_page_tokens
+    max_source_tokens: int = ViewConfig.max_source_tokens
+    max_summary_tokens: int = MAX_SUMMARY_TOKENS
     dictionary_size: int = 0
     vocab_size: Optional[int] = None  # sentencepiece only
     splits: List[str] = field(default_factory=list)

@@ -4,7 +4,7 @@ views and a view's settings (``ViewConfig``, the default view that ``meta.json``
 The module imports nothing but the standard library, so that a command's argument parser can
 offer these names and defaults without importing torch, fairseq or NLTK (``pagesum_commands``).
 The modules that do the work import them from here: ``readers`` (formats), ``tokenizers``,
-``views`` and ``format`` (``CorpusMeta``'s default spatial split).
+``views`` and ``format`` (``CorpusMeta``'s default view and summary length).
 """
 
 from dataclasses import dataclass
@@ -13,6 +13,7 @@ INPUT_FORMATS = ("jsonl", "arxiv", "pubmed", "govreport", "multinews", "aclsum")
 TOKENIZERS = ("gpt2", "sentencepiece")
 VIEWS = ("spatial", "discourse", "document", "token", "flat", "documents", "segments")
 SPATIAL_SPLITS = ("even", "authors")
+MAX_SUMMARY_TOKENS = 1024  # per summary, <s> and </s> included
 
 
 @dataclass(frozen=True)

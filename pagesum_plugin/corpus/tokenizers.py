@@ -23,14 +23,12 @@ import sentencepiece as spm
 from fairseq.data import Dictionary
 from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
 
+from .format import GPT2_ENCODER_FILE, GPT2_MERGES_FILE, SENTENCEPIECE_FILE
 from .options import TOKENIZERS
 
 # Each worker process runs one tokenizer; Rust threads inside forked workers would
 # only compete with the workers for the same cores.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-GPT2_FILES = ("encoder.json", "vocab.bpe")
-SENTENCEPIECE_FILE = "sentencepiece.model"
 
 # GPT-2's pre-tokenization pattern (the one HF's ByteLevel pre-tokenizer and fairseq's encoder
 # apply), spelled for ASCII text, where \p{L} is [A-Za-z], \p{N} is [0-9] and \s is
@@ -72,7 +70,7 @@ class Gpt2Tokenizer:
     name = "gpt2"
 
     def __init__(self, encoder_json: str | Path, vocab_bpe: str | Path):
-        self.files = {"encoder.json": Path(encoder_json), "vocab.bpe": Path(vocab_bpe)}
+        self.files = {GPT2_ENCODER_FILE: Path(encoder_json), GPT2_MERGES_FILE: Path(vocab_bpe)}
         bpe = models.BPE.from_file(str(encoder_json), str(vocab_bpe))
         self._hf = HFTokenizer(bpe)
         # fairseq's encoder applies GPT-2's regex to the raw text, with no prefix space.
@@ -220,7 +218,7 @@ def load_tokenizer(data_dir: str | Path, name: str) -> Tokenizer:
     """The tokenizer ``name`` from the files a data directory holds."""
     data_dir = Path(data_dir)
     if name == "gpt2":
-        return build_tokenizer(name, encoder_json=data_dir / "encoder.json", vocab_bpe=data_dir / "vocab.bpe")
+        return build_tokenizer(name, encoder_json=data_dir / GPT2_ENCODER_FILE, vocab_bpe=data_dir / GPT2_MERGES_FILE)
     if name == "sentencepiece":
         return build_tokenizer(name, model=data_dir / SENTENCEPIECE_FILE)
     raise ValueError(f"{data_dir} holds ids without a tokenizer ({name!r}): text cannot be encoded or decoded")

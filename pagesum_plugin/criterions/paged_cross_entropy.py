@@ -16,7 +16,7 @@ from fairseq.models.transformer import TransformerDecoderBase
 from torch import Tensor, nn
 
 from .chunked_loss import chunked_label_smoothed_nll_loss
-from ..memory.model import LOSS_CHUNK_TOKENS
+from ..architectures import LOSS_CHUNK_TOKENS
 
 
 @dataclass

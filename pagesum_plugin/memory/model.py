@@ -25,51 +25,20 @@ With activation checkpointing (``--checkpoint-activations``) every layer keeps o
 input, and backward recomputes one layer at a time: the activations are the layer inputs plus
 the largest single layer's, with the temporaries of its backward (a fitted multiple of it).
 
-Pure arithmetic: no torch, so that ``pagesum-plan`` answers at once.
+The dimensions of an architecture, how each system lays an example out, and the criterion's loss
+chunk are read from ``pagesum_plugin.architectures``. Pure arithmetic: no torch, so that
+``pagesum-plan`` answers at once.
 """
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
+
+from ..architectures import LOSS_CHUNK_TOKENS, SYSTEMS, Architecture
 
 GB = 10**9
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-SYSTEMS = ("pagesum", "bart", "hepos", "hed", "awesome")
 KERNELS = ("bmm", "fused")
 OPTIMIZERS = ("adam", "adamw_torch", "adafactor")
-# Summary tokens whose logits the plugin's criterion computes at once (``--loss-chunk-tokens``,
-# whose default this is: the criterion reads it from here, so that a prediction prices what
-# training runs). The systems it trains: their recipes' criterion is the plugin's (every
-# system's: PageSum's, HED's, HEPOS's, AWESOME's and full-attention BART's).
-LOSS_CHUNK_TOKENS = 64
-CHUNKED_LOSS_SYSTEMS = SYSTEMS
-
-
-@dataclass(frozen=True)
-class Architecture:
-    layers: int  # encoder layers = decoder layers, as in BART
-    embed_dim: int
-    ffn_dim: int
-    heads: int
-    vocab: int  # dictionary size, specials included
-    positions: int = 1024  # learned positions per sequence (BART: 1,024)
-
-
-ARCHITECTURES: Dict[str, Architecture] = {
-    "large": Architecture(layers=12, embed_dim=1024, ffn_dim=4096, heads=16, vocab=50265),
-    "base": Architecture(layers=6, embed_dim=768, ffn_dim=3072, heads=12, vocab=50265),
-    "tiny": Architecture(layers=2, embed_dim=64, ffn_dim=128, heads=4, vocab=64),
-}
-
-
-def architecture(name: str) -> Tuple[str, Architecture]:
-    """(system, dimensions) of a registered architecture name such as ``pagesum_bart_large``
-    (``bart_large`` is full-attention BART)."""
-    system, _, size = name.rpartition("_")
-    system = system.removesuffix("_bart") or "bart"
-    if system not in SYSTEMS or size not in ARCHITECTURES:
-        known = ", ".join(f"{s}_bart_{z}" if s != "bart" else f"bart_{z}" for s in SYSTEMS for z in ("large", "base"))
-        raise ValueError(f"unknown architecture {name!r}; known: {known} (and *_tiny)")
-    return system, ARCHITECTURES[size]
 
 
 @dataclass(frozen=True)
@@ -101,7 +70,7 @@ COUNTS = Counts(encoder_d=9.54, encoder_ffn=1.0, decoder_d=8.09, decoder_ffn=1.0
 class Step:
     """One training step's shapes and settings."""
 
-    system: str  # one of SYSTEMS
+    system: str  # a key of SYSTEMS
     arch: Architecture
     pages: int  # pages (PageSum), documents (HED), segments (AWESOME); 1 for a flat sequence
     page_tokens: int  # tokens per page (PageSum, HED, AWESOME's segment) or of the whole input (BART, HEPOS)
@@ -127,12 +96,13 @@ class Step:
     @property
     def loss_chunk(self) -> int:
         """Summary tokens whose logits the loss computes at once, 0 for all of them: the plugin's
-        criterion (``LOSS_CHUNK_TOKENS``) for the systems it trains, fairseq's (all) otherwise. In
-        fp16 the plugin's criterion takes the whole logits too: its chunks' gradients, taken before
-        the loss scale is known, would underflow (``criterions.paged_cross_entropy.in_fp16``)."""
+        criterion (``LOSS_CHUNK_TOKENS``) for the systems it trains (``SystemShape.chunked_loss``),
+        fairseq's (all) otherwise. In fp16 the plugin's criterion takes the whole logits too: its
+        chunks' gradients, taken before the loss scale is known, would underflow
+        (``criterions.paged_cross_entropy.in_fp16``)."""
         chunk = self.loss_chunk_tokens
         if chunk is None:
-            chunk = LOSS_CHUNK_TOKENS if self.system in CHUNKED_LOSS_SYSTEMS else 0
+            chunk = LOSS_CHUNK_TOKENS if SYSTEMS[self.system].chunked_loss else 0
         return 0 if self.dtype == "fp16" else chunk
 
     def check(self) -> "Step":
@@ -153,14 +123,14 @@ class Step:
 def parameters(step: Step) -> int:
     """The model's parameter count (fairseq's BART: tied input and output embeddings, learned
     positions of 1,024 + 2 entries per side, or the input's length for a flat input beyond it)."""
-    a = step.arch
+    a, shape = step.arch, SYSTEMS[step.system]
     d, f = a.embed_dim, a.ffn_dim
-    positions = max(a.positions, step.page_tokens if step.system in ("bart", "hepos") else 0) + 2
+    positions = max(a.positions, step.page_tokens if shape.flat else 0) + 2
     attention = 4 * d * d + 4 * d
     ffn = 2 * d * f + f + d
     encoder = a.layers * (attention + ffn + 4 * d)
     decoder = a.layers * (2 * attention + ffn + 6 * d)
-    extra = {"pagesum": d + 1, "awesome": memory_parameters(step)}.get(step.system, 0)
+    extra = (d + 1 if shape.page_decoders else 0) + (memory_parameters(step) if shape.memory else 0)
     return a.vocab * d + 2 * (positions * d + 2 * d) + encoder + decoder + extra
 
 
@@ -194,27 +164,29 @@ def static_bytes(step: Step) -> Tuple[float, float]:
 
 def attention_sequences(step: Step) -> Tuple[int, int, int, int]:
     """(encoder rows, tokens per encoder row, keys per encoder query, decoder rows): how the
-    system lays out one example."""
-    if step.system in ("pagesum", "hed"):
-        keys = step.page_tokens  # a page, or a document (HED's start tokens add a handful)
-        return step.pages, step.page_tokens, keys, (step.pages if step.system == "pagesum" else 1)
-    if step.system == "awesome":  # one segment in the graph at a time (K = 1 earlier write replayed)
-        return 1, step.page_tokens, step.page_tokens + step.memory_slots, 1
-    keys = min(step.page_tokens, 2 * step.hepos_window) if step.system == "hepos" else step.page_tokens
-    return 1, step.page_tokens, keys, 1
+    system lays out one example (``SystemShape``). A row is a page (HED: a document, whose start
+    tokens add a handful of keys), the flat input, or AWESOME's one segment in the graph at a time
+    (K = 1 earlier write replayed)."""
+    shape = SYSTEMS[step.system]
+    keys = step.page_tokens
+    if shape.encoder_window:
+        keys = min(keys, 2 * step.hepos_window)
+    if shape.memory:
+        keys += step.memory_slots
+    return (step.pages if shape.page_rows else 1), step.page_tokens, keys, (step.pages if shape.page_decoders else 1)
 
 
 def activation_bytes(step: Step, counts: Counts = COUNTS) -> float:
     """What the forward pass keeps for backward, in bytes."""
-    a, size = step.arch, DTYPE_BYTES[step.dtype]
+    a, size, shape = step.arch, DTYPE_BYTES[step.dtype], SYSTEMS[step.system]
     d, f, h = a.embed_dim, a.ffn_dim, a.heads
     rows, tokens, keys, decoder_rows = attention_sequences(step)
     rows, decoder_rows = rows * step.batch, decoder_rows * step.batch
     source = rows * tokens  # encoder tokens in the batch
     target = decoder_rows * step.summary_tokens  # decoder tokens (PageSum: one decoder per page)
-    cross_keys = tokens if step.system != "hepos" else -(-tokens // step.hepos_stride)
-    if step.system == "hed":
-        cross_keys = step.input_tokens
+    cross_keys = step.input_tokens if shape.cross_input else tokens  # source tokens a decoder row reads
+    if shape.cross_stride:
+        cross_keys = -(-cross_keys // step.hepos_stride)
     score_bytes = 4 + (size if size < 4 else 0)  # fp32 scores, and their 16-bit copy
     encoder_scores = source * h * keys * score_bytes if step.encoder_kernel == "bmm" else 0
     decoder_scores = (target * h * (step.summary_tokens + cross_keys) * score_bytes

@@ -28,7 +28,8 @@ import sys
 from dataclasses import replace
 from typing import Callable, List, Optional, Tuple
 
-from .model import GB, KERNELS, SYSTEMS, Step, architecture, predict
+from ..architectures import SYSTEMS, architecture
+from .model import GB, KERNELS, Step, predict
 
 PROG = "pagesum-plan"
 UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -70,7 +71,7 @@ def largest(fits: Callable[[int], bool], cap: int) -> int:
 
 def step_for(system: str, base: Step, units: int, page_tokens: int) -> Step:
     """``base`` reading ``units`` pages (or, for a flat input, ``units`` x 1,024 tokens)."""
-    if system in ("bart", "hepos"):
+    if SYSTEMS[system].flat:
         return replace(base, system=system, pages=1, page_tokens=units * FLAT_UNIT)
     return replace(base, system=system, pages=units, page_tokens=page_tokens)
 
@@ -112,7 +113,7 @@ def describe_settings(step: Step) -> str:
 
 
 def describe_input(step: Step, units: int, cap: int) -> str:
-    shape = f"{step.pages} x {step.page_tokens}" if step.system not in ("bart", "hepos") else f"{step.page_tokens}"
+    shape = f"{step.page_tokens}" if SYSTEMS[step.system].flat else f"{step.pages} x {step.page_tokens}"
     return shape + (" (the cap)" if units == cap else "")
 
 
@@ -137,7 +138,7 @@ def table(args, arch_name: str) -> List[List[str]]:
                 rows.append([system, str(batch), describe_input(step, 0, -1), f"{step.input_tokens:,}",
                              describe_settings(step), f"{(predict(step).peak + args.cuda_context) / GB:.1f}"])
                 continue
-            cap = args.max_tokens // (FLAT_UNIT if system in ("bart", "hepos") else args.page_tokens)
+            cap = args.max_tokens // (FLAT_UNIT if SYSTEMS[system].flat else args.page_tokens)
             units, step = best_fit(system, base, tensors, args.page_tokens, cap)
             if step is None:
                 rows.append([system, str(batch), "nothing fits", "", "", ""])

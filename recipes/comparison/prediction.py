@@ -14,13 +14,14 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from pagesum_plugin.memory.model import LOSS_CHUNK_TOKENS, OPTIMIZERS, Step, architecture, predict
+from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS, SPECIAL_SYMBOLS, architecture
+from pagesum_plugin.corpus.format import DICT_FILE
+from pagesum_plugin.memory.model import OPTIMIZERS, Step, predict
 
 from .systems import PAGE_VIEWS, Comparison
 from .systems import architecture as sized_architecture
 
 logger = logging.getLogger(__name__)
-SPECIAL_SYMBOLS = 4  # fairseq's dictionaries: <s>, <pad>, </s>, <unk> before the words of dict.txt
 CHUNKING_CRITERION = "paged_label_smoothed_cross_entropy"  # the plugin's: its loss takes --loss-chunk-tokens at a time
 
 
@@ -32,7 +33,7 @@ def model_step(comparison: Comparison, key: str, data: str | Path, model_size: O
     if system == "hepos" and config.model.get("encoder_attention", "full") == "full" \
             and config.model.get("cross_attention") == "full":
         system = "bart"  # the full-attention baseline is HEPOS's model with every attention full
-    with open(Path(data) / "dict.txt", encoding="utf-8") as words:
+    with open(Path(data) / DICT_FILE, encoding="utf-8") as words:
         vocab = SPECIAL_SYMBOLS + sum(1 for _ in words)
     optimizer = config.optimizer._name if config.optimizer._name in OPTIMIZERS else "adam"
     segment = int(comparison.awesome.get("max_input_tokens", 1024))

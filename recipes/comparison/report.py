@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from pagesum_plugin.atomic import write_atomically
+from pagesum_plugin.corpus.format import META_FILE
 
 from ..arguments import REPORT as PROG, report_parser
 from .figures import METRIC_LABELS, rouge_against_memory, tokens_against_memory
@@ -119,7 +120,7 @@ def describe(record: Dict) -> List[str]:
 
 
 def build_record(out: Path, data: Path, systems: List[str], reference: str, alpha: float) -> Dict:
-    meta = read_json(data / "meta.json", "preprocess")
+    meta = read_json(data / META_FILE, "preprocess")
     if reference not in systems:
         raise ReportError(f"the reference system {reference} is not among the systems: {' '.join(systems)}")
     fits = {key: read_json(out / key / "fit.json", "fit") for key in systems}

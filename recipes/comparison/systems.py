@@ -38,7 +38,10 @@ SEQUENCE_VIEWS = ("flat", "documents")
 CORPUS_KINDS = ("any", "sections", "clusters")
 CLUSTER_DATASETS = ("multinews",)  # input formats whose groups are the documents of a cluster
 CLUSTER_VIEWS = ("document", "documents")  # a corpus preprocessed with one of these is read as clusters
-MODEL_SIZES = ("bart_large", "bart_base", "tiny")  # the sizes every system's architectures come in
+# The queries answer without importing pagesum_plugin, which registers the plugin with fairseq (and
+# imports torch) when imported: these restate its facts, and tests/test_one_owner.py holds them equal.
+MODEL_SIZES = ("bart_large", "bart_base", "tiny")  # pagesum_plugin.architectures.ARCHITECTURES
+META_FILE = "meta.json"  # pagesum_plugin.corpus.format.META_FILE
 # compare.yaml's awesome settings that are AWESOME's own options
 AWESOME_OPTIONS = {"segmentation": "task", "max_input_tokens": "task", "memory_slots": "model"}
 
@@ -239,7 +242,7 @@ def architecture(name: str, size: str) -> str:
 
 def read_meta(data: str | Path, plan: bool = False) -> dict:
     """The corpus's ``meta.json``; with ``plan`` ({} when the corpus is not written yet)."""
-    path = Path(data) / "meta.json"
+    path = Path(data) / META_FILE
     if plan and not path.exists():
         return {}
     return json.loads(path.read_text(encoding="utf-8"))

@@ -26,7 +26,7 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerEncoder
 from fairseq.modules import LayerNorm, MultiheadAttention
 
-from ..bart.arguments import tiny_dimensions
+from ..bart.arguments import bart_dimensions
 from ...modules.page_mixing import unpack_pages
 
 logger = logging.getLogger(__name__)
@@ -129,17 +129,19 @@ def _extractor_defaults(args):
 
 @register_model_architecture("awesome_extractor", "awesome_extractor_bart_large")
 def awesome_extractor_bart_large(args):
+    bart_dimensions(args, "bart_large")
     bart_large_architecture(args)
     _extractor_defaults(args)
 
 
 @register_model_architecture("awesome_extractor", "awesome_extractor_bart_base")
 def awesome_extractor_bart_base(args):
+    bart_dimensions(args, "bart_base")
     bart_base_architecture(args)
     _extractor_defaults(args)
 
 
 @register_model_architecture("awesome_extractor", "awesome_extractor_tiny")
 def awesome_extractor_tiny(args):
-    tiny_dimensions(args)
+    bart_dimensions(args, "tiny")
     awesome_extractor_bart_base(args)

@@ -35,7 +35,7 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 
-from ..bart.arguments import as_bart_args, tiny_dimensions
+from ..bart.arguments import as_bart_args, bart_dimensions
 from ..bart.model import LongInputBARTModel, TokenWeightsOnRequest, wrap_layer
 from ...modules.decoder_self_attention import set_cache_beams
 from ...modules.fused_layer import FusedDecoderLayer, as_config
@@ -403,18 +403,20 @@ def _awesome_defaults(args, slots: int):
 @register_model_architecture("awesome", "awesome_bart_large")
 def awesome_bart_large(args):
     _awesome_defaults(args, slots=1024)  # m = 1024 (Sec. 3.1)
+    bart_dimensions(args, "bart_large")
     bart_large_architecture(args)
 
 
 @register_model_architecture("awesome", "awesome_bart_base")
 def awesome_bart_base(args):
     _awesome_defaults(args, slots=768)
+    bart_dimensions(args, "bart_base")
     bart_base_architecture(args)
 
 
 @register_model_architecture("awesome", "awesome_tiny")
 def awesome_tiny(args):
     """pagesum_tiny's dimensions, with 8 memory slots: for tests and CPU demos."""
-    tiny_dimensions(args)
+    bart_dimensions(args, "tiny")
     _awesome_defaults(args, slots=8)
     bart_base_architecture(args)

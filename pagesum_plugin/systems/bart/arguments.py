@@ -2,12 +2,15 @@
 
 BART is a legacy (argparse) fairseq model; ``fairseq-hydra-train`` hands it an OmegaConf
 node instead: every model that subclasses ``BARTModel`` builds from ``as_bart_args``. Every
-model also has a ``*_tiny`` architecture of the same small BART shape, for tests and CPU
-demos: ``tiny_dimensions``."""
+architecture sets its size's dimensions from ``pagesum_plugin.architectures`` with
+``bart_dimensions``: ``*_bart_large``, ``*_bart_base`` and the ``*_tiny`` architectures, which
+share one small BART shape for tests and CPU demos."""
 
 import argparse
 
 from omegaconf import OmegaConf
+
+from ...architectures import ARCHITECTURES
 
 
 def as_bart_args(args):
@@ -19,12 +22,12 @@ def as_bart_args(args):
     return args
 
 
-def tiny_dimensions(args):
-    """The ``*_tiny`` architectures' BART shape: width 64, feed-forward 128, 2 + 2 layers of
-    4 heads (set unless given); the caller then applies ``bart_base_architecture``'s rest."""
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
-    args.encoder_layers = getattr(args, "encoder_layers", 2)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 2)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+def bart_dimensions(args, size: str):
+    """The dimensions of ``ARCHITECTURES[size]``, each set unless given, as fairseq's BART
+    architectures set them: the decoder's width and feed-forward follow the encoder's. The
+    caller then applies ``bart_large_architecture`` or ``bart_base_architecture`` for the rest."""
+    arch = ARCHITECTURES[size]
+    for name, value in (("encoder_embed_dim", arch.embed_dim), ("encoder_ffn_embed_dim", arch.ffn_dim),
+                        ("encoder_layers", arch.layers), ("encoder_attention_heads", arch.heads),
+                        ("decoder_layers", arch.layers), ("decoder_attention_heads", arch.heads)):
+        setattr(args, name, getattr(args, name, value))

@@ -44,7 +44,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoder, Tr
 from fairseq.modules import LearnedPositionalEmbedding
 from fairseq.modules.transformer_layer import TransformerDecoderLayer, TransformerEncoderLayer
 
-from ..bart.arguments import tiny_dimensions
+from ..bart.arguments import bart_dimensions
 from ..bart.model import LongInputBARTModel, SyncFreeDecoder, wrap_layer
 from ...modules.fused_layer import FusedAttentionLayer
 from .attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossAttention
@@ -205,17 +205,19 @@ def _hed_defaults(args):
 @register_model_architecture("hed", "hed_bart_large")
 def hed_bart_large(args):
     _hed_defaults(args)
+    bart_dimensions(args, "bart_large")
     bart_large_architecture(args)
 
 
 @register_model_architecture("hed", "hed_bart_base")
 def hed_bart_base(args):
     _hed_defaults(args)
+    bart_dimensions(args, "bart_base")
     bart_base_architecture(args)
 
 
 @register_model_architecture("hed", "hed_tiny")
 def hed_tiny(args):
     """pagesum_tiny's dimensions: small enough for tests and CPU demos."""
-    tiny_dimensions(args)
+    bart_dimensions(args, "tiny")
     hed_bart_base(args)

@@ -29,7 +29,7 @@ from fairseq.models.transformer import TransformerDecoderBase, TransformerEncode
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import Tensor
 
-from ..bart.arguments import as_bart_args, tiny_dimensions
+from ..bart.arguments import as_bart_args, bart_dimensions
 from ..bart.model import LongInputBARTModel, SyncFreeDecoder, TokenWeightsOnRequest, wrap_layer
 from ...modules.fused_layer import FusedAttentionLayer
 from .efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
@@ -282,17 +282,19 @@ def hepos_defaults(args):
 @register_model_architecture("hepos", "hepos_bart_large")
 def hepos_bart_large(args):
     hepos_defaults(args)
+    bart_dimensions(args, "bart_large")
     bart_large_architecture(args)
 
 
 @register_model_architecture("hepos", "hepos_bart_base")
 def hepos_bart_base(args):
     hepos_defaults(args)
+    bart_dimensions(args, "bart_base")
     bart_base_architecture(args)
 
 
 @register_model_architecture("hepos", "hepos_tiny")
 def hepos_tiny(args):
     """A BART-shaped model small enough for tests and CPU demos (pagesum_tiny's dimensions)."""
-    tiny_dimensions(args)
+    bart_dimensions(args, "tiny")
     hepos_bart_base(args)

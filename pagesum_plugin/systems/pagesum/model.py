@@ -39,7 +39,7 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
 
-from ..bart.arguments import tiny_dimensions
+from ..bart.arguments import bart_dimensions
 from ..bart.model import NO_ALIGNMENT, LongInputBARTModel, SyncFreeDecoder, wrap_layer
 from ...modules.fused_layer import FusedDecoderLayer
 from ...modules.decoder_self_attention import DecoderSelfAttention, set_cache_beams
@@ -339,17 +339,19 @@ def _pagesum_defaults(args):
 @register_model_architecture("pagesum", "pagesum_bart_large")
 def pagesum_bart_large(args):
     _pagesum_defaults(args)
+    bart_dimensions(args, "bart_large")
     bart_large_architecture(args)
 
 
 @register_model_architecture("pagesum", "pagesum_bart_base")
 def pagesum_bart_base(args):
     _pagesum_defaults(args)
+    bart_dimensions(args, "bart_base")
     bart_base_architecture(args)
 
 
 @register_model_architecture("pagesum", "pagesum_tiny")
 def pagesum_tiny(args):
     """A BART-shaped model small enough for tests and CPU demos."""
-    tiny_dimensions(args)
+    bart_dimensions(args, "tiny")
     pagesum_bart_base(args)
