@@ -1,6 +1,5 @@
-"""recipes/govreport_awesome.sh without salient sentences: the README's "AWESOME, attentive
-memory only" row (Table 3 of the AWESOME paper, ../shared/papers/awesome_memory_segments.txt:
-58.44 / 27.71 / 55.98) trains with ``TRAIN_ARGS=task.salient_sentences=none``, which needs
+"""recipes/govreport_awesome.sh without salient sentences: the "AWESOME, attentive memory
+only" row of docs/recipes.md (Table 3 of the AWESOME paper: 58.44 / 27.71 / 55.98) trains with ``TRAIN_ARGS=task.salient_sentences=none``, which needs
 no oracle labels and no extractor. Cheap checks: the plan (PLAN=1), and the train stage
 alone with a stand-in fairseq-hydra-train; nothing is trained."""
 

@@ -1,5 +1,5 @@
 """Every benchmark script runs end to end on a tiny grid and prints its tables. This checks
-that the scripts work, not what they measure: the numbers are in BENCHMARKS.md. The scale
+that the scripts work, not what they measure: the numbers are in docs/benchmarks/ (BENCHMARKS.md lists them). The scale
 benchmark runs through the GPU kit's rehearsal instead (``test_device_kit.py``)."""
 
 import subprocess

@@ -1,7 +1,7 @@
 """What only a GPU can show: decoding and page masking in half precision, the n-gram blocker
 on CUDA tensors, and the scale benchmark's CUDA paths at a tiny size (the GPU kit runs these
 tests before the bart.large row groups). Every test here is skipped, with the reason, where torch sees no
-CUDA device; BENCHMARKS.md says where they last ran."""
+CUDA device; docs/benchmarks/gpu.md says where they last ran."""
 
 import pytest
 import torch

@@ -2,7 +2,7 @@
 step of every system and the n-gram blocker read nothing back (no scalar, no data-dependent
 shape), and a step of the search reads back one thing, which hypotheses ended, plus fairseq's
 finalization when some did and its prefix handling at the forced <s>: the table of
-BENCHMARKS.md ("Host syncs left in a decoding step")."""
+docs/benchmarks/decoding_syncs.md."""
 
 import inspect
 import linecache

@@ -1,4 +1,4 @@
-"""The packages import downward only (README, Architecture): the library's layers, then the
+"""The packages import downward only (docs/architecture.md): the library's layers, then the
 preprocessing pipeline, then the harnesses beside them; a command is a leaf that nothing in the
 library imports; and imports sit at the top of a module, except an optional dependency's, whose
 reason a comment gives. Read from the code itself, as Python parses it."""
@@ -222,3 +222,43 @@ def test_every_registered_model_task_and_criterion_lives_in_its_system_or_the_sh
             if system_of(cls.__module__) != system:
                 misplaced.append(f"{name}: {cls.__module__} (expected {'systems/' + system if system else 'a shared layer'})")
     assert not misplaced, "\n".join(misplaced)
+
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+# a row of its packages table: | `path` | layer | what it owns |
+PACKAGE_ROW = re.compile(r"^\| `([^`]+)` \| ([^|]+?) \|", re.MULTILINE)
+
+
+PACKAGES_SECTION = "## Packages, their layer and what they own"
+
+
+def documented_packages() -> Dict[str, str]:
+    """The table of docs/architecture.md's packages section: path -> its layer cell."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    assert PACKAGES_SECTION in text, f"docs/architecture.md has no section {PACKAGES_SECTION!r}"
+    section = text.split(PACKAGES_SECTION, 1)[1].split("\n## ", 1)[0]
+    return {path: cell.strip() for path, cell in PACKAGE_ROW.findall(section)}
+
+
+def library_path(name: str) -> str:
+    """``corpus`` -> ``pagesum_plugin/corpus/``; ``atomic`` -> ``pagesum_plugin/atomic.py``."""
+    folder = REPO / "pagesum_plugin" / name
+    return f"pagesum_plugin/{name}/" if (folder / "__init__.py").exists() else f"pagesum_plugin/{name}.py"
+
+
+def test_the_architecture_page_gives_every_library_package_and_system_its_layer():
+    documented = documented_packages()
+    expected = {library_path(name): str(index) for index, names in enumerate(LIBRARY_LAYERS) for name in names}
+    expected.update({f"pagesum_plugin/systems/{name}/": str(layer("pagesum_plugin.systems")) for name in SYSTEMS})
+    expected.update({f"{folder}/": None for folder in PACKAGES.values() if folder != "pagesum_plugin"})  # the
+    #                                                            pipeline, the commands, the harnesses
+    missing = [path for path in expected if path not in documented]
+    wrong = [f"{path}: layer {documented[path]}, expected {layer}" for path, layer in expected.items()
+             if layer is not None and path in documented and documented[path] != layer]
+    assert not missing and not wrong, f"docs/architecture.md: missing {missing}; {wrong}"
+
+
+def test_every_package_on_the_architecture_page_is_in_the_tree():
+    gone = [path for path in documented_packages() if not (REPO / path).exists()
+            or path.endswith("/") != (REPO / path).is_dir()]
+    assert not gone, f"docs/architecture.md lists what the tree does not hold: {gone}"
