@@ -27,6 +27,7 @@ from pagesum_plugin.criterions.paged_cross_entropy import PagedLabelSmoothedCros
 from pagesum_plugin.profiling import (best_seconds, describe_device, device_nearly_full,  # noqa: F401  (re-exported)
                                       is_out_of_memory, peak_memory)
 
+
 @dataclass(frozen=True)
 class ModelSize:
     """Transformer dimensions shared by PageSum and its full-attention BART baseline."""

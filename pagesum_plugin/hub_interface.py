@@ -28,7 +28,7 @@ from . import registration  # noqa: F401  (from_pretrained loads checkpoints of 
 from .checkpoints.loading import load_for_inference
 from .corpus.codec import unit_texts
 from .corpus.readers import example_from_raw
-from .corpus.views import STRUCTURED_VIEWS, assemble_pages, plan_document
+from .corpus.views import assemble_pages, plan_document, raw_document_view
 from .data.paged_dataset import collate_pages, summary_target
 from .generation.page_sequence_generator import PageSumSequenceGenerator
 from .summaries import EmptyDocument, Reading, Summaries
@@ -86,9 +86,7 @@ class PageSumHubInterface(nn.Module):
         ``EmptyDocument``."""
         overrides = {k: v for k, v in {"view": locality, **view}.items() if v is not None}
         config = replace(self.view, **overrides)
-        if isinstance(document, str) and locality is None and config.view in STRUCTURED_VIEWS:
-            # A plain string has no sections or source documents: it is read spatially.
-            config = replace(config, view="spatial")
+        config = raw_document_view(document, config, view_given=locality is not None)
         try:
             example = example_from_raw(document)
         except ValueError as error:  # the only one it raises: no text at all

@@ -27,7 +27,8 @@ from tqdm import tqdm
 
 from pagesum_plugin.corpus.codec import TextCodec
 from pagesum_plugin.corpus.errors import BLANK_LINE, BlankLine, InputError
-from pagesum_plugin.corpus.format import META_FILE, CorpusFormatError, EncodedDocument, SplitStructure, SplitWriter
+from pagesum_plugin.corpus.format import META_FILE, CorpusFormatError, EncodedDocument, SplitStructure
+from pagesum_plugin.corpus.storage import SplitWriter
 from pagesum_plugin.corpus.readers import Example, Record, iter_records, parse_record
 from pagesum_plugin.corpus.sentences import split_sentences
 from pagesum_plugin.corpus.tokenizers import build_tokenizer

@@ -353,7 +353,6 @@ def test_a_replayed_write_computes_the_memory_the_next_segment_read(copy_task_di
     assert not torch.equal(*fresh), "dropout is on: only the recorded seed makes the replay exact"
 
 
-
 # --------------------------------------------------------------------------- what the encoder reads
 
 

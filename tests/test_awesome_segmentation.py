@@ -13,7 +13,8 @@ from pagesum_plugin.systems.awesome import segment as segment_cli
 from pagesum_plugin.systems.awesome.cache import embeddings_path, load_segmentation, segments_path
 from pagesum_plugin.systems.awesome.segmentation import model_tag, opens_new_segment, segment_sentences
 from pagesum_plugin.corpus.codec import TextCodec, unit_texts
-from pagesum_plugin.corpus.format import CorpusSplit, SplitStructure
+from pagesum_plugin.corpus.format import SplitStructure
+from pagesum_plugin.corpus.storage import CorpusSplit
 from pagesum_plugin.corpus.views import ViewConfig, assemble_pages, plan_pages
 
 A, B, C = np.array([3.0, 0.0, 0.0]), np.array([0.0, 2.0, 0.0]), np.array([0.0, 0.0, 1.0])  # cosine 0 between topics

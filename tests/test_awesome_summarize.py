@@ -17,7 +17,7 @@ from pagesum_plugin import from_pretrained
 from pagesum_plugin.systems.awesome import label as label_cli
 from pagesum_plugin.systems.awesome import segment as segment_cli
 from pagesum_plugin.systems.awesome.cache import load_salient
-from pagesum_plugin.corpus.format import CorpusSplit
+from pagesum_plugin.corpus.storage import CorpusSplit
 from pagesum_plugin.corpus.readers import example_from_raw
 from pagesum_plugin.systems.awesome.extraction_criterion import sentence_probabilities
 from pagesum_plugin.hub_interface import PageSumHubInterface

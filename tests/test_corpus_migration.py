@@ -20,7 +20,8 @@ import pytest
 
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_paper_paths, acl_papers
-from pagesum_plugin.corpus.format import CorpusMeta, CorpusSplit, load_dictionary
+from pagesum_plugin.corpus.format import CorpusMeta
+from pagesum_plugin.corpus.storage import CorpusSplit, load_dictionary
 from pagesum_plugin.corpus.views import ViewConfig, assemble_pages
 from pagesum_plugin.data.paged_dataset import summary_target
 from pagesum_preprocess import cli

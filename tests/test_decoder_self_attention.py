@@ -184,7 +184,6 @@ def test_the_full_pass_through_sdpa_equals_fairseqs_attention_and_its_gradients(
         torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-4)
 
 
-
 def kept_token_tensors(module, x: torch.Tensor) -> int:
     """How many (tgt_len, rows, dim)-sized tensors the full pass keeps for backward, each storage once."""
     storages = set()

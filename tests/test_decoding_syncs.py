@@ -20,6 +20,7 @@ from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.modules.page_mixing import PageLayout
 from pagesum_plugin.profiling import HostSyncs
 
+
 def steps(model, src, beam=3, n_steps=5, seed=0):
     """Decode ``n_steps`` steps by hand as beam search does; returns the syncs of each step's
     reorder and decoder call (after the first step, which builds the caches)."""

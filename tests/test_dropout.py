@@ -12,6 +12,7 @@ from pagesum_plugin.modules.dropout import BoolMaskDropout, keep_bool_masks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
 def dropped(dropout, x, seed=0):
     torch.manual_seed(seed)
     return dropout(x)

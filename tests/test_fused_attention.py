@@ -20,6 +20,7 @@ from pagesum_plugin.modules.fused_attention import reference_attention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
 
+
 @pytest.fixture(scope="module", params=sorted(TRAINED_SYSTEMS))
 def system(request, copy_task_dir):
     return (request.param, *trained_system(request.param, copy_task_dir))

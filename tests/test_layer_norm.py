@@ -20,6 +20,7 @@ from pagesum_plugin.modules.layer_norm import RecomputedLayerNorm, norm_outputs_
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
 def twin_norms(dtype, seed=0):
     """A plain layer norm and a recomputed one with the same parameters, and three consumers."""
     torch.manual_seed(seed)

@@ -12,7 +12,7 @@ from builders.models import build_tiny
 from builders.paged_data import write_split
 from pagesum_plugin.checkpoints.builder import save_checkpoint
 from pagesum_plugin.atomic import atomic_path, staged_files
-from pagesum_plugin.corpus.format import load_dictionary
+from pagesum_plugin.corpus.storage import load_dictionary
 from pagesum_plugin.evaluation.baselines import main as baseline
 from pagesum_plugin.generation.outputs import InputOrderFile
 

@@ -11,7 +11,8 @@ from builders.corpora import (acl_papers, copy_acl_papers, write_cohan, write_go
                               write_multinews)
 from pagesum_plugin.corpus import readers
 from pagesum_plugin.corpus.codec import TextCodec
-from pagesum_plugin.corpus.format import FORMAT_VERSION, CorpusMeta, CorpusSplit, load_dictionary
+from pagesum_plugin.corpus.format import FORMAT_VERSION, CorpusMeta
+from pagesum_plugin.corpus.storage import CorpusSplit, load_dictionary
 from pagesum_plugin.corpus.sentences import nltk_punkt_sentences
 from pagesum_plugin.corpus.views import ViewConfig, assemble_pages, plan_pages
 from pagesum_plugin.evaluation.data import iter_documents

@@ -18,7 +18,8 @@ from pagesum_plugin import from_pretrained
 from pagesum_plugin.checkpoints.builder import save_checkpoint
 from pagesum_plugin.errors import CheckpointError, SettingError
 from pagesum_plugin.registration import report_mistakes
-from pagesum_plugin.corpus.format import CorpusMeta, load_dictionary
+from pagesum_plugin.corpus.format import CorpusMeta
+from pagesum_plugin.corpus.storage import load_dictionary
 from pagesum_preprocess.cli import main as preprocess
 
 

@@ -51,6 +51,8 @@ TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "implementa
           "platform_machine": "x86_64", "os_name": "posix", "extra": ""}
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")
+
+
 def project_sources(setup_py: Path) -> tuple:
     """Everything that ends up in the project's wheel, copied out of the checkout to build it
     (setuptools leaves a build/ folder beside the sources it builds, stale files and all):

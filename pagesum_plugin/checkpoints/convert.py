@@ -102,6 +102,7 @@ def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
                 f"{'lin confidence layer converted' if has_lin else 'confidence layer started fresh'})")
     return path
 
+
 def convert_to_hf(checkpoint: str, out_dir: str, data_dir: Optional[str] = None) -> Path:
     """Write the transformers directory of a PageSum checkpoint (``PageSumForConditionalGeneration`` and the PageSum
     authors' state dict) or of a HEPOS checkpoint with full attention (``BartForConditionalGeneration``) into
@@ -145,6 +146,7 @@ def convert_to_hf(checkpoint: str, out_dir: str, data_dir: Optional[str] = None)
     logger.info(f"wrote {out} ({written}")
     return out
 
+
 def pagesum_generation_config(config: PageSumConfig) -> transformers.GenerationConfig:
     """The plugin's default search (``generation/defaults.py``) as a PageSum directory's generation settings."""
     search = DATASETS["default"]
@@ -157,6 +159,7 @@ def pagesum_generation_config(config: PageSumConfig) -> transformers.GenerationC
         length_penalty=search.lenpen, no_repeat_ngram_size=search.no_repeat_ngram_size, early_stopping=True,
         **lengths)
 
+
 def pagesum_hf_model(args, state: dict, label_smoothing: float) -> PageSumForConditionalGeneration:
     """The ``PageSumForConditionalGeneration`` of a PageSum model's arguments and state dict: the same weights,
     loaded strictly."""
@@ -165,6 +168,7 @@ def pagesum_hf_model(args, state: dict, label_smoothing: float) -> PageSumForCon
     model = PageSumForConditionalGeneration(config)
     model.load_state_dict(converted, strict=True)
     return model
+
 
 def main(argv: Optional[List[str]] = None) -> None:
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)

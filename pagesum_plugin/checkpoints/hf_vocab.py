@@ -15,16 +15,21 @@ from .errors import ConversionError
 
 logger = logging.getLogger("pagesum_plugin.checkpoints.convert")
 
+# AutoTokenizer's tokenizer_config.json for vocab.json + merges.txt: BART's GPT-2 BPE
+HF_TOKENIZER_CONFIG = {"tokenizer_class": "BartTokenizer"}
 # fairseq's Dictionary always puts these four first; BART's tokenizer uses the same ids.
 FAIRSEQ_SPECIALS = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
 
 
 @dataclass
+
+
 class Vocabulary:
     """What index ``i`` of the model means: a dict.txt symbol and (if known) a BPE token."""
 
     symbols: List[str]  # symbols[i] for i >= 4 (fairseq adds the four specials itself)
     encoder_json: Optional[dict]  # BPE token -> symbol id, written as encoder.json
+
 
 def read_hf_vocab(hf_dir: Path, vocab_size: int) -> Optional[Dict[int, str]]:
     """The tokenizer's id -> token map, with its special tokens checked; None if absent."""
@@ -46,11 +51,13 @@ def read_hf_vocab(hf_dir: Path, vocab_size: int) -> Optional[Dict[int, str]]:
                        f"and are left out of dict.txt and encoder.json: {[t for _, t in no_row[:10]]}")
     return {i: t for t, i in vocab.items() if i < vocab_size}
 
+
 def hf_id_vocabulary(id_to_token: Optional[Dict[int, str]], vocab_size: int) -> Vocabulary:
     """Symbols are the Hugging Face ids themselves; encoder.json is the tokenizer's vocab."""
     symbols = [str(i) for i in range(len(FAIRSEQ_SPECIALS), vocab_size)]
     encoder = None if id_to_token is None else {t: i for i, t in id_to_token.items()}
     return Vocabulary(symbols, encoder)
+
 
 def gpt2_id_vocabulary(id_to_token: Dict[int, str], vocab_size: int, gpt2_encoder: dict) -> Vocabulary:
     """Symbols are GPT-2 ids (fairseq BART's convention); tokens GPT-2 lacks keep their text."""
@@ -65,6 +72,7 @@ def gpt2_id_vocabulary(id_to_token: Dict[int, str], vocab_size: int, gpt2_encode
             symbols.append(token)
     return Vocabulary(symbols, gpt2_encoder)
 
+
 def write_dictionary(symbols: List[str], path: Path, expected_size: int):
     """Write dict.txt with fairseq's own Dictionary and check every index is where it should be."""
     dictionary = Dictionary()
@@ -78,6 +86,7 @@ def write_dictionary(symbols: List[str], path: Path, expected_size: int):
     dictionary.save(str(path))
     return Dictionary.load(str(path))
 
+
 def write_bpe_files(hf_dir: Path, out: Path, vocabulary: Vocabulary) -> None:
     """encoder.json and vocab.bpe, the pair fairseq's GPT-2 BPE reads, matching dict.txt."""
     merges = hf_dir / "merges.txt"
@@ -87,6 +96,7 @@ def write_bpe_files(hf_dir: Path, out: Path, vocabulary: Vocabulary) -> None:
         return
     (out / GPT2_ENCODER_FILE).write_text(json.dumps(vocabulary.encoder_json, ensure_ascii=False), encoding="utf-8")
     shutil.copyfile(merges, out / GPT2_MERGES_FILE)
+
 
 def hf_vocab_from_data(data_dir: Path, dictionary) -> Optional[Dict[str, int]]:
     """vocab.json (BPE token -> model index) from a data directory's encoder.json + dict.txt."""
@@ -109,6 +119,7 @@ def hf_vocab_from_data(data_dir: Path, dictionary) -> Optional[Dict[str, int]]:
                        "(left out of vocab.json)")
     return vocab
 
+
 def write_hf_tokenizer(data_dir: Path, out: Path, vocab_size: int) -> None:
     dict_path = data_dir / DICT_FILE
     if not dict_path.exists():
@@ -123,3 +134,5 @@ def write_hf_tokenizer(data_dir: Path, out: Path, vocab_size: int) -> None:
         return
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     shutil.copyfile(data_dir / GPT2_MERGES_FILE, out / "merges.txt")
+    # what AutoTokenizer reads to build BART's tokenizer from these two files
+    (out / "tokenizer_config.json").write_text(json.dumps(HF_TOKENIZER_CONFIG), encoding="utf-8")

@@ -37,6 +37,7 @@ def hf_to_fairseq_key(key: str) -> Optional[str]:
             return f"{side}.{rest}"
     return None
 
+
 def shared_embeddings(hf_state: Dict[str, torch.Tensor], source: str) -> torch.Tensor:
     """The token embedding matrix (vocab, dim), checking every tied copy agrees."""
     names = ["model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
@@ -52,6 +53,7 @@ def shared_embeddings(hf_state: Dict[str, torch.Tensor], source: str) -> torch.T
                 "and the output projection, so untied weights cannot be converted exactly")
     return weight
 
+
 def check_final_logits_bias(hf_state: Dict[str, torch.Tensor], source: str) -> None:
     """fairseq's output projection has no bias: only an all-zero bias converts exactly."""
     bias = hf_state.get("final_logits_bias")
@@ -61,11 +63,13 @@ def check_final_logits_bias(hf_state: Dict[str, torch.Tensor], source: str) -> N
             "fairseq's BART output projection has no bias, so dropping it would change every "
             "log-probability. Released BART checkpoints have an all-zero bias.")
 
+
 def strip_module_prefix(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """State dicts saved from DistributedDataParallel prefix every key with 'module.'."""
     if state and all(k.startswith("module.") for k in state):
         return {k[len("module."):]: v for k, v in state.items()}
     return state
+
 
 def hf_state_to_fairseq(hf_state: Dict[str, torch.Tensor], source: str) -> Dict[str, torch.Tensor]:
     """BART (+ ``lin``) state dict -> this plugin's parameter names (no buffers)."""
@@ -89,6 +93,7 @@ def hf_state_to_fairseq(hf_state: Dict[str, torch.Tensor], source: str) -> Dict[
         raise ConversionError(f"{source}: keys with no place in a PageSum model: {sorted(unknown)[:10]}")
     return converted
 
+
 def fairseq_state_to_hf(state: Dict[str, torch.Tensor]) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor]]:
     """This plugin's state dict -> (BartForConditionalGeneration state, lin state)."""
     embeddings = state["encoder.embed_tokens.weight"]
@@ -109,6 +114,7 @@ def fairseq_state_to_hf(state: Dict[str, torch.Tensor]) -> Tuple[Dict[str, torch
             raise ConversionError(f"{key}: no place for it in transformers' BART")
     return hf, lin
 
+
 def fairseq_state_to_pagesum_hf(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """This plugin's PageSum state dict -> ``PageSumForConditionalGeneration``'s (BART's names, no output bias,
     and ``model.page_confidence``)."""
@@ -116,6 +122,7 @@ def fairseq_state_to_pagesum_hf(state: Dict[str, torch.Tensor]) -> Dict[str, tor
     del hf["final_logits_bias"]
     hf_key_of = {fairseq_key: hf_key for hf_key, fairseq_key in PAGESUM_HF_KEYS.items()}
     return {**hf, **{hf_key_of[LIN_KEYS[key]]: value for key, value in lin.items()}}
+
 
 def load_state_dict_file(path: Path) -> Dict[str, torch.Tensor]:
     """A state dict from ``.safetensors`` or a torch pickle (weights-only)."""
@@ -131,6 +138,7 @@ def load_state_dict_file(path: Path) -> Dict[str, torch.Tensor]:
         raise ConversionError(f"{path}: expected a dict of tensors (a state dict)")
     return state
 
+
 def hf_weights(hf_dir: Path) -> Optional[Dict[str, torch.Tensor]]:
     """The weights of a saved transformers directory (single file or sharded)."""
     for name in ("model.safetensors", "pytorch_model.bin"):
@@ -144,6 +152,7 @@ def hf_weights(hf_dir: Path) -> Optional[Dict[str, torch.Tensor]]:
                 state.update(load_state_dict_file(hf_dir / shard))
             return state
     return None
+
 
 def fill_model(model, converted: Dict[str, torch.Tensor], source: str) -> None:
     """Load converted weights strictly; a fresh confidence layer starts as on every path."""

@@ -15,7 +15,9 @@ from typing import List, Optional, Tuple
 from fairseq import checkpoint_utils
 from fairseq.dataclass.utils import overwrite_args_by_name
 
-from ..corpus.format import META_FILE, load_dictionary
+from ..corpus.format import META_FILE
+
+from ..corpus.storage import load_dictionary
 from ..errors import CheckpointError, written_by_torch_save
 from .safety import first_line, refused_global
 

@@ -32,7 +32,7 @@ Every page holds at most ``max_page_tokens`` tokens, ``<s>`` and ``</s>`` includ
 without tokens are never made: they would give NaN attention.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -319,3 +319,12 @@ def assemble_pages(document: EncodedDocument, config: ViewConfig, bos: int, eos:
         .astype(np.int64)
         for j, start, length in zip(plan.page_stream, plan.page_start, plan.page_length)
     ]
+
+
+def raw_document_view(document, config: ViewConfig, view_given: bool) -> ViewConfig:
+    """The view a raw document (``readers.example_from_raw``'s input) is read with: a plain string
+    has no sections or source documents, so a structured view it was not given explicitly
+    (``view_given``) becomes ``spatial``."""
+    if isinstance(document, str) and not view_given and config.view in STRUCTURED_VIEWS:
+        return replace(config, view="spatial")
+    return config

@@ -12,7 +12,7 @@ import torch
 from fairseq.data import data_utils
 from torch import Tensor
 
-from ..corpus.format import CorpusSplit
+from ..corpus.storage import CorpusSplit
 from ..corpus.views import ViewConfig, assemble_pages, plan_pages
 from .examples import ExampleDataset
 

@@ -14,6 +14,7 @@ from typing import Iterator, List, Optional
 
 import numpy as np
 
+from pagesum_plugin.corpus.format import META_FILE, CorpusFormatError
 from pagesum_plugin.corpus.readers import read_examples
 
 
@@ -69,7 +70,7 @@ def _stored_documents(data_dir: str, split: Optional[str]) -> Iterator[Document]
     # Text files are read without torch or fairseq (the text-only commands); a data directory
     # needs them: optional, imported only here, for fairseq's binary format.
     from pagesum_plugin.corpus.codec import TextCodec
-    from pagesum_plugin.corpus.format import META_FILE, CorpusFormatError, CorpusSplit
+    from pagesum_plugin.corpus.storage import CorpusSplit
 
     if not (Path(data_dir) / META_FILE).exists():
         raise CorpusFormatError(f"{data_dir} is a folder without {META_FILE}: not a data directory")

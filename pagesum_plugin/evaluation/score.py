@@ -19,6 +19,7 @@ from pagesum_plugin.evaluation.significance import approximate_randomization, bo
 LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L (sentence-level)",
           "rougeLsum": "ROUGE-Lsum (summary-level)"}
 
+
 def check_same_length(named: Dict[str, List[str]]) -> int:
     """All files must have one line per example; refuse to guess which lines pair up."""
     counts = {path: len(lines) for path, lines in named.items()}

@@ -20,7 +20,8 @@ from fairseq.tasks import register_task
 from omegaconf import II
 
 from ..corpus.codec import TextCodec
-from ..corpus.format import CorpusMeta, CorpusSplit, load_dictionary
+from ..corpus.format import CorpusMeta
+from ..corpus.storage import CorpusSplit, load_dictionary
 from ..corpus.readers import PLACEHOLDER_PAGE
 from ..corpus.views import VIEWS, ViewConfig
 from ..data.paged_dataset import PagedSummarizationDataset

@@ -18,7 +18,8 @@ import pagesum_plugin.registration  # noqa: F401  (registers the tasks, models a
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_papers
 from pagesum_plugin.corpus.codec import TextCodec
-from pagesum_plugin.corpus.format import CorpusMeta, SplitWriter
+from pagesum_plugin.corpus.format import CorpusMeta
+from pagesum_plugin.corpus.storage import SplitWriter
 from pagesum_plugin.corpus.readers import example_from_raw
 from pagesum_plugin.corpus.sentences import split_sentences
 from pagesum_plugin.corpus.tokenizers import build_dictionary, build_tokenizer

@@ -11,7 +11,9 @@ from typing import Dict, List, Sequence
 import numpy as np
 from fairseq.data import Dictionary
 
-from pagesum_plugin.corpus.format import CorpusMeta, EncodedDocument, SplitWriter
+from pagesum_plugin.corpus.format import CorpusMeta, EncodedDocument
+
+from pagesum_plugin.corpus.storage import SplitWriter
 
 
 def make_dictionary(num_words: int = 60) -> Dictionary:

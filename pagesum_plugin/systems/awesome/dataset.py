@@ -20,7 +20,8 @@ from fairseq.data import data_utils
 
 from .cache import SegmentTargets
 from ...corpus.codec import unit_ids
-from ...corpus.format import CorpusSplit, EncodedDocument
+from ...corpus.format import EncodedDocument
+from ...corpus.storage import CorpusSplit
 from ...corpus.views import ViewConfig, assemble_pages, plan_pages
 from ...data.examples import ExampleDataset
 from ...data.paged_dataset import collate_pages, summary_target

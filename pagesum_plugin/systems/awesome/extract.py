@@ -20,7 +20,6 @@ from .arguments import EXTRACT as PROG, extract_parser
 from .cache import salient_path, save_salient
 
 
-
 def main(argv=None) -> int:
     args = extract_parser().parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")

@@ -18,7 +18,8 @@ from omegaconf import II
 
 from .arguments import DEFAULT_THRESHOLD
 from .cache import load_salient, salient_path
-from ...corpus.format import CorpusSplit, EncodedDocument, load_dictionary
+from ...corpus.format import EncodedDocument
+from ...corpus.storage import CorpusSplit, load_dictionary
 from .extraction_criterion import sentence_probabilities
 from .sentence_dataset import SalientExtractionDataset, sentence_inputs
 from ...tasks.one_dictionary import OneDictionaryConfig, OneDictionaryTask

@@ -15,7 +15,8 @@ from typing import List, Tuple
 import numpy as np
 
 from ...corpus.codec import TextCodec, unit_texts
-from ...corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
+from ...corpus.format import CorpusFormatError, CorpusMeta
+from ...corpus.storage import CorpusSplit
 from .arguments import LABEL as PROG, label_parser
 from .cache import save_salient
 from .oracle import oracle_labels

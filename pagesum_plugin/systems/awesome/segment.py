@@ -31,7 +31,8 @@ import numpy as np
 
 from ...atomic import write_atomically
 from ...corpus.codec import TextCodec, unit_texts
-from ...corpus.format import CorpusFormatError, CorpusMeta, CorpusSplit
+from ...corpus.format import CorpusFormatError, CorpusMeta
+from ...corpus.storage import CorpusSplit
 from .arguments import SEGMENT as PROG, segment_parser
 from .cache import SegmentTargets, embeddings_path, save_segmentation
 from .segmentation import (

@@ -12,7 +12,8 @@ import torch
 from fairseq.data import data_utils
 
 from ...corpus.codec import unit_ids
-from ...corpus.format import CorpusSplit, EncodedDocument
+from ...corpus.format import EncodedDocument
+from ...corpus.storage import CorpusSplit
 from ...data.examples import ExampleDataset
 
 

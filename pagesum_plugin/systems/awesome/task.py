@@ -28,7 +28,8 @@ from fairseq.tasks import register_task
 from .cache import load_salient, load_segmentation, segmentation_settings
 from . import segmentation as algorithm_1  # AWESOME's Algorithm 1 and its settings
 from ...corpus.codec import unit_texts
-from ...corpus.format import CorpusSplit, EncodedDocument
+from ...corpus.format import EncodedDocument
+from ...corpus.storage import CorpusSplit
 from ...corpus.views import ViewConfig
 from .salient_content import SalientHeaders
 from .dataset import SegmentedSummarizationDataset, segment_inputs

@@ -89,7 +89,6 @@ def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
 
 
-
 class SyncFreeDecoder:
     """Put before a fairseq decoder class: a decoding step does not ask the device whether the
     summary prefix holds padding.
