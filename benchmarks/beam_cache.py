@@ -70,7 +70,7 @@ from benchmarks.common import (
     start,
 )
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
-from pagesum_plugin.profiling import synchronize
+from pagesum_recipes.profiling import synchronize
 
 MB = 2**20
 

@@ -24,7 +24,7 @@ from pagesum_plugin.architectures import ARCHITECTURES, BENCHMARK_SIZES, SPECIAL
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.checkpoints.builder import dictionary_directory
 from pagesum_plugin.criterions.paged_cross_entropy import PagedLabelSmoothedCrossEntropy
-from pagesum_plugin.profiling import (best_seconds, describe_device, device_nearly_full,  # noqa: F401  (re-exported)
+from pagesum_recipes.profiling import (best_seconds, describe_device, device_nearly_full,  # noqa: F401  (re-exported)
                                       is_out_of_memory, peak_memory)
 
 
@@ -199,7 +199,7 @@ def criterion_step(model: torch.nn.Module, task, src_tokens: torch.Tensor, targe
 def peak_step_bytes(fn: Callable[[], object], device: torch.device, modules: Sequence[torch.nn.Module],
                     root: Optional[torch.nn.Module] = None) -> int:
     """Peak tensor memory that one call of ``fn`` adds on top of what was allocated before it
-    (``pagesum_plugin.profiling.peak_memory``: the CUDA allocator, or torch's MemTracker on CPU;
+    (``pagesum_recipes.profiling.peak_memory``: the CUDA allocator, or torch's MemTracker on CPU;
     ``root``: a module that ``fn`` calls more than once)."""
     return peak_memory(fn, device, modules, root=root).added
 

@@ -24,7 +24,7 @@ from benchmarks.common import CPU_TINY, BART_LARGE, add_device_args, build_model
     paged_source, start
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.modules.compiled_layers import compile_decoder_layers
-from pagesum_plugin.profiling import CountedGraphs, best_seconds, count_calls
+from pagesum_recipes.profiling import CountedGraphs, best_seconds, count_calls
 
 
 def compile_per_layer(model, backend) -> None:

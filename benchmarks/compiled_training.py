@@ -20,7 +20,7 @@ import torch
 from benchmarks.common import (BART_LARGE, CPU_TINY, ModelSize, add_device_args, best_seconds, build_model,
                                describe_device, markdown_table, paged_source, start, summary_io)
 from pagesum_plugin.modules.compiled_layers import compile_model_layers
-from pagesum_plugin.profiling import CountedGraphs
+from pagesum_recipes.profiling import CountedGraphs
 
 
 def launched_outside_compiled(step: Callable[[], None]) -> int:

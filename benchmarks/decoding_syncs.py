@@ -2,11 +2,11 @@
 operator and by the line that calls it, per step.
 
 A search of ``--steps`` tokens (forced lengths) over a batch whose examples have different
-page counts runs inside ``pagesum_plugin.profiling.HostSyncs``, which records each operator
+page counts runs inside ``pagesum_recipes.profiling.HostSyncs``, which records each operator
 that makes the host wait (a value read back, a data-dependent shape, a boolean-mask index)
 with its caller. The table gives each call site's count divided by the number of steps, for the
 generator's own search loop and, for comparison, fairseq's loop run by the same generator
-(``generation.search_loop.fairseq_loop``). Weights are random; the syncs do not depend on them.
+(``benchmarks/reference/search.py``). Weights are random; the syncs do not depend on them.
 
     python -m benchmarks.decoding_syncs --device cpu
 """
@@ -19,8 +19,8 @@ import torch
 
 from benchmarks.common import CPU_SMALL, add_device_args, build_model, describe_device, markdown_table, paged_source, start
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
-from pagesum_plugin.generation.search_loop import fairseq_loop
-from pagesum_plugin.profiling import HostSyncs
+from benchmarks.reference.search import fairseq_loop
+from pagesum_recipes.profiling import HostSyncs
 
 
 def parse_args(argv=None):

@@ -6,7 +6,7 @@ One run, three tables.
    summary of ``--short`` tokens (lengths forced: min = max), batch 1: the time per summary
    of PageSum's generator with its steps captured as CUDA graphs (its default on CUDA; on the
    CPU the same fixed-shape steps run op by op), with its step loop, with fairseq's search
-   loop instead of its own (``generation.search_loop.fairseq_loop``), of fairseq's stock
+   loop instead of its own (``benchmarks/reference/search.py``), of fairseq's stock
    ``SequenceGenerator`` on the same BART (the same weights), and of ``transformers``'
    ``BartForConditionalGeneration.generate`` on the converted weights
    (``pagesum_plugin.checkpoints``: what ``pagesum-convert to-hf`` writes). The five take
@@ -71,11 +71,11 @@ from benchmarks.scale.costs import decoder_weight_bytes, step_bytes
 from pagesum_plugin.checkpoints.hf_config import bart_config_from_args
 from pagesum_plugin.checkpoints.hf_weights import fairseq_state_to_hf
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
-from pagesum_plugin.generation.search_loop import fairseq_loop
+from benchmarks.reference.search import fairseq_loop
 from pagesum_plugin.systems.pagesum.model import CONFIDENCE_KEYS
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention, set_cache_length
-from pagesum_plugin.modules.fused_attention import reference_attention
-from pagesum_plugin.profiling import synchronize
+from benchmarks.reference.modules import reference_attention
+from pagesum_recipes.profiling import synchronize
 
 MB = 2**20
 STEP_ARCHS = {"pagesum": "pagesum_bart_large", "hed": "hed_bart_large"}  # sized by --step-layers and ModelSize

@@ -4,7 +4,7 @@ output-layer loss, with the layer norms' outputs recomputed in backward, and wit
 masks.
 
 The step (forward, the plugin's label-smoothed cross entropy, backward) is measured with
-torch's ``MemTracker`` on CPU (``pagesum_plugin.profiling``), ``bart.base``'s widths and vocabulary
+torch's ``MemTracker`` on CPU (``pagesum_recipes.profiling``), ``bart.base``'s widths and vocabulary
 (``pagesum_plugin.architectures``) and random weights, in two ways:
 
 * **per layer**: the step's peak (on top of the weights) at 1 and at 2 encoder+decoder
@@ -46,9 +46,9 @@ from benchmarks.common import ModelSize, build_model, criterion_step, markdown_t
 from pagesum_plugin.architectures import ARCHITECTURES, LOSS_CHUNK_TOKENS
 from pagesum_plugin.modules.dropout import BoolMaskDropout
 from pagesum_plugin.modules.feed_forward import ActivationLinear
-from pagesum_plugin.modules.fused_attention import reference_attention
+from benchmarks.reference.modules import reference_attention
 from pagesum_plugin.modules.layer_norm import RecomputedLayerNorm
-from pagesum_plugin.profiling import peak_memory
+from pagesum_recipes.profiling import peak_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 ALL = None  # reference_attention's ``only``: every module with a path of before

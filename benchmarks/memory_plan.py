@@ -6,7 +6,7 @@ registered architecture at the given dimensions, fairseq's optimizer (inside its
 wrapper for a 16-bit dtype), forward, the plugin's label-smoothed loss (a chunk of
 ``Step.loss_chunk`` summary tokens at a time, as the recipes train), the wrapper's backward and
 the update; the second step is measured (the optimizer's state exists), with torch's MemTracker on
-CPU (``pagesum_plugin.profiling.peak_memory``) or the allocator's peak on CUDA, counting the
+CPU (``pagesum_recipes.profiling.peak_memory``) or the allocator's peak on CUDA, counting the
 weights, master weights, gradients, optimizer state and activations.
 
     python -m benchmarks.memory_plan --device cpu              # validation table + optimizer rows
@@ -31,7 +31,7 @@ from pagesum_plugin.architectures import ARCHITECTURES, SYSTEMS, Architecture
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.memory.model import (COUNTS, Counts, Step, activation_bytes, backward_gradients, predict,
                                          static_bytes)
-from pagesum_plugin.profiling import peak_memory
+from pagesum_recipes.profiling import peak_memory
 
 MB = 2**20
 # counted, not fitted: the feed-forward layer keeps its hidden layer before the activation,

@@ -77,7 +77,7 @@ from benchmarks.common import (
     summary_io,
     training_step,
 )
-from pagesum_plugin.modules.fused_attention import reference_attention
+from benchmarks.reference.modules import reference_attention
 
 MODELS = ("PageSum", "BART")
 
@@ -195,8 +195,8 @@ def render(rows, args, size, vocab: int, device, dtype) -> str:
 
 
 def before_against_now(args, dictionary, pagesum, device) -> str:
-    """PageSum's training step on the path of before (``reference_attention``: every module with
-    a ``reference`` switch on its old path) and on the default path, taking turns: peak MB and
+    """PageSum's training step on the path of before (``benchmarks/reference/modules.py``'s
+    ``reference_attention``: every layer with a path of before on it) and on the default path, taking turns: peak MB and
     seconds of each, and their ratios."""
     generator = torch.Generator().manual_seed(args.seed + 1)
     target, prev_output_tokens = (t.to(device) for t in summary_io(dictionary, 1, args.compare_tgt_len, generator))

@@ -12,7 +12,7 @@ import torch._dynamo
 from builders.models import build_tiny, make_source_sensitive, paged_batch, random_pages, vocab
 from builders.stock import assert_same_hypotheses
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
-from pagesum_plugin.profiling import CountedGraphs, count_calls
+from pagesum_recipes.profiling import CountedGraphs, count_calls
 
 pytestmark = pytest.mark.slow
 

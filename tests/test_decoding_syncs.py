@@ -18,7 +18,7 @@ from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGen
 from pagesum_plugin.generation import search_loop
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.modules.page_mixing import PageLayout
-from pagesum_plugin.profiling import HostSyncs
+from pagesum_recipes.profiling import HostSyncs
 
 
 def steps(model, src, beam=3, n_steps=5, seed=0):

@@ -16,7 +16,7 @@ from builders.models import assert_gradients_close, build_tiny, decoder_input, m
 from builders.stock import assert_same_hypotheses
 from builders.systems import SUMMARIES, TRAINED_SYSTEMS, loss_and_grads, pages, trained_system
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
-from pagesum_plugin.modules.fused_attention import reference_attention
+from benchmarks.reference.modules import reference_attention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from benchmarks.reference.modules import before
 from builders.hed import build_hed, document_sizes, reference_cross_attention
 from builders.models import decoder_input, paged_batch, random_pages, vocab
 from pagesum_plugin.systems.hed.attention import HierarchicalCrossAttention, document_lengths, hierarchical_softmax
@@ -152,16 +153,14 @@ def cross_attention_module(seed=0):
 
 
 def attend(module, query, memory, doc_map, reference, steps=None):
-    """Outputs and per-head document weights: one full pass, or ``steps`` incremental steps."""
-    module.reference = reference
-    try:
-        if steps is None:
-            return [module(query, memory, memory, key_padding_mask=doc_map, need_head_weights=True)]
-        state = {}
-        return [module(query[t : t + 1], memory, memory, key_padding_mask=doc_map, incremental_state=state,
-                       static_kv=True, need_head_weights=True) for t in range(steps)]
-    finally:
-        del module.reference
+    """Outputs and per-head document weights: one full pass, or ``steps`` incremental steps (``reference``:
+    the module's twin of before, with the dense score matrix)."""
+    module = before(module) if reference else module
+    if steps is None:
+        return [module(query, memory, memory, key_padding_mask=doc_map, need_head_weights=True)]
+    state = {}
+    return [module(query[t : t + 1], memory, memory, key_padding_mask=doc_map, incremental_state=state,
+                   static_kv=True, need_head_weights=True) for t in range(steps)]
 
 
 @pytest.mark.parametrize("beam", [1, 3])

@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.reference.modules import before
 from builders.hepos import attention_like, dense_attention, merge_heads, per_head, stock_attention
 from pagesum_plugin.systems.hepos.attention import CrossAttention, HeposAttention, LinformerCrossAttention
 
@@ -193,8 +194,7 @@ def largest_training_tensors(reference: bool) -> dict:
     largest = {}
     for name, module in (("hepos", hepos(heads, stride)), ("full", attention_like(
             stock_attention(DIM, heads, 0, encoder_decoder_attention=True), CrossAttention))):
-        module.train()
-        module.reference = reference
+        module = (before(module) if reference else module).train()
         with LargestTensor() as record:
             module(query, memory, memory, key_padding_mask=padding, static_kv=True, need_weights=False)
         largest[name] = record.numel

@@ -15,7 +15,7 @@ from torch import nn
 
 from builders.models import assert_gradients_close, build_tiny, decoder_input, paged_batch, random_pages, vocab
 from builders.systems import EVERY_SYSTEM
-from pagesum_plugin.modules.fused_attention import reference_attention
+from benchmarks.reference.modules import reference_attention
 from pagesum_plugin.modules.layer_norm import RecomputedLayerNorm, norm_outputs_recomputed, recompute_layer_norms
 
 pytestmark = pytest.mark.usefixtures("one_thread")

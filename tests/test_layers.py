@@ -27,8 +27,7 @@ PACKAGES = {"pagesum_plugin": "pagesum_plugin", "pagesum_preprocess": "preproces
 # The library's layers, lowest first: a module imports from its own package and lower layers only.
 LIBRARY_LAYERS = [
     ("architectures",),  # the models' dimensions and the systems' shapes: pure data
-    ("profiling", "atomic", "memory", "errors"),  # memory and time measured and predicted; files written whole;
-    #                                            the user's mistakes
+    ("atomic", "memory", "errors"),  # files written whole; memory predicted; the user's mistakes
     ("corpus",),  # the stored corpus
     ("evaluation", "hf"),  # ROUGE, baselines, analyses: text in, numbers out; PageSum as a transformers model
     #                       (torch, transformers, numpy, never fairseq)
@@ -262,3 +261,15 @@ def test_every_package_on_the_architecture_page_is_in_the_tree():
     gone = [path for path in documented_packages() if not (REPO / path).exists()
             or path.endswith("/") != (REPO / path).is_dir()]
     assert not gone, f"docs/architecture.md lists what the tree does not hold: {gone}"
+
+
+def test_the_library_keeps_one_path_of_each_layer_and_its_paths_of_before_live_beside_the_benchmarks():
+    """No class of the library carries a switch to an old path (``reference``); the paths of before
+    that the benchmarks and equivalence tests compare with are twins in ``benchmarks/reference/``."""
+    switches = [f"{path.relative_to(REPO)}:{statement.lineno} {cls.name}" for path in files_of("pagesum_plugin")
+                for cls in ast.walk(parsed(path)) if isinstance(cls, ast.ClassDef) for statement in cls.body
+                if isinstance(statement, (ast.Assign, ast.AnnAssign))
+                and any(isinstance(t, ast.Name) and t.id == "reference"
+                        for t in (statement.targets if isinstance(statement, ast.Assign) else [statement.target]))]
+    assert not switches, "\n".join(switches)
+    assert not any(module_name(p) == "pagesum_plugin.profiling" for p in files_of("pagesum_plugin"))

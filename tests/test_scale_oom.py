@@ -11,7 +11,7 @@ from benchmarks.scale.group import Context
 from benchmarks.scale.hardware import Peaks
 from benchmarks.scale.oom import OomLedger, unless_oom
 from benchmarks.scale.search import searched
-from pagesum_plugin.profiling import is_out_of_memory
+from pagesum_recipes.profiling import is_out_of_memory
 
 CPU = torch.device("cpu")
 ALLOCATION_FAILURES = [

@@ -13,7 +13,7 @@ from fairseq.token_generation_constraints import pack_constraints
 
 from builders.models import bart_twin, build_tiny, make_source_sensitive, vocab
 from builders.systems import BEAM_SETTINGS, SEARCHED_SYSTEMS, build_system
-from pagesum_plugin.generation.search_loop import fairseq_loop
+from benchmarks.reference.search import fairseq_loop
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
 

@@ -20,7 +20,7 @@ from builders.systems import BEAM_SETTINGS, build_system, pages
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.generation.static_search import FixedShapeSearch, ban_repeated_ngrams_at
-from pagesum_plugin.profiling import CountedGraphs
+from pagesum_recipes.profiling import CountedGraphs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

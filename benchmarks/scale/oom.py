@@ -1,5 +1,5 @@
 """Running out of GPU memory is a result, not a crash: a measurement that does not fit is
-recorded as OOM (any CUDA allocation failure, ``pagesum_plugin.profiling.is_out_of_memory``),
+recorded as OOM (any CUDA allocation failure, ``pagesum_recipes.profiling.is_out_of_memory``),
 and a system that ran out of memory is not tried again on anything at least as large."""
 
 from collections import defaultdict

@@ -21,7 +21,7 @@ from benchmarks.scale.group import Context
 from benchmarks.scale.kernels import AttentionKernels
 from benchmarks.scale.oom import unless_oom
 from benchmarks.scale.tables import number, verdict
-from pagesum_plugin.profiling import best_seconds, synchronize
+from pagesum_recipes.profiling import best_seconds, synchronize
 
 BANDWIDTH_GOAL = 1.5  # a step within 1.5x the bound of the bytes it must read
 PROFILED_LENGTHS = (8, 40)  # two short profiled searches: their difference is 32 steps, the encoder cancelled

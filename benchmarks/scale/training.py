@@ -29,7 +29,7 @@ from benchmarks.scale.tables import GB, gigabytes, keyed, not_run, number, peak_
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.memory.model import Step, predict
 from pagesum_plugin.modules.compiled_layers import compile_model_layers
-from pagesum_plugin.profiling import PeakMemory, peak_memory, synchronize
+from pagesum_recipes.profiling import PeakMemory, peak_memory, synchronize
 
 MEMORY_GOAL = 12 * GB  # reserved by one update of PageSum-large at 20 x 1024 + 1,024 summary tokens
 LINEAR_SLACK = 1.25  # PageSum's growth counts as linear up to 1.25x the page ratio

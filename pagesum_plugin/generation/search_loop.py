@@ -23,15 +23,13 @@ back. Everything a user can reach through fairseq's loop is supported: beam sear
 ``tokens_to_suppress`` and attention for ``--print-alignment``; nothing falls back to
 fairseq's loop.
 
-``fairseq_loop(generator)`` makes a generator run fairseq's own loop instead, everything
-around the loop unchanged: the reference for tests and benchmarks, not a user option.
+The tests and benchmarks run fairseq's own loop in the same generator to compare
+(``benchmarks/reference/search.py``).
 """
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
-from types import MethodType
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 from fairseq.sequence_generator import SequenceGenerator
@@ -256,15 +254,3 @@ def best_first(finalized: Hypotheses) -> Hypotheses:
         order = torch.tensor([next(scores) for _ in hypos]).sort(descending=True).indices  # (hypotheses,)
         ordered.append([hypos[i] for i in order.tolist()])
     return ordered
-
-
-@contextmanager
-def fairseq_loop(generator: SearchLoop) -> Iterator[SearchLoop]:
-    """``generator``, searching with fairseq's ``SequenceGenerator._generate`` instead of its own
-    loop while the context lasts; everything the generator does around the loop is unchanged.
-    The reference that the tests and benchmarks compare the loop with."""
-    generator._search = MethodType(SequenceGenerator._generate, generator)
-    try:
-        yield generator
-    finally:
-        del generator._search

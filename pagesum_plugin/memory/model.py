@@ -11,7 +11,7 @@ Activations are counted as tensors of the model's dtype per token and layer, in 
 logits: of the whole summary, or of one chunk of ``loss_chunk_tokens`` tokens where the
 plugin's criterion takes the loss a chunk at a time (``Step.loss_chunk``). How many tensors of each kind a layer keeps was measured, not derived: the counts in
 ``COUNTS`` are a least-squares fit of training-step peaks measured with torch's MemTracker
-(``pagesum_plugin.profiling.peak_memory``) on CPU, over models and inputs of several widths,
+(``pagesum_recipes.profiling.peak_memory``) on CPU, over models and inputs of several widths,
 depths and lengths (``python -m benchmarks.memory_plan --calibrate`` refits them), and
 ``benchmarks/memory_plan.py`` prints the model's error at sizes the fit did not see.
 

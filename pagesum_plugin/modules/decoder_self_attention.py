@@ -34,7 +34,8 @@ the host. The full (training)
 forward pass runs through ``scaled_dot_product_attention``. A padding mask of the new
 positions is kept per row and position like the table. Steps that fairseq's attention would
 handle differently (an attention mask, bias or zero-attention keys, a cache filled by
-someone else) take the one-copy path below, which computes fairseq's attention exactly. ``reference = True`` selects that path for every step (benchmarks only).
+someone else) take the one-copy path below, which computes fairseq's attention exactly
+(``takes_fused_path``).
 """
 
 import math
@@ -80,10 +81,16 @@ def set_cache_beams(model: torch.nn.Module, beams: Optional[int]) -> None:
 class DecoderSelfAttention(MultiheadAttention):
     """fairseq's decoder self-attention: SDPA in training, an in-place cache in decoding."""
 
-    reference: bool = False  # benchmark-only: the one-copy cache and bmm + softmax of before
     cache_length: int = DEFAULT_CACHE_LENGTH
     beams: Optional[int] = None
     fixed_shapes: bool = False  # the search gives its steps their position as a tensor
+
+    def takes_fused_path(self, before_softmax: bool = False) -> bool:
+        """Whether this attention runs through SDPA and the in-place cache: a self-attention
+        without bias or zero-attention keys, asked for its output (not its scores); else
+        fairseq's computation, with the one-copy cache in decoding."""
+        return (self.self_attention and not before_softmax and self.bias_k is None and not self.add_zero_attn
+                and not self.onnx_trace)
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
                 key_padding_mask: Optional[Tensor] = None,
@@ -92,8 +99,7 @@ class DecoderSelfAttention(MultiheadAttention):
                 need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         args = (query, key, value, key_padding_mask, incremental_state, need_weights, static_kv, attn_mask,
                 before_softmax, need_head_weights)
-        plain = (self.self_attention and not before_softmax and self.bias_k is None and not self.add_zero_attn
-                 and not self.onnx_trace and not self.reference)
+        plain = self.takes_fused_path(before_softmax)
         if incremental_state is None:
             if (plain and key is query and not (need_weights or need_head_weights)
                     and (attn_mask is None or attn_mask.is_floating_point())):

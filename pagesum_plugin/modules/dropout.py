@@ -6,8 +6,7 @@ keeps it: a tensor as large as its input (4 bytes an element in fp32) after ever
 feed-forward of every layer. ``BoolMaskDropout`` does on CPU what ``F.dropout`` does, the same
 draws from the same generator and the same arithmetic, so its output and gradient are
 fairseq's bit for bit, but keeps the mask as bool (1 byte an element) and scales it again in
-backward. On other devices, outside training, at p = 1 and with ``reference = True``
-(benchmarks and equivalence tests: ``reference_attention``) it is fairseq's dropout.
+backward. On other devices, outside training and at p = 1 it is fairseq's dropout.
 """
 
 import torch
@@ -20,11 +19,9 @@ from .swap import swap_modules
 class BoolMaskDropout(FairseqDropout):
     """fairseq's dropout, keeping a bool mask for backward."""
 
-    reference: bool = False  # benchmarks and equivalence tests: F.dropout, as before
-
     def forward(self, x: Tensor, inplace: bool = False) -> Tensor:
         dropping = 0 < self.p < 1 and (self.training or self.apply_during_inference)
-        if self.reference or inplace or not dropping or x.device.type != "cpu" or x.numel() == 0:
+        if inplace or not dropping or x.device.type != "cpu" or x.numel() == 0:
             return super().forward(x, inplace)  # CUDA's fused kernel keeps a bool mask already
         return _BoolMaskDropout.apply(x, self.p)
 

@@ -15,9 +15,8 @@ tensor per token and layer instead of two (in bf16, 2 bytes per element instead 
 A layer is folded only where that is exact: an activation whose gradient follows from its
 input alone (``ACTIVATION_GRADIENTS``: fairseq's ``gelu`` and ``relu``), no activation dropout
 (BART's is 0) and no normalisation between the activation and ``fc2`` (NormFormer's
-``ffn_layernorm``). Without gradients (decoding), under autocast, and with ``reference = True``
-(benchmarks and equivalence tests: ``reference_attention``), ``fc2`` runs the two operations as
-before. The parameters stay ``fc2.weight`` and ``fc2.bias``: checkpoints do not change.
+``ffn_layernorm``). Without gradients (decoding) and under autocast, ``fc2`` runs the two
+operations as before. The parameters stay ``fc2.weight`` and ``fc2.bias``: checkpoints do not change.
 """
 
 from typing import Callable, Dict, Optional
@@ -50,8 +49,6 @@ def keep_input(x: Tensor) -> Tensor:
 class ActivationLinear(nn.Linear):
     """``fc2`` with the activation before it folded in: y = W act(h) + b, h kept for backward."""
 
-    reference: bool = False  # benchmarks and equivalence tests: act, then fairseq's linear, as before
-
     def __init__(self, in_features: int, out_features: int, activation: str, bias: bool = True, device=None,
                  dtype=None):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
@@ -61,7 +58,7 @@ class ActivationLinear(nn.Linear):
     def forward(self, h: Tensor) -> Tensor:
         # h: (len, rows, ffn) -> (len, rows, dim)
         needs_grad = torch.is_grad_enabled() and (h.requires_grad or self.weight.requires_grad)
-        if self.reference or not needs_grad or torch.is_autocast_enabled(h.device.type):
+        if not needs_grad or torch.is_autocast_enabled(h.device.type):
             return F.linear(self.activation_fn(h), self.weight, self.bias)
         return _ActivationLinear.apply(h, self.weight, self.bias, self.activation)
 

@@ -9,17 +9,13 @@ BART's ``set_beam_size`` work as before) and its beams-share-the-source layout (
 than query rows), and computes the attention with SDPA, which never materialises the scores
 on the flash and memory-efficient kernels. Attention weights are computed only when a caller
 asks for them (``need_weights`` / ``need_head_weights``), and then by fairseq's own path.
-
-``reference = True`` (a class or instance attribute) restores fairseq's path: the benchmarks
-and the equivalence tests compare the two (``reference_attention``).
 """
 
-import contextlib
 from typing import Dict, Optional, Tuple
 
 import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
-from torch import Tensor, nn
+from torch import Tensor
 
 
 def attention_dropout(module: MultiheadAttention) -> float:
@@ -31,14 +27,12 @@ def attention_dropout(module: MultiheadAttention) -> float:
 class FusedCrossAttention(MultiheadAttention):
     """fairseq's encoder-decoder attention with SDPA in place of bmm + softmax."""
 
-    reference: bool = False  # benchmark-only: fairseq's bmm + softmax path
-
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
                 key_padding_mask: Optional[Tensor] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, need_weights: bool = True,
                 static_kv: bool = False, attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
                 need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
-        fused = (not self.reference and self.encoder_decoder_attention and not self.self_attention
+        fused = (self.encoder_decoder_attention and not self.self_attention
                  and not (need_weights or need_head_weights) and attn_mask is None and not before_softmax
                  and self.bias_k is None and not self.add_zero_attn and not self.onnx_trace
                  and (incremental_state is None or static_kv))
@@ -82,20 +76,3 @@ class FusedCrossAttention(MultiheadAttention):
         k = self.k_proj(key).view(src_len, kv_bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         v = self.v_proj(key).view(src_len, kv_bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         return k, v, key_padding_mask
-
-
-@contextlib.contextmanager
-def reference_attention(model: nn.Module, only: Optional[type] = None):
-    """Benchmarks and equivalence tests only: run ``model`` with every attention of this plugin
-    on its path from before fused kernels (fairseq's bmm + softmax, score matrices
-    materialised, the self-attention cache copied once per step), and every module with a
-    ``reference`` switch on its path from before (the feed-forward keeping its activation);
-    with ``only``, the modules of that class alone."""
-    modules = [m for m in model.modules() if hasattr(m, "reference") and (only is None or isinstance(m, only))]
-    for module in modules:
-        module.reference = True
-    try:
-        yield model
-    finally:
-        for module in modules:
-            del module.reference  # back to the class default: fused

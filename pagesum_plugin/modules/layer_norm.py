@@ -17,8 +17,7 @@ unpacks it. The same kernel on the same input and parameters gives the same outp
 bit, so every gradient is the one of the layer norm kept; a handle refuses to compute after
 its input or parameters were changed in place, as autograd refuses to use a modified saved
 tensor. Nothing is recorded without gradients (decoding), under autocast (the consumers then
-keep a cast copy, not the output), with ``reference = True`` (benchmarks and equivalence tests:
-``reference_attention``), inside another saved-tensors hook (such as torch's ``save_on_cpu``),
+keep a cast copy, not the output), inside another saved-tensors hook (such as torch's ``save_on_cpu``),
 whose choice of what to keep then stands, or in a layer compiled by ``torch.compile``, whose
 partitioner chooses what backward computes again. The parameters keep their names:
 checkpoints do not change.
@@ -41,14 +40,12 @@ _recording = threading.local()  # .outputs: the NormOutputs of the forward runni
 class RecomputedLayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` whose output, in training, is computed again in backward where kept."""
 
-    reference: bool = False  # benchmarks and equivalence tests: every consumer keeps the output, as before
-
     def forward(self, x: Tensor) -> Tensor:
         y = super().forward(x)  # (..., dim)
         if torch.compiler.is_compiling():  # a compiled layer: its partitioner decides what backward recomputes
             return y
         outputs: Optional[NormOutputs] = getattr(_recording, "outputs", None)
-        if (outputs is not None and not self.reference and y.requires_grad
+        if (outputs is not None and y.requires_grad
                 and not torch.is_autocast_enabled(x.device.type)):
             outputs.record(self, x, y)
         return y

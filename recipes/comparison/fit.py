@@ -28,7 +28,7 @@ import torch
 
 from pagesum_plugin.atomic import write_atomically
 from pagesum_plugin.checkpoints.builder import PLUGIN_DIR
-from pagesum_plugin.profiling import describe_device
+from pagesum_recipes.profiling import describe_device
 
 from ..arguments import FIT as PROG, fit_parser
 from .bisection import longest_within

@@ -31,7 +31,7 @@ from fairseq.trainer import Trainer
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from pagesum_plugin.profiling import best_seconds, is_out_of_memory, peak_memory
+from pagesum_recipes.profiling import best_seconds, is_out_of_memory, peak_memory
 
 logger = logging.getLogger(__name__)
 

@@ -168,8 +168,6 @@ class AwesomeDecoder(TokenWeightsOnRequest, TransformerDecoder):
     """BART's decoder with memories of earlier segments' summaries in some layers; a decoding
     step computes no token weights that nobody reads."""
 
-    reference: bool = False  # benchmark-only (``reference_attention``): the padding check as before
-
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         self.memory_layer_ids = memory_layer_ids(args, "decoder", args.decoder_layers)
         self._layers_built = 0
@@ -231,7 +229,7 @@ class AwesomeDecoder(TokenWeightsOnRequest, TransformerDecoder):
         self_attn_padding_mask = None
         # a decoding step always passes the mask on (the self-attention keeps it with its cache),
         # so that it does not wait for the device to say whether there is any padding
-        if (incremental_state is not None and not self.reference) or prev_output_tokens.eq(self.padding_idx).any():
+        if incremental_state is not None or prev_output_tokens.eq(self.padding_idx).any():
             self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)  # (rows, tgt_len)
 
         attn: Optional[Tensor] = None

@@ -100,10 +100,8 @@ class SyncFreeDecoder:
     what changes their attention), so the mask of the new position always goes to the
     self-attention, which keeps it with its cache."""
 
-    reference: bool = False  # benchmark-only (``reference_attention``): fairseq's check, as before
-
     def extract_features_scriptable(self, prev_output_tokens, encoder_out, incremental_state=None, *args, **kwargs):
-        if incremental_state is None or self.cross_self_attention or self.reference:
+        if incremental_state is None or self.cross_self_attention:
             return super().extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state,
                                                        *args, **kwargs)
         self.cross_self_attention = True

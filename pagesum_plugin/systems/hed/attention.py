@@ -292,16 +292,13 @@ class HierarchicalCrossAttention(MultiheadAttention):
     mixed by the document weights. So each document's attention runs through SDPA (keys
     and values laid out per document, (clusters, max_docs, heads, doc_len, head_dim)),
     with no score matrix over the whole source, and s comes from the SOD keys' scores
-    alone. ``reference = True`` (benchmarks and equivalence tests: ``reference_attention``)
-    computes the dense scores and ``hierarchical_softmax`` instead.
+    alone (the dense scores and ``hierarchical_softmax`` compute the same: tested).
 
     Incremental decoding caches the projected keys and values with the document layout,
     one copy per cluster. When the queries hold several beams per cluster (rows = clusters
     x beam, which fairseq's beam search arranges through ``set_beam_size``), the beams
     share that copy; reordering keeps whole clusters.
     """
-
-    reference: bool = False  # benchmark-only: the dense score matrix and hierarchical_softmax
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
                 key_padding_mask: Optional[Tensor] = None,
@@ -326,10 +323,7 @@ class HierarchicalCrossAttention(MultiheadAttention):
         # (tgt_len, clusters, beam, heads, head_dim) -> (clusters, heads, beam * tgt_len, head_dim)
         q = q.view(tgt_len, clusters, beam, heads, head_dim).permute(1, 3, 2, 0, 4).reshape(
             clusters, heads, beam * tgt_len, head_dim)
-        if "prev_key" in saved:
-            out, doc_weights = self._attend_dense(q, saved)
-        else:
-            out, doc_weights = self._attend_by_document(q, saved)
+        out, doc_weights = self._attend(q, saved)
         # out: (clusters, heads, beam * tgt_len, head_dim); doc_weights: (clusters, heads, beam * tgt_len, max_docs)
         out = out.view(clusters, heads, beam, tgt_len, head_dim).permute(3, 0, 2, 1, 4).reshape(tgt_len, rows, dim)
         out = self.out_proj(out)
@@ -351,22 +345,9 @@ class HierarchicalCrossAttention(MultiheadAttention):
         # k, v: (clusters, heads, src_len, head_dim)
         lengths = document_lengths(document_map)  # (clusters, max_docs): the width stays fixed
         saved = {"document_map": document_map, "document_lengths": lengths, "beam": beam}
-        if self.reference:
-            return {**saved, "prev_key": k, "prev_value": v}
         return {**saved, **by_document(k, v, lengths)}
 
-    def _attend_dense(self, q: Tensor, saved: Dict) -> Tuple[Tensor, Tensor]:
-        """The score matrix over the whole source, materialised, and ``hierarchical_softmax``."""
-        k, v = saved["prev_key"], saved["prev_value"]  # (clusters, heads, src_len, head_dim)
-        clusters, heads, queries, _ = q.shape
-        src_len = k.size(2)
-        scores = torch.matmul(q, k.transpose(-1, -2))  # (clusters, heads, queries, src_len)
-        weights, doc_weights = hierarchical_softmax(scores.view(clusters, -1, src_len), saved["document_map"],
-                                                    saved["document_lengths"])
-        probs = self.dropout_module(weights.type_as(v)).view(clusters, heads, queries, src_len)
-        return torch.matmul(probs, v), doc_weights.view(clusters, heads, queries, -1)
-
-    def _attend_by_document(self, q: Tensor, saved: Dict) -> Tuple[Tensor, Tensor]:
+    def _attend(self, q: Tensor, saved: Dict) -> Tuple[Tensor, Tensor]:
         """Eq. 5 as sum_n s_n (softmax within document n) V_n, each document's attention
         through SDPA. q: (clusters, heads, queries, head_dim), scaled."""
         k, v, allowed = saved["document_keys"], saved["document_values"], saved["document_allowed"]

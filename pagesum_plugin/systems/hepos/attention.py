@@ -38,8 +38,6 @@ class CrossAttention(MultiheadAttention):
     """Full encoder-decoder attention with BART's projections, computed from a per-head memory,
     through SDPA unless attention weights are asked for."""
 
-    reference: bool = False  # benchmark-only: the score matrix materialised, as before
-
     def __init__(self, embed_dim: int, num_heads: int, kdim: Optional[int] = None, vdim: Optional[int] = None,
                  dropout: float = 0.0, q_noise: float = 0.0, qn_block_size: int = 8):
         super().__init__(embed_dim, num_heads, kdim=kdim, vdim=vdim, dropout=dropout, encoder_decoder_attention=True,
@@ -102,7 +100,7 @@ class CrossAttention(MultiheadAttention):
         q = q.view(tgt_len, kv_bsz, beams, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4)
         # q: (kv_bsz, beams, heads, tgt_len, head_dim)
         wants_weights = (need_weights or need_head_weights) and not self.training and key is not None
-        if wants_weights or self.reference:
+        if wants_weights:
             attn, probs = self._attend_with_weights(q, k, v, mask)
         else:
             attn, probs = self._attend_fused(q, k, v, mask), None

@@ -351,8 +351,6 @@ def sinkhorn_attention(
 class EfficientSelfAttention(MultiheadAttention):
     """BART's self-attention projections around a sparse attention pattern (``attend``)."""
 
-    reference: bool = False  # benchmark-only: every block's score matrix materialised, as before
-
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, q_noise: float = 0.0, qn_block_size: int = 8):
         super().__init__(embed_dim, num_heads, dropout=dropout, self_attention=True, q_noise=q_noise,
                          qn_block_size=qn_block_size)
@@ -398,7 +396,7 @@ class SlidingWindowAttention(EfficientSelfAttention):
 
     def attend(self, q, k, v, key_padding_mask):
         return sliding_window_attention(q, k, v, key_padding_mask, self.half_window, self.global_tokens, self.stride,
-                                        self.dropout_module, fused=not self.reference)
+                                        self.dropout_module)
 
 
 class LSHAttention(EfficientSelfAttention):
@@ -474,4 +472,4 @@ class SinkhornAttention(EfficientSelfAttention):
 
     def attend(self, q, k, v, key_padding_mask):
         return sinkhorn_attention(q, k, v, key_padding_mask, self.block_size, self.iterations, self.temperature,
-                                  noise=self.training, dropout=self.dropout_module, fused=not self.reference)
+                                  noise=self.training, dropout=self.dropout_module)

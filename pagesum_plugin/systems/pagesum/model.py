@@ -228,10 +228,10 @@ class PageSumDecoder(SyncFreeDecoder, TransformerDecoder):
     def _first_self_attention(self) -> Optional[DecoderSelfAttention]:
         """The first layer's self-attention reads only the summary prefix, which every page row
         of a hypothesis repeats: in decoding it keeps one cache row per hypothesis, not one per
-        page. (Not on the benchmarks' path from before, nor with fairseq's cross-self-attention,
-        which also reads the page.)"""
+        page. (Only on the fused path, ``DecoderSelfAttention.takes_fused_path``, and not with
+        fairseq's cross-self-attention, which also reads the page.)"""
         attention = next((m for m in self.layers[0].modules() if isinstance(m, DecoderSelfAttention)), None)
-        if attention is None or attention.reference or self.layers[0].cross_self_attention:
+        if attention is None or not attention.takes_fused_path() or self.layers[0].cross_self_attention:
             return None
         return attention
 
