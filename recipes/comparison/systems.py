@@ -15,9 +15,9 @@ How a length reaches each view (``tokens`` is always a multiple of the fit unit)
 * ``segments``                  ``task.max_document_tokens`` = tokens (AWESOME's truncation).
 
 Decoding settings are the generation defaults' (``pagesum-decoding-flags``): this module only says
-whether a system decodes whole documents or segment by segment. It imports only the standard
-library and OmegaConf (through the one reader of experiment YAMLs, ``experiment_config.py``), so
-that the recipe's queries answer at once (``pagesum-compare-config COMPARE_YAML QUERY ...``, see
+whether a system decodes whole documents or segment by segment. It imports OmegaConf (through the
+one reader of experiment YAMLs, ``experiment_config.py``) and the plugin's torch-free owners of the
+sizes and the file names, never torch or fairseq, so that the recipe's queries answer at once (``pagesum-compare-config COMPARE_YAML QUERY ...``, see
 ``main``).
 """
 
@@ -31,6 +31,9 @@ from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from pagesum_plugin.architectures import ARCHITECTURES
+from pagesum_plugin.corpus.format import META_FILE
+
 from ..experiment_config import load_experiment
 
 PAGE_VIEWS = {"spatial": "num_pages", "token": "num_pages", "discourse": "max_pages", "document": "max_pages"}
@@ -38,10 +41,7 @@ SEQUENCE_VIEWS = ("flat", "documents")
 CORPUS_KINDS = ("any", "sections", "clusters")
 CLUSTER_DATASETS = ("multinews",)  # input formats whose groups are the documents of a cluster
 CLUSTER_VIEWS = ("document", "documents")  # a corpus preprocessed with one of these is read as clusters
-# The queries answer without importing pagesum_plugin, which registers the plugin with fairseq (and
-# imports torch) when imported: these restate its facts, and tests/test_one_owner.py holds them equal.
-MODEL_SIZES = ("bart_large", "bart_base", "tiny")  # pagesum_plugin.architectures.ARCHITECTURES
-META_FILE = "meta.json"  # pagesum_plugin.corpus.format.META_FILE
+MODEL_SIZES = tuple(ARCHITECTURES)
 # compare.yaml's awesome settings that are AWESOME's own options
 AWESOME_OPTIONS = {"segmentation": "task", "max_input_tokens": "task", "memory_slots": "model"}
 
