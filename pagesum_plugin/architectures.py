@@ -74,6 +74,12 @@ SYSTEMS: Dict[str, SystemShape] = {  # keyed by the fairseq model each registers
     "awesome": SystemShape("awesome_", memory=True),  # one segment in the graph at a time
 }
 
+# HEPOS's settings (Section 6.2: w = 256, s_h = 4): the hepos model's defaults and what the memory model prices
+HEPOS_WINDOW = 256  # the encoder's sliding window (its LSH and Sinkhorn layers read about as many keys)
+HEPOS_STRIDE = 4  # a cross-attention head reads every s_h-th source token
+# AWESOME's memory slots per layer (m) at each size: 1,024 at BART-large (Sec. 3.1), d at BART-base, 8 for tests
+AWESOME_SLOTS = {"bart_large": 1024, "bart_base": 768, "tiny": 8}
+
 # Summary tokens whose logits the plugin's criterion computes at once (``--loss-chunk-tokens``,
 # ``criterions/paged_cross_entropy.py``), so that the memory model prices what training runs.
 LOSS_CHUNK_TOKENS = 64

@@ -33,7 +33,7 @@ chunk are read from ``pagesum_plugin.architectures``. Pure arithmetic: no torch,
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from ..architectures import LOSS_CHUNK_TOKENS, SYSTEMS, Architecture
+from ..architectures import AWESOME_SLOTS, HEPOS_STRIDE, HEPOS_WINDOW, LOSS_CHUNK_TOKENS, SYSTEMS, Architecture
 
 GB = 10**9
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -83,9 +83,9 @@ class Step:
     #                              memory-efficient wrapper (--memory-efficient-bf16/fp16) updates the 16-bit ones
     decoder_kernel: str = "fused"  # fused (SDPA, what the layers run) or bmm (the attention of before)
     encoder_kernel: str = "fused"  # the encoders' SDPA
-    hepos_window: int = 256  # HEPOS's encoder window (its sparse layers read about as many keys)
-    hepos_stride: int = 4  # HEPOS's cross-attention: each head reads every stride-th source token
-    memory_slots: int = 1024  # AWESOME's memory slots (m)
+    hepos_window: int = HEPOS_WINDOW  # HEPOS's encoder window (its sparse layers read about as many keys)
+    hepos_stride: int = HEPOS_STRIDE  # HEPOS's cross-attention: each head reads every stride-th source token
+    memory_slots: int = AWESOME_SLOTS["bart_large"]  # AWESOME's memory slots (m)
     loss_chunk_tokens: Optional[int] = None  # summary tokens whose logits exist at once (0: all of them);
     #                                          None: what the system's recipes train with (``loss_chunk``)
 

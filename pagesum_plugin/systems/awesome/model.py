@@ -35,6 +35,7 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 
+from ...architectures import AWESOME_SLOTS
 from ..bart.arguments import as_bart_args, bart_dimensions
 from ..bart.model import LongInputBARTModel, TokenWeightsOnRequest, wrap_layer
 from ...modules.decoder_self_attention import set_cache_beams
@@ -400,14 +401,14 @@ def _awesome_defaults(args, slots: int):
 
 @register_model_architecture("awesome", "awesome_bart_large")
 def awesome_bart_large(args):
-    _awesome_defaults(args, slots=1024)  # m = 1024 (Sec. 3.1)
+    _awesome_defaults(args, slots=AWESOME_SLOTS["bart_large"])
     bart_dimensions(args, "bart_large")
     bart_large_architecture(args)
 
 
 @register_model_architecture("awesome", "awesome_bart_base")
 def awesome_bart_base(args):
-    _awesome_defaults(args, slots=768)
+    _awesome_defaults(args, slots=AWESOME_SLOTS["bart_base"])
     bart_dimensions(args, "bart_base")
     bart_base_architecture(args)
 
@@ -416,5 +417,5 @@ def awesome_bart_base(args):
 def awesome_tiny(args):
     """pagesum_tiny's dimensions, with 8 memory slots: for tests and CPU demos."""
     bart_dimensions(args, "tiny")
-    _awesome_defaults(args, slots=8)
+    _awesome_defaults(args, slots=AWESOME_SLOTS["tiny"])
     bart_base_architecture(args)

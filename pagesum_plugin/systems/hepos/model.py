@@ -29,6 +29,7 @@ from fairseq.models.transformer import TransformerDecoderBase, TransformerEncode
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import Tensor
 
+from ...architectures import HEPOS_STRIDE, HEPOS_WINDOW
 from ..bart.arguments import as_bart_args, bart_dimensions
 from ..bart.model import LongInputBARTModel, SyncFreeDecoder, TokenWeightsOnRequest, wrap_layer
 from ...modules.fused_layer import FusedAttentionLayer
@@ -47,9 +48,9 @@ DEFAULTS = dict(
     encoder_attention="full",
     encoder_layout="hybrid",  # the authors' release (LongDocSum): window and LSH/Sinkhorn layers alternate
     cross_attention="hepos",
-    hepos_stride=4,
+    hepos_stride=HEPOS_STRIDE,
     extend_positions="random",
-    window_size=256,
+    window_size=HEPOS_WINDOW,
     global_tokens=0,
     window_stride=0,
     lsh_rounds=4,
