@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Callable, List, Optional, Tuple
 
 from ..architectures import SYSTEMS, architecture
+from ..corpus.options import MAX_SUMMARY_TOKENS, ViewConfig
 from .model import GB, KERNELS, Step, predict
 
 PROG = "pagesum-plan"
@@ -163,8 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pages", type=int, help="answer for this many pages (of --page-tokens) instead of finding "
                                                   "the longest input")
     parser.add_argument("--arch", required=True, help="its size sets every system's: e.g. pagesum_bart_large")
-    parser.add_argument("--summary-tokens", type=int, default=1024)
-    parser.add_argument("--page-tokens", type=int, default=1024, help="tokens per page, document or segment")
+    parser.add_argument("--summary-tokens", type=int, default=MAX_SUMMARY_TOKENS)
+    parser.add_argument("--page-tokens", type=int, default=ViewConfig.max_page_tokens,
+                        help="tokens per page, document or segment")
     parser.add_argument("--max-tokens", type=int, default=65536, help="the longest input tried")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))

@@ -29,8 +29,8 @@ from .salient_content import SalientHeaders, augmented_input
 
 
 def segment_inputs(document: EncodedDocument, streams: np.ndarray, view: ViewConfig, bos: int, eos: int,
-                   salient: Optional[np.ndarray] = None, headers: Optional[SalientHeaders] = None,
-                   max_input_tokens: int = 1024) -> List[np.ndarray]:
+                   salient: Optional[np.ndarray], headers: Optional[SalientHeaders],
+                   max_input_tokens: int) -> List[np.ndarray]:
     """One document's segment inputs ``<s> ... </s>``: the segments view's pages for the
     given per-unit segment ids (``streams``), or, with ``salient`` (per-unit bool), each
     segment introduced by its header and followed by the other segments' salient sentences."""
@@ -56,9 +56,8 @@ def kept_segments(sizes: np.ndarray, budget: Optional[int]) -> int:
 
 class SegmentedSummarizationDataset(ExampleDataset):
     def __init__(self, corpus: CorpusSplit, view: ViewConfig, dictionary, segment_ids: np.ndarray,
-                 targets: SegmentTargets, salient: Optional[np.ndarray] = None,
-                 headers: Optional[SalientHeaders] = None, max_input_tokens: int = 1024,
-                 max_summary_tokens: int = 1024, max_document_tokens: Optional[int] = None,
+                 targets: SegmentTargets, salient: Optional[np.ndarray], headers: Optional[SalientHeaders],
+                 max_input_tokens: int, max_summary_tokens: int, max_document_tokens: Optional[int],
                  shuffle: bool = True, seed: int = 1):
         if view.view != "segments":
             raise ValueError(f"segmented summarization reads the segments view, not {view.view!r}")
