@@ -5,9 +5,9 @@ commands (``fairseq-train``, ``fairseq-generate``) report the plugin's mistakes 
 (``report_mistakes``), and silences the deprecation notices fairseq's own code draws from
 Hydra (``FAIRSEQ_NOTICES``).
 
-The package's ``__init__`` imports it, except in text-only mode. A console command that read its
-arguments in text-only mode and then needs the library whole imports it before its work
-(``pagesum_commands``).
+The package's ``__init__`` imports it when fairseq is already imported (fairseq's ``--user-dir``);
+``hub_interface`` imports it for ``from_pretrained``, and a console command that needs the library
+whole imports it after parsing its arguments (``pagesum_commands``).
 """
 
 import os
