@@ -56,6 +56,28 @@ def test_page_importance_accepts_a_matrix_from_python(tmp_path):
     assert numbers["top_page_per_step"] == [1, 1]
 
 
+def _png_size(path):
+    """(width, height) in pixels, from the PNG's header."""
+    header = open(path, "rb").read(24)
+    return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+
+
+def test_a_long_summary_gives_a_page_importance_plot_of_sane_size(tmp_path):
+    rng = np.random.default_rng(0)
+    matrix = rng.dirichlet(np.ones(8), size=160)  # 160 decoding steps over 8 pages
+    out = tmp_path / "long.png"
+    plots.plot_page_importance(matrix, [f"t{i}" for i in range(160)], str(out))
+    width, height = _png_size(out)
+    assert height <= 1200 and width <= 1200  # 8 inches at 150 dpi at most, not one row per step
+
+
+def test_page_importance_colours_run_to_the_largest_weight_not_to_one(tmp_path):
+    # A model's weights of 0.1-0.3 on a 0-1 scale are all pale: one flat colour to the eye.
+    weights = np.array([[0.3, 0.2, 0.2, 0.1, 0.1, 0.1], [0.1, 0.3, 0.2, 0.2, 0.1, 0.1]])
+    numbers = plots.plot_page_importance(weights, None, str(tmp_path / "pale.png"))
+    assert numbers["colour_scale"] == pytest.approx([0.0, 0.3]) and numbers["uniform_weight"] == pytest.approx(1 / 6)
+
+
 def test_page_importance_refuses_a_step_whose_weights_do_not_sum_to_one(tmp_path):
     with pytest.raises(ValueError, match="sum to 1"):
         plots.plot_page_importance(np.array([[0.5, 0.4]]), None, str(tmp_path / "bad.png"))

@@ -29,18 +29,38 @@ from pagesum_plugin.corpus.sentences import split_sentences  # noqa: E402
 # --------------------------------------------------------------------------- figures
 
 
+# Page importance: one row per decoding step, labelled with its token while they fit; the
+# figure's height is capped, so a long summary squeezes its rows instead of making a poster.
+STEP_ROW_INCHES = 0.12  # a 7-point token label per row
+MAX_LABELLED_STEPS = 60
+MAX_HEIGHT_INCHES = 8.0
+
+
+def page_importance_size(steps: int, pages: int) -> tuple:
+    """The figure size (inches) of a steps x pages page-importance heatmap."""
+    width = min(12.0, max(3.0, 0.5 * pages + 2))
+    height = min(MAX_HEIGHT_INCHES, max(3.0, STEP_ROW_INCHES * min(steps, MAX_LABELLED_STEPS) + 1.5))
+    return width, height
+
+
 def plot_page_importance(matrix, tokens: Optional[Sequence[str]], out: str, title: str = "") -> Dict:
-    """Heatmap of a (steps, pages) page-weight matrix: darker = more important page (Fig. 3)."""
+    """Heatmap of a (steps, pages) page-weight matrix: darker = more important page (Fig. 3).
+    The colour scale runs from 0 to the matrix's largest weight (a model's weights rarely
+    reach 1, and a 0-1 scale would show them all pale); the colour bar marks what uniform
+    weights over the pages would be."""
     matrix = analysis.check_page_weights(matrix)
     steps, pages = matrix.shape
-    fig, ax = plt.subplots(figsize=(max(3.0, 0.5 * pages + 2), max(3.0, 0.22 * steps + 1.5)))
-    image = ax.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    fig, ax = plt.subplots(figsize=page_importance_size(steps, pages))
+    top = float(matrix.max())
+    image = ax.imshow(matrix, cmap="Blues", vmin=0.0, vmax=top, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(pages), [str(p + 1) for p in range(pages)])
     ax.set_xlabel("Page ID")
     ax.set_ylabel("Decoding step")
-    if tokens is not None and steps <= 60:
+    if tokens is not None and steps <= MAX_LABELLED_STEPS:
         ax.set_yticks(range(steps), list(tokens), fontsize=7)
-    fig.colorbar(image, ax=ax, label="Weight")
+    uniform = 1.0 / pages
+    bar = fig.colorbar(image, ax=ax, label=f"Weight (red line: uniform, 1/{pages})")
+    bar.ax.axhline(min(uniform, top), color="red", linewidth=1.5)
     ax.set_title(title or "Page importance at each decoding step")
     _save(fig, out)
     return {
@@ -48,6 +68,8 @@ def plot_page_importance(matrix, tokens: Optional[Sequence[str]], out: str, titl
         "pages": pages,
         "mean_weight_per_page": matrix.mean(axis=0).tolist(),
         "top_page_per_step": (matrix.argmax(axis=1) + 1).tolist(),
+        "colour_scale": [0.0, top],
+        "uniform_weight": uniform,
     }
 
 
