@@ -84,9 +84,7 @@ class PageSumHubInterface(nn.Module):
         """``pages(document, ...)`` and how much of the document they read (None for an AWESOME
         model, which reads a document segment by segment). An empty document raises
         ``EmptyDocument``."""
-        overrides = {k: v for k, v in {"view": locality, **view}.items() if v is not None}
-        config = replace(self.view, **overrides)
-        config = raw_document_view(document, config, view_given=locality is not None)
+        config = raw_document_view(document, self.view, locality, **view)
         try:
             example = example_from_raw(document)
         except ValueError as error:  # the only one it raises: no text at all

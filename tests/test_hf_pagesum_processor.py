@@ -47,7 +47,7 @@ def tokenizers(tmp_path_factory):
 
 def plugin_pages(codec, document, config, locality=None):
     """The pages summarize() reads (hub_interface.read): the codec's units through the view."""
-    config = raw_document_view(document, config, view_given=locality is not None)
+    config = raw_document_view(document, config, locality)
     units = codec.encode_document(example_from_raw(document))
     return assemble_pages(units, config, codec.dictionary.bos(), codec.dictionary.eos())
 
@@ -68,8 +68,7 @@ def test_every_view_gives_the_plugins_pages_token_for_token(tokenizers, given, l
     assert isinstance(processor.tokenizer, BartTokenizerFast)
     for paper in PAPERS:
         document = given(paper)
-        expected = plugin_pages(codec, document, ViewConfig(**settings) if locality is None
-                                else ViewConfig(**{**settings, "view": locality}), locality)
+        expected = plugin_pages(codec, document, ViewConfig(**settings), locality)
         pages = processor.pages(document, locality)
         assert len(pages) == len(expected) > 1
         for page, want in zip(pages, expected):

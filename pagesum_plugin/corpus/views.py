@@ -321,10 +321,12 @@ def assemble_pages(document: EncodedDocument, config: ViewConfig, bos: int, eos:
     ]
 
 
-def raw_document_view(document, config: ViewConfig, view_given: bool) -> ViewConfig:
-    """The view a raw document (``readers.example_from_raw``'s input) is read with: a plain string
-    has no sections or source documents, so a structured view it was not given explicitly
-    (``view_given``) becomes ``spatial``."""
-    if isinstance(document, str) and not view_given and config.view in STRUCTURED_VIEWS:
+def raw_document_view(document, config: ViewConfig, locality: Optional[str] = None, **settings) -> ViewConfig:
+    """The view a raw document (``readers.example_from_raw``'s input) is read with: ``config`` with
+    the view ``locality`` and the ``settings`` given (None: ``config``'s). A plain string has no
+    sections or source documents, so a structured view it was not given explicitly becomes
+    ``spatial``."""
+    config = replace(config, **{k: v for k, v in {"view": locality, **settings}.items() if v is not None})
+    if isinstance(document, str) and locality is None and config.view in STRUCTURED_VIEWS:
         return replace(config, view="spatial")
     return config

@@ -10,7 +10,6 @@
 """
 
 import itertools
-from dataclasses import replace
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -49,8 +48,7 @@ class PageSumProcessor:
 
     def pages(self, document, locality: Optional[str] = None, **view) -> List[np.ndarray]:
         """One document's pages, each (page_len,) ``<s> ... </s>``; ``locality`` names the view."""
-        config = replace(self.view, **{k: v for k, v in {"view": locality, **view}.items() if v is not None})
-        config = raw_document_view(document, config, view_given=locality is not None)
+        config = raw_document_view(document, self.view, locality, **view)
         (encoded, _), = encode_examples([example_from_raw(document)], self.encode_flat)
         if encoded is None:
             raise ValueError("the document has no sentences")
