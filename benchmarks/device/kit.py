@@ -53,7 +53,7 @@ GPU_TESTS = ("tests/test_cuda.py", "tests/test_cuda_equals_cpu.py", "tests/test_
 # What the call measures, most valuable first: the tests, then the scale groups (ids of
 # ``benchmarks.scale --list``) and other benchmarks (``BENCHMARKS``) in the order the project needs
 # their numbers. tests/test_device_kit.py checks that the plan names every GPU group once.
-PLAN = ("tests", "1", "3", "4:256", "4:900", "one-page", "4:fused", "5:256", "6:arxiv", "2", "5:900", "6:govreport",
+PLAN = ("tests", "1", "3", "4:256", "one-page", "4:fused", "4:900", "5:256", "6:arxiv", "2", "5:900", "6:govreport",
         "5:fidelity")
 # Benchmarks other than the scale groups: name -> (module and options on CUDA, extra options on the
 # CPU rehearsal, the file its tables go to)

@@ -2,6 +2,7 @@
 recorded as OOM (any CUDA allocation failure, ``pagesum_recipes.profiling.is_out_of_memory``),
 and a system that ran out of memory is not tried again on anything at least as large."""
 
+import sys
 from collections import defaultdict
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
@@ -14,13 +15,15 @@ Point = Tuple[int, ...]  # a configuration's sizes, each of which only adds memo
 
 
 def unless_oom(measure: Callable[[], T], device: torch.device) -> Optional[T]:
-    """``measure()``, or None when the device could not allocate what it needed; the memory is
-    released either way. Any other error propagates."""
+    """``measure()``, or None when the device could not allocate what it needed, the error
+    (on CUDA: what was asked, what was free, what torch held) written to stderr on one line; the
+    memory is released either way. Any other error propagates."""
     try:
         return measure()
     except RuntimeError as error:
         if not is_out_of_memory(error, device_nearly_full(device)):
             raise
+        print(f"out of memory: {' '.join(str(error).split())[:1000]}", file=sys.stderr, flush=True)
         return None
     finally:
         free_memory(device)

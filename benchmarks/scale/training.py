@@ -335,19 +335,21 @@ def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
             updates += update.times(1 / 3)
             break
         updates += update.times(s["repeats"] + 2)
-    return costs.start() + costs.build(size) + updates.times(2) + costs.Cost(fixed=costs.COMPILE_SECONDS)
+    return costs.start() + costs.build(size).times(2) + updates.times(2) + costs.Cost(fixed=costs.COMPILE_SECONDS)
 
 
 def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
-    """Every batch up to the first OOM with the layers eager, then again with every layer
-    compiled (``--compile-layers``: inductor on CUDA, ``aot_eager`` on the CPU), its first
-    update's time (the compilation) recorded."""
-    dictionary, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype)
-    counts, layers = costs.matmul_weights(model), len(model.encoder.layers)
-    d = model.encoder.embed_tokens.embedding_dim
-    formula = costs.flops_formula(counts, layers, d, s["pages"], s["page_len"], s["tgt_len"])
+    """Every batch up to the first OOM with every layer compiled (``--compile-layers``: inductor
+    on CUDA, ``aot_eager`` on the CPU), its first update's time (the compilation) recorded, then
+    the same with the layers eager. Each variant has a model of its own, built after the other's
+    is gone: the compiled one first, so that neither the eager one's OOM nor its allocator's
+    leftovers decide where the compiled one stops."""
     records = []
-    for compiled in (False, True):
+    for compiled in (True, False):
+        dictionary, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype)
+        counts, layers = costs.matmul_weights(model), len(model.encoder.layers)
+        d = model.encoder.embed_tokens.embedding_dim
+        formula = costs.flops_formula(counts, layers, d, s["pages"], s["page_len"], s["tgt_len"])
         compile_s = None
         if compiled:
             compile_model_layers(model, "inductor" if ctx.device.type == "cuda" else "aot_eager")
@@ -373,6 +375,8 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
                 break  # the first OOM: a larger batch cannot fit
             flops = costs.training_flops(counts, layers, d, batch, s["pages"], s["page_len"], s["tgt_len"])
             record.update(measured, flops=flops, mfu=ctx.peaks.flops and flops / measured["update_s"] / ctx.peaks.flops)
+        del model, optimizer
+        free_memory(ctx.device)
     return records
 
 
