@@ -335,7 +335,7 @@ def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
             updates += update.times(1 / 3)
             break
         updates += update.times(s["repeats"] + 2)
-    return costs.start() + costs.build(size).times(2) + updates.times(2) + costs.Cost(fixed=costs.COMPILE_SECONDS)
+    return costs.start() + costs.build(size).times(2) + updates.times(2) + costs.Cost(fixed=costs.TRAINING_COMPILE_SECONDS)
 
 
 def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
