@@ -1,12 +1,14 @@
 """No layer norm's output is kept for backward: whatever saves it keeps a handle that computes it
 again from the norm's input, which the norm's own backward keeps. Outputs and every gradient
 equal the kept output's bit for bit, in fp32 and bf16, through several consumers and views;
-a norm whose input changed in place refuses to compute; inside another saved-tensors hook, and
+a norm whose input changed in place refuses to compute; a forward never followed by backward
+(one that ran out of memory) frees its whole graph; inside another saved-tensors hook, and
 without gradients, the output is kept as before; every system's layer norms are replaced and
 keep their parameter names, and training with activation checkpointing equals the path of
 before (each system's whole training step against it: ``tests/test_fused_attention.py``)."""
 
 import contextlib
+import gc
 import weakref
 
 import pytest
@@ -14,7 +16,7 @@ import torch
 from torch import nn
 
 from builders.models import assert_gradients_close, build_tiny, decoder_input, paged_batch, random_pages, vocab
-from builders.systems import EVERY_SYSTEM
+from builders.systems import EVERY_SYSTEM, SUMMARIES, trained_system
 from benchmarks.reference.modules import reference_attention
 from pagesum_plugin.modules.layer_norm import RecomputedLayerNorm, norm_outputs_recomputed, recompute_layer_norms
 
@@ -59,11 +61,11 @@ def test_the_recomputed_output_gives_the_kept_outputs_result_and_gradients_bit_f
 
 
 def output_kept(norm, consumers, context) -> bool:
-    """Whether anything keeps the norm's output alive once forward is done."""
+    """Whether anything keeps the norm's output's memory alive once forward is done."""
     x = torch.randn(5, 3, 8, requires_grad=True)
     with context():
         y, out = sublayer(norm, consumers, x)
-    output = weakref.ref(y)
+    output = weakref.ref(y.untyped_storage())  # alive while any tensor holds the memory
     del y
     kept = output() is not None
     out.sum().backward()  # and backward still runs
@@ -74,6 +76,48 @@ def test_nothing_keeps_the_output_only_its_input():
     plain, recomputed, consumers = twin_norms(torch.float32)
     assert output_kept(plain, consumers, norm_outputs_recomputed)
     assert not output_kept(recomputed, consumers, norm_outputs_recomputed)
+
+
+def test_a_forward_never_followed_by_backward_frees_its_whole_graph():
+    """tanh saves its own output: kept as the hook got it, that output's grad_fn would hold the
+    tanh node that holds it, a cycle the collector cannot see."""
+    _, recomputed, consumers = twin_norms(torch.float32)
+    x = torch.randn(5, 3, 8, requires_grad=True)
+    with norm_outputs_recomputed():
+        y, out = sublayer(recomputed, consumers, x)
+        squashed = out.tanh()
+    graph = [weakref.ref(t) for t in (y, out, squashed)]
+    del y, out, squashed
+    gc.collect()
+    assert [ref() for ref in graph] == [None, None, None]
+
+
+class OutOfMemory(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("name", ["pagesum", "hepos", "hed", "awesome"])
+def test_a_training_forward_stopped_by_an_error_leaves_no_tensor_of_its_graph_alive(name, copy_task_dir):
+    """fairseq's trainer skips a batch that ran out of memory and goes on: what that forward
+    built must all be freed, or every skipped batch leaks its activations."""
+    task, model, src = trained_system(name, copy_task_dir)
+    model.train()
+    _, prev = decoder_input(SUMMARIES[: len(src)], task.dictionary)
+
+    def stop(module, args):
+        raise OutOfMemory("CUDA out of memory (simulated)")
+
+    gc.collect()
+    before = {id(t) for t in gc.get_objects() if torch.is_tensor(t)}
+    handle = model.decoder.layers[-1].register_forward_pre_hook(stop)
+    try:
+        with pytest.raises(OutOfMemory):
+            model(src, None, prev)
+    finally:
+        handle.remove()
+    gc.collect()
+    left = [t for t in gc.get_objects() if torch.is_tensor(t) and id(t) not in before and t.grad_fn is not None]
+    assert not left, f"{len(left)} tensors of the stopped forward's graph are still alive"
 
 
 @contextlib.contextmanager

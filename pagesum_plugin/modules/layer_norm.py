@@ -58,7 +58,7 @@ class _Recomputed:
     __slots__ = ("norm", "x", "versions", "size", "stride", "offset")
 
     def __init__(self, norm: RecomputedLayerNorm, x: Tensor, saved: Tensor):
-        self.norm, self.x = norm, x
+        self.norm, self.x = norm, x.detach()  # the data only: x's grad_fn would tie the graph into a cycle
         self.versions = _versions(norm, x)
         self.size, self.stride, self.offset = saved.size(), saved.stride(), saved.storage_offset()
 
@@ -92,12 +92,14 @@ class NormOutputs:
         if type(saved) is not torch.Tensor or saved.layout != torch.strided:  # parameters, subclasses
             return saved
         source = self._sources.get(saved.untyped_storage().data_ptr())
-        if source is None:
-            return saved
-        output, norm, x = source
-        y = output()
-        if y is None or y.dtype != saved.dtype or y.device != saved.device:
-            return saved
+        output = source and source[0]()
+        if output is None or output.dtype != saved.dtype or output.device != saved.device:
+            # Kept as it is, but detached: an operation that saves its own output would otherwise
+            # hold a tensor whose grad_fn is that operation, a cycle through autograd's nodes that
+            # Python's collector cannot see, and a forward never followed by backward (one that
+            # ran out of memory) would keep its whole graph alive.
+            return saved.detach()
+        _, norm, x = source
         return _Recomputed(norm, x, saved)
 
     @staticmethod
