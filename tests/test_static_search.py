@@ -24,7 +24,7 @@ from pagesum_recipes.profiling import CountedGraphs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SYSTEMS = ["pagesum", "hepos", "bart", "hed"]  # the systems decoded by PageSumSequenceGenerator
+SYSTEMS = ["pagesum", "hepos", "bart", "hed", "awesome"]  # every system: AWESOME searches each segment so
 COUNTS = (3, 1, 4, 2, 1)  # pages or documents of each example
 
 
@@ -43,9 +43,12 @@ def assert_same_search(found, expected, atol=1e-5):
 
 
 @pytest.mark.parametrize("settings", BEAM_SETTINGS.values(), ids=BEAM_SETTINGS.keys())
-def test_fixed_shapes_find_the_step_loops_hypotheses(system, settings):
+def test_fixed_shapes_find_the_step_loops_hypotheses(system, settings, caplog):
     sample = system.make_sample(COUNTS, seed=1)
-    assert_same_search(generate(system, sample, "static", **settings), generate(system, sample, "eager", **settings))
+    with caplog.at_level(logging.INFO):
+        found = generate(system, sample, "static", **settings)
+    assert not [r for r in caplog.records if "step by step" in r.getMessage()], "the fixed shapes ran"
+    assert_same_search(found, generate(system, sample, "eager", **settings))
 
 
 def test_examples_end_at_different_steps_and_stay_in_the_batch_until_the_end(system):
@@ -92,6 +95,28 @@ def test_top_pages_with_fixed_shapes_equals_the_step_loop(copy_task_dir):
     assert_same_search(search("static"), search("eager"))
 
 
+def test_pages_copied_per_beam_decode_with_fixed_shapes_as_the_step_loop_does(copy_task_dir, caplog):
+    """The layout before beam sharing: each beam's rows of the encoder output are its example's,
+    so a reorder among an example's beams leaves them as they are, and the fixed shapes never
+    reorder them."""
+    system = build_system("pagesum", copy_task_dir)
+    sample = system.make_sample(COUNTS, seed=3)
+
+    def search(decoding):
+        generator = system.generator(decoding=decoding, **BEAM_SETTINGS["beams-end-apart"])
+        system.model.set_beam_size(4, share_pages=False)  # after the generator, which sets sharing
+        try:
+            with torch.no_grad():
+                return generator.generate([system.model], sample)
+        finally:
+            system.model.set_beam_size(4)
+
+    with caplog.at_level(logging.INFO):
+        found = search("static")
+    assert not [r for r in caplog.records if "step by step" in r.getMessage()], "the fixed shapes ran"
+    assert_same_search(found, search("eager"))
+
+
 def test_the_step_compiles_whole_into_one_graph_that_serves_every_step(system):
     """torch.compile(fullgraph=True) raises at a graph break; one graph, called at every step
     after the first, means no step recompiled: the shapes and the guards held."""
@@ -101,6 +126,9 @@ def test_the_step_compiles_whole_into_one_graph_that_serves_every_step(system):
     compiled = generate(system, sample, lambda step: torch.compile(step, fullgraph=True, backend=counted),
                         **BEAM_SETTINGS["lenpen-trigrams"])
     assert_same_search(compiled, generate(system, sample, "eager", **BEAM_SETTINGS["lenpen-trigrams"]))
+    if system.name == "awesome":  # a search per segment, each with shapes of its own
+        assert len(counted.calls) <= 2 * max(COUNTS), "graphs follow the segments' shapes, never the steps"
+        return
     steps = max(len(h["tokens"]) for n_best in compiled for h in n_best) + 1  # the forced <s> is stripped
     assert len(counted.calls) == 1 and counted.calls[0] >= steps - 2
 
@@ -136,18 +164,20 @@ def test_the_step_fused_by_inductor_finds_the_step_loops_hypotheses_and_serves_t
 def test_every_step_writes_its_state_in_place_where_a_captured_graph_reads_it(system, monkeypatch):
     """A CUDA graph replays the kernels on the addresses it captured: every step must find the
     search's state and the decoder's caches and beam tables at the same addresses."""
-    seen = []
+    seen = {}  # search (AWESOME makes one per segment) -> the storages after each of its steps
     step = FixedShapeSearch._step
 
     def recording(self, state, encoder_outs, states, suppressed):
         step(self, state, encoder_outs, states, suppressed)
-        seen.append(storages(state, states))
+        seen.setdefault(id(state), [state]).append(storages(state, states))  # (the state kept: ids stay unique)
 
     monkeypatch.setattr(FixedShapeSearch, "_step", recording)
     generate(system, system.make_sample(COUNTS, seed=2), "static", **BEAM_SETTINGS["beams-end-apart"])
-    assert len(seen) > 3 and len(seen[0]) > 10
-    for snapshot in seen[1:]:
-        assert snapshot == seen[0]
+    first = next(iter(seen.values()))[1:]
+    assert len(first) > 3 and len(first[0]) > 10
+    for _, *snapshots in seen.values():
+        for snapshot in snapshots[1:]:
+            assert snapshot == snapshots[0]
 
 
 def test_between_two_steps_the_host_dispatches_only_the_read_back_of_the_ended_hypotheses(copy_task_dir):

@@ -72,19 +72,7 @@ def refusal(generator, sample: Dict, prefix_tokens: Optional[Tensor], constraint
         return "--match-source-len"
     if prefix_tokens is not None and prefix_tokens.size(1) > 1:
         return "a forced prefix of more than one token"
-    if not beams_share_encoder_output(generator.model.single_model):
-        return "a model whose encoder output follows the beams (one copy per beam)"
     return None
-
-
-def beams_share_encoder_output(model) -> bool:
-    """Whether beam search leaves ``model``'s encoder output as it is: PageSum's pages shared by
-    the beams, or fairseq's beamable encoder-decoder attention, for which BART's
-    ``set_beam_size`` replaces the encoder's reorder by a no-op."""
-    encoder = model.encoder
-    if hasattr(encoder, "beams_share_pages"):
-        return encoder.beams_share_pages
-    return "reorder_encoder_out" in vars(encoder)
 
 
 @dataclass
@@ -126,6 +114,9 @@ class FixedShapeSearch:
         self.on_cuda = device.type == "cuda"
         beams, max_len = g._start(sample, prefix_tokens, bos_token)
         order = torch.arange(examples, device=device)[:, None].expand(examples, beam).reshape(-1)
+        # Each example's rows expanded to its beams once (a no-op where the beams share them). No
+        # step reorders the encoder output: beam search moves a hypothesis only among its own
+        # example's beams, whose rows are the same, and no example leaves the batch.
         encoder_outs = g.model.reorder_encoder_out(g.model.forward_encoder(sample["net_input"]), order)
         states: List[Dict[str, Dict[str, Optional[Tensor]]]] = [{}]
         position = torch.zeros((), dtype=torch.long, device=device)
@@ -139,8 +130,6 @@ class FixedShapeSearch:
         state = FixedState(beams, candidates, torch.zeros(examples, beam, dtype=torch.bool, device=device),
                            torch.zeros(examples, dtype=torch.bool, device=device), position,
                            torch.tensor([g.min_len, max_len], device=device))
-        assert all(moved is out for moved, out in zip(g.model.reorder_encoder_out(encoder_outs, order), encoder_outs)), \
-            "refusal() lets through only models whose beams share the encoder output"
         state.ended.copy_(ended_candidates(candidates, g.eos)[:, :beam] & ~beams.ignored)
         remaining = examples - self._finish(state, 0, max_len, finalized)
         if remaining == 0:
