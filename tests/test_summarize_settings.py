@@ -1,13 +1,14 @@
-"""Every decoding setting a user gives ``summarize()`` reaches the search it runs, and every one
-of the generation defaults reaches both the page generator and ``fairseq-generate``'s flags:
-each test fails when a setting is dropped on the way."""
+"""Every decoding setting a user gives ``summarize()`` or ``fairseq-generate`` reaches the search
+it runs, and every one of the generation defaults reaches both the page generator and
+``fairseq-generate``'s flags: each test fails when a setting is dropped on the way."""
 
 from dataclasses import fields, replace
 
 import pytest
 import torch
-from fairseq import options
+from fairseq import options, tasks
 
+from builders.cli import USER_DIR
 from builders.models import build_tiny
 from pagesum_plugin import from_pretrained, hub_interface
 from pagesum_plugin.checkpoints.builder import save_checkpoint
@@ -39,6 +40,21 @@ def test_every_search_setting_reaches_fairseq_generates_flags():
     args = options.parse_args_and_arch(parser, ["data", *GIVEN.fairseq_flags()])
     assert (args.beam, args.lenpen, args.no_repeat_ngram_size, args.min_len, args.max_len_b) == (
         GIVEN.beam, GIVEN.lenpen, GIVEN.no_repeat_ngram_size, GIVEN.min_len, GIVEN.max_len_b)
+
+
+def test_every_setting_given_to_fairseq_generate_reaches_its_search(copy_task_dir):
+    """fairseq-generate parses its flags, then asks the task for its generator: every search
+    flag, and the task's own --top-pages, reaches the page generator it builds."""
+    argv = [copy_task_dir, "--user-dir", USER_DIR, "--task", "paged_summarization", *GIVEN.fairseq_flags(),
+            "--top-pages", str(GIVEN.top_pages)]
+    args = options.parse_args_and_arch(options.get_generation_parser(), argv)
+    task = tasks.setup_task(args)
+    _, _, model = build_tiny(copy_task_dir)
+    generator = task.build_generator([model], args)
+    assert isinstance(generator, PageSumSequenceGenerator)
+    for setting, attribute in ATTRIBUTES.items():
+        assert getattr(generator, attribute) == getattr(GIVEN, setting), setting
+    assert generator.repeat_ngram_blocker.no_repeat_ngram_size == GIVEN.no_repeat_ngram_size
 
 
 class Recording(PageSumSequenceGenerator):
