@@ -94,11 +94,11 @@ class NormOutputs:
         source = self._sources.get(saved.untyped_storage().data_ptr())
         output = source and source[0]()
         if output is None or output.dtype != saved.dtype or output.device != saved.device:
-            # Kept as it is, but detached: an operation that saves its own output would otherwise
-            # hold a tensor whose grad_fn is that operation, a cycle through autograd's nodes that
-            # Python's collector cannot see, and a forward never followed by backward (one that
-            # ran out of memory) would keep its whole graph alive.
-            return saved.detach()
+            # Kept detached: an operation that saves its own output would otherwise hold a tensor
+            # whose grad_fn is that operation, a cycle through autograd's nodes that Python's
+            # collector cannot see, and a forward never followed by backward (one that ran out of
+            # memory) would keep its whole graph alive. A tensor without grad_fn closes no cycle.
+            return saved if saved.grad_fn is None else saved.detach()
         _, norm, x = source
         return _Recomputed(norm, x, saved)
 

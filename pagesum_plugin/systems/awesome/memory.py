@@ -53,16 +53,18 @@ MEMORY_KINDS = ("attentive", "compressive", "none")
 class MemorySlots:
     values: Tensor  # (rows, m, dim)
     empty: Tensor  # (rows, m) bool, True where a slot holds nothing yet
+    filled: bool = False  # known on the host: no slot is empty (the attentive memory's always)
 
     def index_select(self, rows: Tensor) -> "MemorySlots":
-        return MemorySlots(self.values.index_select(0, rows), self.empty.index_select(0, rows))
+        return MemorySlots(self.values.index_select(0, rows), self.empty.index_select(0, rows), self.filled)
 
     def detach(self) -> "MemorySlots":
-        return MemorySlots(self.values.detach(), self.empty)
+        return MemorySlots(self.values.detach(), self.empty, self.filled)
 
     def key_padding_mask(self) -> Optional[Tensor]:
-        """(rows, m) for attention, or None when every slot is filled (the common case)."""
-        return self.empty if bool(self.empty.any()) else None
+        """(rows, m) for attention, or None when every slot is filled (the common case: asked of
+        the device only when the host does not know it)."""
+        return None if self.filled or not bool(self.empty.any()) else self.empty
 
 
 @dataclass
@@ -219,12 +221,12 @@ class AttentiveMemory(nn.Module):
     def initial_slots(self, rows: int, like: Optional[Tensor] = None) -> MemorySlots:
         """M^0 for ``rows`` rows: the learned initial memory (``like`` is not needed)."""
         values = self.initial.unsqueeze(0).expand(rows, -1, -1)  # (rows, m, dim)
-        return MemorySlots(values, values.new_zeros(rows, self.slots, dtype=torch.bool))
+        return MemorySlots(values, values.new_zeros(rows, self.slots, dtype=torch.bool), filled=True)
 
     def write(self, previous: MemorySlots, states: Tensor, padding: Tensor) -> MemorySlots:
         """M^t from M^{t-1} and the segment's states (Eq. 9-12)."""
         values = self.update(previous.values, states, padding)
-        return MemorySlots(values, values.new_zeros(values.size(0), self.slots, dtype=torch.bool))
+        return MemorySlots(values, values.new_zeros(values.size(0), self.slots, dtype=torch.bool), filled=True)
 
     def read(self, x: Tensor, slots: MemorySlots, normalize_before: bool,
              incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None) -> Tensor:

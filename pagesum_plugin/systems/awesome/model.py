@@ -124,9 +124,10 @@ class AwesomeEncoder(TransformerEncoder):
             encoder_memory = [m.initial_slots(rows, self.embed_tokens.weight) for m in memories]
 
         padding = src_tokens.eq(self.padding_idx)  # (rows, seg_len)
-        has_pads = padding.any()
+        has_pads = bool(padding.any())  # read back once, not at every layer
         x, embedding = self.forward_embedding(src_tokens, token_embeddings)
-        x = x * (1 - padding.unsqueeze(-1).type_as(x) * has_pads.type_as(x))
+        if has_pads:
+            x = x * (1 - padding.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)  # (seg_len, rows, dim)
 
         states = [x] if return_all_hiddens else []
@@ -155,6 +156,7 @@ class AwesomeEncoder(TransformerEncoder):
             "memory_states": written,
             "decoder_memory": [s.values for s in decoder_memory],  # each (rows, m, dim)
             "decoder_memory_empty": [s.empty for s in decoder_memory],  # each (rows, m)
+            "decoder_memory_filled": [s.filled for s in decoder_memory],  # each known on the host: no slot empty
         }
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
@@ -162,6 +164,7 @@ class AwesomeEncoder(TransformerEncoder):
         reordered["memory_states"] = []  # only the segment's own forward pass writes them
         for key in ("decoder_memory", "decoder_memory_empty"):
             reordered[key] = [t.index_select(0, new_order) for t in encoder_out.get(key, [])]
+        reordered["decoder_memory_filled"] = encoder_out.get("decoder_memory_filled", [])  # per layer, not per row
         return reordered
 
 
@@ -271,7 +274,8 @@ class AwesomeDecoder(TokenWeightsOnRequest, TransformerDecoder):
         """The slots the encoder passed on (reordered with the beams), or the initial memory."""
         values = (encoder_out or {}).get("decoder_memory", [])
         if values:
-            return [MemorySlots(v, e) for v, e in zip(values, encoder_out["decoder_memory_empty"])]
+            filled = encoder_out.get("decoder_memory_filled") or [False] * len(values)
+            return [MemorySlots(v, e, full) for v, e, full in zip(values, encoder_out["decoder_memory_empty"], filled)]
         return [m.initial_slots(rows, self.embed_tokens.weight) for m in self.memories]
 
 

@@ -17,6 +17,7 @@ decoding step, ``TokenWeightsOnRequest``).
 import argparse
 from typing import Optional
 
+import torch
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.bart import BARTModel
 from fairseq.models.transformer import TransformerConfig
@@ -87,6 +88,46 @@ def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
     if cfg.checkpoint_activations:
         layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+
+
+class SyncFreeEncoder:
+    """Put before a fairseq encoder class: a forward pass asks the device once whether the
+    source holds padding, not once per layer.
+
+    fairseq's encoder keeps ``encoder_padding_mask.any()`` as a device tensor and tests it
+    before every layer (``mask if has_pads else None``), which makes the host wait for the
+    device twelve times in a ``bart.large`` forward pass. Here it is read back once, or given
+    (``has_pads``) by an encoder that already knows it; the computation is fairseq's."""
+
+    def forward_scriptable(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None,
+                           return_all_hiddens: bool = False, token_embeddings: Optional[Tensor] = None,
+                           has_pads: Optional[bool] = None):
+        padding = src_tokens.eq(self.padding_idx)  # (batch, src_len)
+        if has_pads is None:
+            has_pads = bool(padding.any())
+        x, embedding = self.forward_embedding(src_tokens, token_embeddings)  # (batch, src_len, dim)
+        if has_pads:  # padding positions start from zero, as in fairseq
+            x = x * (1 - padding.unsqueeze(-1).type_as(x))
+        x = x.transpose(0, 1)  # (src_len, batch, dim)
+        states, fc_results = [x] if return_all_hiddens else [], []
+        for layer in self.layers:
+            out = layer(x, encoder_padding_mask=padding if has_pads else None)
+            x, fc_result = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
+            if return_all_hiddens:
+                states.append(x)
+                fc_results.append(fc_result)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
+        return {
+            "encoder_out": [x],  # (src_len, batch, dim)
+            "encoder_padding_mask": [padding],  # (batch, src_len)
+            "encoder_embedding": [embedding],  # (batch, src_len, dim)
+            "encoder_states": states,  # [(src_len, batch, dim)]
+            "fc_results": fc_results,
+            "src_tokens": [],
+            "src_lengths": [lengths],  # (batch, 1)
+        }
 
 
 class SyncFreeDecoder:

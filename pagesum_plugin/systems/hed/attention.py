@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from ...modules.page_mixing import real_pages, unpack_pages
+from ...modules.page_mixing import real_pages
 
 LENGTH_GROUP_RATIO = math.sqrt(2.0)  # documents whose lengths differ less share a padded group
 
@@ -88,13 +88,15 @@ class DocumentLayout:
 
         self.groups = self._length_groups()
         # packed index of every row of the groups' outputs, to put them back in order
-        group_tokens = torch.cat([gather[valid] for _, gather, valid in self.groups])  # (n_tokens,)
+        group_tokens = torch.cat([gather[kept] for _, gather, _, kept in self.groups])  # (n_tokens,)
         self.restore = torch.empty_like(group_tokens)
         self.restore[group_tokens] = torch.arange(self.n_tokens, device=device)
 
-    def _length_groups(self) -> List[Tuple[Tensor, Tensor, Tensor]]:
-        """Documents grouped by length: [(docs (n_g,), gather (n_g, len_g), valid (n_g, len_g))],
-        ``gather`` indexing the packed tokens (0 where ``valid`` is False)."""
+    def _length_groups(self) -> List[Tuple[Tensor, Tensor, Tensor, Tuple[Tensor, Tensor]]]:
+        """Documents grouped by length: [(docs (n_g,), gather (n_g, len_g), valid (n_g, len_g),
+        kept)], ``gather`` indexing the packed tokens (0 where ``valid`` is False), ``kept`` the
+        (row, column) indices of ``valid``'s True entries, in order: every layer selects the real
+        tokens through them without asking the device how many there are."""
         lengths = self.doc_lengths
         group = torch.ceil(torch.log(lengths.double()) / math.log(LENGTH_GROUP_RATIO)).long()  # (n_docs,)
         order = torch.argsort(group, stable=True)
@@ -105,13 +107,13 @@ class DocumentLayout:
             offsets = torch.arange(width, device=lengths.device)  # (len_g,)
             valid = offsets[None, :] < lengths[docs, None]  # (n_g, len_g)
             gather = torch.where(valid, self.doc_start[docs, None] + offsets[None, :], torch.zeros_like(offsets))
-            groups.append((docs, gather, valid))
+            groups.append((docs, gather, valid, valid.nonzero(as_tuple=True)))
         return groups
 
     def within_document_cost(self) -> int:
         """Score entries per head that within-document attention computes: sum over groups
         of n_g x len_g^2 (at most twice sum(document_length^2))."""
-        return sum(valid.size(0) * valid.size(1) ** 2 for _, _, valid in self.groups)
+        return sum(valid.size(0) * valid.size(1) ** 2 for _, _, valid, _ in self.groups)
 
     def to_clusters(self, packed: Tensor) -> Tensor:
         """(n_tokens, *rest) packed -> (batch, max_cluster_tokens, *rest), each cluster's
@@ -129,7 +131,8 @@ class DocumentLayout:
 
     def start_tokens_by_cluster(self, packed: Tensor) -> Tensor:
         """(n_tokens, *rest) -> (batch, max_docs, *rest): every cluster's SOD rows, zero-filled."""
-        return unpack_pages(packed[self.doc_start], self.doc_counts, self.max_docs, fill=0.0)
+        dense = packed.new_zeros((self.batch_size, self.max_docs) + tuple(packed.shape[1:]))
+        return dense.index_put((self.cluster_of_doc, self.slot_of_doc), packed[self.doc_start])
 
 
 def attention_dropout(module: MultiheadAttention) -> float:
@@ -145,12 +148,12 @@ def within_documents(q: Tensor, k: Tensor, v: Tensor, layout: DocumentLayout, dr
     log-sum-exp of their scores (n_docs, heads), fp32.
     """
     outputs, sod_lse = [], q.new_zeros((layout.n_docs, q.size(1)), dtype=torch.float32)
-    for docs, gather, valid in layout.groups:
+    for docs, gather, valid, kept in layout.groups:
         # (n_g, len_g, heads, head_dim) -> (n_g, heads, len_g, head_dim)
         qg, kg, vg = (t[gather].transpose(1, 2) for t in (q, k, v))
         mask = valid[:, None, None, :]  # (n_g, 1, 1, len_g): keys of the document
         out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, dropout_p=dropout_p, scale=1.0)
-        outputs.append(out.transpose(1, 2)[valid])  # (tokens of the group, heads, head_dim)
+        outputs.append(out.transpose(1, 2)[kept])  # (tokens of the group, heads, head_dim)
         sod_scores = torch.matmul(qg[:, :, :1], kg.transpose(-1, -2)).squeeze(2).float()  # (n_g, heads, len_g)
         sod_lse = sod_lse.index_copy(0, docs, torch.logsumexp(sod_scores.masked_fill(~mask[:, :, 0], float("-inf")), -1))
     return torch.cat(outputs)[layout.restore], sod_lse

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ...architectures import HEPOS_STRIDE, HEPOS_WINDOW
 from ..bart.arguments import as_bart_args, bart_dimensions
-from ..bart.model import LongInputBARTModel, SyncFreeDecoder, TokenWeightsOnRequest, wrap_layer
+from ..bart.model import LongInputBARTModel, SyncFreeDecoder, SyncFreeEncoder, TokenWeightsOnRequest, wrap_layer
 from ...modules.fused_layer import FusedAttentionLayer
 from .efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 from .attention import CrossAttention, HeposAttention, LinformerCrossAttention
@@ -149,7 +149,7 @@ class HeposDecoderLayer(FusedAttentionLayer, TransformerDecoderLayerBase):
         return build_cross_attention(cfg, embed_dim)
 
 
-class HeposEncoder(TransformerEncoderBase):
+class HeposEncoder(SyncFreeEncoder, TransformerEncoderBase):
     """BART's encoder over one long sequence, with the chosen self-attention."""
 
     def __init__(self, cfg, dictionary, embed_tokens):

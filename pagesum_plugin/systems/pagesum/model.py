@@ -40,7 +40,7 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
 
 from ..bart.arguments import bart_dimensions
-from ..bart.model import NO_ALIGNMENT, LongInputBARTModel, SyncFreeDecoder, wrap_layer
+from ..bart.model import NO_ALIGNMENT, LongInputBARTModel, SyncFreeDecoder, SyncFreeEncoder, wrap_layer
 from ...modules.fused_layer import FusedDecoderLayer
 from ...modules.decoder_self_attention import DecoderSelfAttention, set_cache_beams
 from ...modules.page_mixing import PageLayout, real_pages, rows_of_pages, unpack_pages
@@ -52,7 +52,7 @@ CONFIDENCE_KEYS = ("decoder.page_confidence.weight", "decoder.page_confidence.bi
 PAGE_STATE_KEY = "pagesum_pages"  # where the decoder keeps its page bookkeeping
 
 
-class PageSumEncoder(TransformerEncoder):
+class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
     """BART's encoder applied to every page independently (positions 0..len-1 per page)."""
 
     page_decoding: str = "page"
@@ -69,15 +69,18 @@ class PageSumEncoder(TransformerEncoder):
             )
         real_page = real_pages(src_tokens, self.padding_idx)  # (batch, max_pages)
         page_counts = real_page.sum(dim=1)  # (batch,)
-        if bool((page_counts == 0).any()):
-            raise ValueError("every example needs at least one non-padding page")
         pages = src_tokens[real_page]  # (n_pages, page_len)
-        # trim columns that are padding in every real page
-        page_len = int(pages.ne(self.padding_idx).sum(dim=1).max())
-        pages = pages[:, :page_len]
         page_lengths = pages.ne(self.padding_idx).sum(dim=1)  # (n_pages,)
+        if pages.size(0) == 0:
+            raise ValueError("every example needs at least one non-padding page")
+        shortest, longest = torch.aminmax(page_lengths)
+        # one read-back for the three: an example without a page, the columns to keep, any padding
+        fewest, longest, shortest = torch.stack([page_counts.min(), longest, shortest]).tolist()
+        if fewest == 0:
+            raise ValueError("every example needs at least one non-padding page")
+        pages = pages[:, :longest]  # trim columns that are padding in every real page
 
-        encoder_out = self.forward_scriptable(pages, page_lengths, return_all_hiddens, None)
+        encoder_out = self.forward_scriptable(pages, page_lengths, return_all_hiddens, None, has_pads=shortest < longest)
         encoder_out["page_counts"] = [page_counts]
         if self.page_decoding == "global":
             encoder_out = concatenate_pages(encoder_out)
