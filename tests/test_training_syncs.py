@@ -3,9 +3,8 @@ the model: fairseq's encoder asks the device whether the source holds padding be
 layer, every system here asks once (``systems/bart/model.SyncFreeEncoder``) and computes what
 fairseq computes (the systems' equivalence tests); HED's layers select each document's tokens
 through indices its layout computed once; AWESOME's memory layers know on the host that their
-slots are filled. HED's decoder is the exception: in training each cross-attention lays its keys
-out per document, whose widths the host reads back, two per layer (in decoding, once per
-source)."""
+slots are filled, and HED's decoder reads the documents' shapes back once for all its
+cross-attentions."""
 
 import pytest
 import torch
@@ -29,14 +28,13 @@ BUILDERS = {
 
 
 def forward_syncs(name, data_dir, layers):
-    """Where a training forward pass (HED: its encoder's) made the host wait, at ``layers``
-    encoder and decoder layers."""
+    """Where a training forward pass made the host wait, at ``layers`` encoder and decoder layers."""
     _, task, model = BUILDERS[name](data_dir, "--encoder-layers", str(layers), "--decoder-layers", str(layers))
     src = TRAINED_SYSTEMS[name][1](task)  # pages, a flat source, documents or a segment per row
     _, prev = decoder_input(SUMMARIES[: len(src)], task.dictionary)
     model.train()
     with HostSyncs() as syncs:
-        model.encoder(src) if name == "hed" else model(src, None, prev)
+        model(src, None, prev)
     return syncs.seen
 
 

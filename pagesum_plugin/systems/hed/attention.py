@@ -262,7 +262,15 @@ def hierarchical_softmax(scores: Tensor, document_map: Tensor, lengths: Tensor) 
     return weights, log_s.exp()
 
 
-def by_document(k: Tensor, v: Tensor, lengths: Tensor) -> Dict[str, Tensor]:
+def document_shapes(document_map: Tensor) -> Tuple[Tensor, int]:
+    """(the tokens of every document (batch, max_docs), the longest document) of a document map
+    (batch, src_len): what each cross-attention of a decoder lays its keys out by, read back from
+    the device once for all of them (``HEDDecoder``)."""
+    lengths = document_lengths(document_map)
+    return lengths, int(lengths.max())
+
+
+def by_document(k: Tensor, v: Tensor, lengths: Tensor, doc_len: Optional[int] = None) -> Dict[str, Tensor]:
     """Keys and values (clusters, heads, src_len, head_dim), documents contiguous and in order
     with ``lengths`` (clusters, max_docs) tokens, laid out per document:
     (clusters, max_docs, heads, doc_len, head_dim), and which of their keys are real,
@@ -270,7 +278,7 @@ def by_document(k: Tensor, v: Tensor, lengths: Tensor) -> Dict[str, Tensor]:
     key, so that its attention is finite: its document weight is exactly 0."""
     clusters, heads, src_len, head_dim = k.shape
     docs = lengths.size(1)
-    doc_len = int(lengths.max())  # once per source
+    doc_len = int(lengths.max()) if doc_len is None else doc_len  # once per source
     start = torch.cumsum(lengths, 1) - lengths  # (clusters, max_docs)
     slot = torch.arange(doc_len, device=k.device)  # (doc_len,)
     allowed = slot < lengths[:, :, None]  # (clusters, max_docs, doc_len)
@@ -301,7 +309,12 @@ class HierarchicalCrossAttention(MultiheadAttention):
     one copy per cluster. When the queries hold several beams per cluster (rows = clusters
     x beam, which fairseq's beam search arranges through ``set_beam_size``), the beams
     share that copy; reordering keeps whole clusters.
+
+    ``known_shapes``: (document map, its ``document_shapes``), set by the decoder for the length
+    of a forward pass, so that its layers do not each read the document lengths back.
     """
+
+    known_shapes: Optional[Tuple[Tensor, Tuple[Tensor, int]]] = None
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
                 key_padding_mask: Optional[Tensor] = None,
@@ -346,9 +359,11 @@ class HierarchicalCrossAttention(MultiheadAttention):
         k = self.k_proj(key).view(src_len, clusters, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         v = self.v_proj(value).view(src_len, clusters, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         # k, v: (clusters, heads, src_len, head_dim)
-        lengths = document_lengths(document_map)  # (clusters, max_docs): the width stays fixed
+        known = self.known_shapes
+        # (clusters, max_docs): the width stays fixed; the longest document
+        lengths, doc_len = known[1] if known is not None and known[0] is document_map else document_shapes(document_map)
         saved = {"document_map": document_map, "document_lengths": lengths, "beam": beam}
-        return {**saved, **by_document(k, v, lengths)}
+        return {**saved, **by_document(k, v, lengths, doc_len)}
 
     def _attend(self, q: Tensor, saved: Dict) -> Tuple[Tensor, Tensor]:
         """Eq. 5 as sum_n s_n (softmax within document n) V_n, each document's attention

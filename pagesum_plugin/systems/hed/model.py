@@ -47,7 +47,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayer, Transform
 from ..bart.arguments import bart_dimensions
 from ..bart.model import LongInputBARTModel, SyncFreeDecoder, wrap_layer
 from ...modules.fused_layer import FusedAttentionLayer
-from .attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossAttention
+from .attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossAttention, document_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -158,8 +158,22 @@ class HEDDecoder(SyncFreeDecoder, TransformerDecoder):
 
     def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, **kwargs):
-        """fairseq's decoder; the documents' weights (Eq. 4) also come back as "page_weights"."""
-        x, extra = super().forward(prev_output_tokens, encoder_out, incremental_state, **kwargs)
+        """fairseq's decoder; the documents' weights (Eq. 4) also come back as "page_weights".
+        Every cross-attention that lays out its keys in this call finds the documents' shapes,
+        read back once."""
+        document_map = (encoder_out or {}).get("encoder_padding_mask") or [None]
+        attentions = [layer.encoder_attn for layer in self.layers
+                      if isinstance(getattr(layer, "encoder_attn", None), HierarchicalCrossAttention)]
+        first = attentions and document_map[0] is not None and (
+            incremental_state is None or "document_map" not in attentions[0]._get_input_buffer(incremental_state))
+        known = (document_map[0], document_shapes(document_map[0])) if first else None
+        for attention in attentions:
+            attention.known_shapes = known
+        try:
+            x, extra = super().forward(prev_output_tokens, encoder_out, incremental_state, **kwargs)
+        finally:
+            for attention in attentions:
+                attention.known_shapes = None
         document_weights = extra["attn"][0]  # (rows, tgt_len, max_docs), last layer, mean over heads
         extra["page_weights"] = None if document_weights is None else document_weights.transpose(1, 2)
         return x, extra
