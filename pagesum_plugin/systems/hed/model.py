@@ -31,8 +31,9 @@ layout. With the encoder output repeated per beam (fairseq's default) the cache 
 holds one copy per beam and is reordered with them.
 """
 
+import contextlib
 import logging
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -158,25 +159,30 @@ class HEDDecoder(SyncFreeDecoder, TransformerDecoder):
 
     def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, **kwargs):
-        """fairseq's decoder; the documents' weights (Eq. 4) also come back as "page_weights".
-        Every cross-attention that lays out its keys in this call finds the documents' shapes,
-        read back once."""
-        document_map = (encoder_out or {}).get("encoder_padding_mask") or [None]
-        attentions = [layer.encoder_attn for layer in self.layers
-                      if isinstance(getattr(layer, "encoder_attn", None), HierarchicalCrossAttention)]
-        first = attentions and document_map[0] is not None and (
-            incremental_state is None or "document_map" not in attentions[0]._get_input_buffer(incremental_state))
-        known = (document_map[0], document_shapes(document_map[0])) if first else None
-        for attention in attentions:
-            attention.known_shapes = known
-        try:
+        """fairseq's decoder; the documents' weights (Eq. 4) also come back as "page_weights"."""
+        with self._document_shapes_read_once(encoder_out, incremental_state):
             x, extra = super().forward(prev_output_tokens, encoder_out, incremental_state, **kwargs)
-        finally:
-            for attention in attentions:
-                attention.known_shapes = None
         document_weights = extra["attn"][0]  # (rows, tgt_len, max_docs), last layer, mean over heads
         extra["page_weights"] = None if document_weights is None else document_weights.transpose(1, 2)
         return x, extra
+
+    @contextlib.contextmanager
+    def _document_shapes_read_once(self, encoder_out, incremental_state) -> Iterator[None]:
+        """While the layers run, every cross-attention that lays out its keys in this call (a full
+        pass, or a search's first step) finds the documents' shapes, read back once for all."""
+        attentions = [layer.encoder_attn for layer in self.layers
+                      if isinstance(getattr(layer, "encoder_attn", None), HierarchicalCrossAttention)]
+        maps = (encoder_out or {}).get("encoder_padding_mask") or []  # [(batch, src_len)] the document map
+        laying_out = bool(attentions and maps) and (
+            incremental_state is None or "document_map" not in attentions[0]._get_input_buffer(incremental_state))
+        known = (maps[0], document_shapes(maps[0])) if laying_out else None
+        for attention in attentions:
+            attention.known_shapes = known
+        try:
+            yield
+        finally:
+            for attention in attentions:
+                attention.known_shapes = None
 
 
 def tile_positions(table: Tensor, rows: int, offset: int) -> Tensor:
