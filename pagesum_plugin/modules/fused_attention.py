@@ -43,11 +43,13 @@ class FusedCrossAttention(MultiheadAttention):
         heads, head_dim = self.num_heads, self.head_dim
         saved = self._get_input_buffer(incremental_state) if incremental_state is not None else {}
         if "prev_key" in saved:  # computed at the first step of this source
-            k, v, padding = saved["prev_key"], saved["prev_value"], saved.get("prev_key_padding_mask")
+            k, v, bias = saved["prev_key"], saved["prev_value"], saved.get("padding_bias")
         else:
             k, v, padding = self._keys_and_values(key, key_padding_mask, bsz)
-            if incremental_state is not None:
-                saved.update(prev_key=k, prev_value=v, prev_key_padding_mask=padding)
+            bias = None if padding is None or padding.dim() == 0 else \
+                k.new_zeros(padding.shape).masked_fill(padding.bool(), float("-inf"))[:, None, None, :]
+            if incremental_state is not None:  # the mask too, made once: a step then runs no operator for it
+                saved.update(prev_key=k, prev_value=v, prev_key_padding_mask=padding, padding_bias=bias)
                 self._set_input_buffer(incremental_state, saved)
         # k, v: (kv_bsz, heads, src_len, head_dim); padding: (kv_bsz, src_len) True at padding, or None
         kv_bsz = k.size(0)
@@ -56,8 +58,9 @@ class FusedCrossAttention(MultiheadAttention):
         # (tgt_len, kv_bsz, beams, heads, head_dim) -> (kv_bsz, heads, beams * tgt_len, head_dim)
         q = q.view(tgt_len, kv_bsz, beams, heads, head_dim).permute(1, 3, 2, 0, 4).reshape(
             kv_bsz, heads, beams * tgt_len, head_dim)
-        allowed = None if padding is None or padding.dim() == 0 else ~padding.bool()[:, None, None, :]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=attention_dropout(self), scale=1.0)
+        # bias: (kv_bsz, 1, 1, src_len) -inf at padding keys, 0 elsewhere, or None (what SDPA would
+        # make of a bool mask at every call)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=attention_dropout(self), scale=1.0)
         # (kv_bsz, heads, beams, tgt_len, head_dim) -> (tgt_len, bsz, dim)
         out = out.view(kv_bsz, heads, beams, tgt_len, head_dim).permute(3, 0, 2, 1, 4).reshape(tgt_len, bsz, embed_dim)
         return self.out_proj(out), None
