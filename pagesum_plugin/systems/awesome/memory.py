@@ -235,11 +235,7 @@ class AttentiveMemory(nn.Module):
         if normalize_before:
             x = self.read_layer_norm(x)
         memory = slots.values.transpose(0, 1)  # (m, rows, dim)
-        # a decoding step after the first reads the keys, values and mask cached at the first:
-        # asking again whether a slot is empty would make every step wait for the device
-        cached = incremental_state is not None and "prev_key" in self.read_attn._get_input_buffer(incremental_state)
-        x, _ = self.read_attn(query=x, key=memory, value=memory,
-                              key_padding_mask=None if cached else slots.key_padding_mask(),
+        x, _ = self.read_attn(query=x, key=memory, value=memory, key_padding_mask=slots.key_padding_mask(),
                               incremental_state=incremental_state, static_kv=True, need_weights=False)
         x = residual + self.dropout(x)
         if not normalize_before:
