@@ -26,17 +26,24 @@ from benchmarks.generation_speed import net_input
 from pagesum_plugin.architectures import ARCHITECTURES
 
 
+def runs_a_kernel(func) -> bool:
+    """Whether an operator computes or copies (a GPU runs a kernel for it), rather than only
+    describing a tensor anew (a view: what a captured graph costs nothing for)."""
+    return not (func.is_view or func is torch.ops.aten._unsafe_view.default)
+
+
 class Dispatched(TorchDispatchMode):
-    """Operators dispatched inside a step function (``runner``) and outside it, and the names of
-    those inside."""
+    """Operators dispatched inside a step function (``runner``) and outside it, those of them
+    inside that run a kernel, and the names of those inside."""
 
     def __init__(self):
         super().__init__()
-        self.inside, self.outside, self.in_step, self.names = 0, 0, False, set()
+        self.inside, self.outside, self.kernels, self.in_step, self.names = 0, 0, 0, False, set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self.in_step:
             self.inside += 1
+            self.kernels += runs_a_kernel(func)
             self.names.add(func._schema.name.split("::")[-1])
         else:
             self.outside += 1
@@ -79,7 +86,7 @@ def count(args, layers: int, steps: int, fixed: bool, device) -> Dispatched:
 
 def per_step(args, layers: int, fixed: bool, device) -> Dict[str, float]:
     short, long = (count(args, layers, n, fixed, device) for n in (args.steps, 2 * args.steps))
-    return {"inside": (long.inside - short.inside) / args.steps, "outside": (long.outside - short.outside) / args.steps}
+    return {name: (getattr(long, name) - getattr(short, name)) / args.steps for name in ("inside", "outside", "kernels")}
 
 
 def main(argv=None):
@@ -87,15 +94,19 @@ def main(argv=None):
     device, _ = start(args)
     print(f"Machine: {describe_device(device)}. PageSum, beam {args.beam}, 2 examples of 3 pages; operators per "
           f"decoding step, from searches of {args.steps} and {2 * args.steps} tokens.\n")
-    rows = []
+    rows, eager_by_depth = [], {}
     for layers in args.layers:
         loop = per_step(args, layers, False, device)
         fixed = per_step(args, layers, True, device)
-        eager = loop["inside"] + loop["outside"]
-        rows.append([layers, f"{eager:.0f}", f"{fixed['inside']:.0f}", f"{fixed['outside']:.0f}",
-                     f"{eager / max(fixed['outside'], 1):.0f}x"])
+        eager = eager_by_depth[layers] = loop["inside"] + loop["outside"]
+        rows.append([layers, f"{eager:.0f}", f"{fixed['inside']:.0f}", f"{fixed['kernels']:.0f}",
+                     f"{fixed['outside']:.0f}", f"{eager / max(fixed['outside'], 1):.0f}x"])
     print(markdown_table(["decoder layers", "step loop: operators / step", "fixed shapes: inside the graph",
-                          "fixed shapes: outside it", "fewer launches"], rows))
+                          "of them kernels", "fixed shapes: outside it", "fewer launches"], rows))
+    if len(eager_by_depth) > 1:  # a step's operators: fixed + per layer x layers
+        (few, few_ops), (many, many_ops) = min(eager_by_depth.items()), max(eager_by_depth.items())
+        per_layer = (many_ops - few_ops) / (many - few)
+        print(f"\nStep loop: {per_layer:.0f} operators per decoder layer, {few_ops - per_layer * few:.0f} per step besides.")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention
+from pagesum_plugin.modules.decoding_step import declare_unpadded_prefixes, set_step_position
 from pagesum_plugin.modules.page_mixing import PageLayout
 
 EMBED, HEADS = 16, 4
@@ -118,6 +119,55 @@ def test_a_step_with_padding_in_the_prefix_masks_it_as_fairseq_does():
         expected, expected_weights = stock(x, x, x, key_padding_mask=padding, incremental_state=stock_state)
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["no-padding-mask", "padding-mask"])
+def test_steps_at_a_position_tensor_write_and_read_the_cache_in_place_and_equal_fairseqs_attention(padded):
+    """The fixed-shape step (a captured search's) keeps its cache from the first step on, with
+    or without a padding mask to keep beside it."""
+    ours, stock = twins(beams=2, cache_length=8)
+    ours.fixed_shapes = True
+    rng = torch.Generator().manual_seed(8)
+    ours_state, stock_state = {}, {}
+    position = torch.zeros((), dtype=torch.long)
+    set_step_position(ours_state, position)
+    storages = set()
+    with torch.no_grad():
+        for step in range(6):
+            if step:
+                order = within_blocks(4, 2, rng)
+                ours.reorder_incremental_state(ours_state, order)
+                stock.reorder_incremental_state(stock_state, order)
+                position.add_(1)
+            x = torch.randn(1, 4, EMBED, generator=rng)
+            padding = torch.zeros(4, 1, dtype=torch.bool) if padded else None
+            out, _ = ours(x, x, x, key_padding_mask=padding, incremental_state=ours_state, need_weights=False)
+            expected, _ = stock(x, x, x, key_padding_mask=padding, incremental_state=stock_state, need_weights=False)
+            torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6, msg=f"step {step}")
+            storages.add(ours._get_input_buffer(ours_state)["cache_key"].data_ptr())
+    assert len(storages) == 1, "one cache, allocated at the first step"
+
+
+def test_a_search_that_declares_its_prefixes_unpadded_keeps_no_padding_mask():
+    """The decoder hands every step the new position's padding mask (asking whether it holds any
+    would make the host wait); a search whose prefixes never hold padding says so once, and its
+    steps then write, read and reorder no mask."""
+    ours, stock = twins(beams=2, cache_length=8)
+    rng = torch.Generator().manual_seed(9)
+    ours_state, stock_state = {}, {}
+    declare_unpadded_prefixes(ours_state)
+    with torch.no_grad():
+        for step in range(4):
+            if step:
+                order = within_blocks(4, 2, rng)
+                ours.reorder_incremental_state(ours_state, order)
+                stock.reorder_incremental_state(stock_state, order)
+            x = torch.randn(1, 4, EMBED, generator=rng)
+            padding = torch.zeros(4, 1, dtype=torch.bool)  # what the decoder computes: nothing is padding
+            out, _ = ours(x, x, x, key_padding_mask=padding, incremental_state=ours_state, need_weights=False)
+            expected, _ = stock(x, x, x, key_padding_mask=padding, incremental_state=stock_state, need_weights=False)
+            torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6)
+    assert "padding" not in ours._get_input_buffer(ours_state)
 
 
 def test_a_cached_step_gives_its_weights_when_asked():

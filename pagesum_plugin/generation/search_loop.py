@@ -35,6 +35,8 @@ import torch
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
+from ..modules.decoding_step import declare_unpadded_prefixes
+
 Hypotheses = List[List[Dict[str, Tensor]]]  # per example, its finished hypotheses
 
 
@@ -98,6 +100,8 @@ class SearchLoop(SequenceGenerator):
         start_order = torch.arange(examples, device=src_tokens.device)[:, None].expand(examples, beam).reshape(-1)
         encoder_outs = self.model.reorder_encoder_out(self.model.forward_encoder(net_input), start_order)
         states: List[Dict[str, Dict[str, Optional[Tensor]]]] = [{} for _ in range(self.model.models_size)]
+        for state in states:
+            declare_unpadded_prefixes(state)
         suppressed = None if self.token_indices_to_suppress is None else self.token_indices_to_suppress.to(
             src_tokens.device)  # moved once, so that no step copies it to the device
         finalized: Hypotheses = [[] for _ in range(examples)]

@@ -50,7 +50,7 @@ from fairseq import search
 from torch import Tensor
 
 from ..modules.decoder_self_attention import set_fixed_shapes
-from ..modules.decoding_step import set_step_position
+from ..modules.decoding_step import declare_unpadded_prefixes, set_step_position
 from .search_loop import Beams, Candidates, Hypotheses, best_first, ended_candidates
 
 logger = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class FixedShapeSearch:
         states: List[Dict[str, Dict[str, Optional[Tensor]]]] = [{}]
         position = torch.zeros((), dtype=torch.long, device=device)
         set_step_position(states[0], position)
+        declare_unpadded_prefixes(states[0])
         suppressed = None if g.token_indices_to_suppress is None else g.token_indices_to_suppress.to(device)
         finalized: Hypotheses = [[] for _ in range(examples)]
 

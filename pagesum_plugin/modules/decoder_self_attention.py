@@ -32,7 +32,8 @@ run as one captured graph) writes its position there and reads the whole preallo
 length, the positions after it masked: the same shapes at every step, and no count kept on
 the host. The full (training)
 forward pass runs through ``scaled_dot_product_attention``. A padding mask of the new
-positions is kept per row and position like the table. Steps that fairseq's attention would
+positions is kept per row and position like the table, unless the search declared that its
+prefixes hold none (``decoding_step.declare_unpadded_prefixes``). Steps that fairseq's attention would
 handle differently (an attention mask, bias or zero-attention keys, a cache filled by
 someone else) take the one-copy path below, which computes fairseq's attention exactly
 (``takes_fused_path``).
@@ -47,7 +48,7 @@ from fairseq import utils
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from .decoding_step import select_rows, step_position
+from .decoding_step import prefixes_unpadded, select_rows, step_position
 from .fused_attention import attention_dropout
 
 PENDING_ORDER = "pending_order"  # one-copy path: rows still to be reordered, (rows,) indices into the cached rows
@@ -106,6 +107,8 @@ class DecoderSelfAttention(MultiheadAttention):
                 return self._full_forward(query, key_padding_mask, attn_mask), None
             return super().forward(*args)
         buffer = self._get_input_buffer(incremental_state)
+        if key_padding_mask is not None and prefixes_unpadded(incremental_state):
+            key_padding_mask = None  # all False: no mask is kept, written, read or reordered
         if plain and attn_mask is None and "prev_key" not in buffer and (
                 key_padding_mask is None or key_padding_mask.shape == query.shape[1::-1]):
             return self._cached_step(query, key_padding_mask, buffer, incremental_state,
@@ -190,27 +193,29 @@ class DecoderSelfAttention(MultiheadAttention):
         """One step of every row given: the new positions written in place, the cache read
         through the beam table."""
         tgt_len, rows, embed_dim = query.shape
-        q, k, v = self._project(query)  # (rows, heads, tgt_len, head_dim)
         if "cache_key" not in buffer:
             beams = self.beams if self.beams and rows % self.beams == 0 else 1
-            buffer = self._allocate(buffer, rows, beams, max(self.cache_length, tgt_len), q)
+            buffer = self._allocate(buffer, rows, beams, max(self.cache_length, tgt_len), query)
             buffer["trusted"] = self.beams is not None and rows % self.beams == 0
             position = step_position(incremental_state) if self.fixed_shapes else None
             if position is not None:  # read once: the later steps find it with the cache
                 buffer["position"] = position
+            self._set_input_buffer(incremental_state, buffer)  # kept from now on, and written in place
+        beams = buffer["beams"]
+        blocks = rows // beams
+        # q: (blocks, heads, 1, beams * tgt_len, head_dim), scaled; k, v: (blocks, heads, beams, tgt_len, head_dim)
+        q, k, v = self._step_projections(query, blocks, beams)
         position = buffer.get("position")
         if position is not None:
             out, probs = self._step_at(position, q, k, v, padding, buffer, incremental_state)
-            return self._output(out, probs, need_weights, need_head_weights)
-        start, beams = buffer["length"], buffer["beams"]
+            return self._output(out, probs, tgt_len, need_weights, need_head_weights)
+        start = buffer["length"]
         end = start + tgt_len
         if end > buffer["cache_key"].size(3):
             buffer = self._grow(buffer, max(2 * buffer["cache_key"].size(3), end))
-        blocks = rows // beams
         cache_k, cache_v, table = buffer["cache_key"], buffer["cache_value"], buffer["beam_of_position"]
-        # write the new positions in place: (rows, heads, tgt, hd) -> (blocks, heads, beams, tgt, hd)
-        cache_k[:, :, :, start:end] = k.view(blocks, beams, self.num_heads, tgt_len, self.head_dim).transpose(1, 2)
-        cache_v[:, :, :, start:end] = v.view(blocks, beams, self.num_heads, tgt_len, self.head_dim).transpose(1, 2)
+        cache_k[:, :, :, start:end] = k  # the new positions, written in place
+        cache_v[:, :, :, start:end] = v
         table[:, start:end] = buffer["own_beam"][:, None]
         if padding is not None and "padding" not in buffer:  # (rows, capacity), reordered like the table
             buffer["padding"] = table.new_zeros(table.shape, dtype=torch.bool)
@@ -222,50 +227,62 @@ class DecoderSelfAttention(MultiheadAttention):
         masked = buffer["padding"][:, :end] if "padding" in buffer else None
         out, probs = read_through_table(q, cache_k[:, :, :, :end], cache_v[:, :, :, :end], table[:, :end], start,
                                         self.dropout_module, masked)
-        return self._output(out, probs, need_weights, need_head_weights)
+        return self._output(out, probs, tgt_len, need_weights, need_head_weights)
+
+    def _step_projections(self, query: Tensor, blocks: int, beams: int) -> Tuple[Tensor, Tensor, Tensor]:
+        """A step's projections in the layouts the cache reads and writes: query (tgt_len, rows, dim),
+        rows = blocks * beams -> q (blocks, heads, 1, beams * tgt_len, head_dim), scaled, and
+        k, v (blocks, heads, beams, tgt_len, head_dim). The rows are projected as one matrix."""
+        tgt_len = query.size(0)
+        x = query.reshape(tgt_len * blocks * beams, -1)  # (tgt_len * rows, dim)
+
+        def heads(y: Tensor) -> Tensor:  # (tgt_len * rows, dim) -> (blocks, heads, beams, tgt_len, head_dim)
+            return y.view(tgt_len, blocks, beams, self.num_heads, self.head_dim).permute(1, 3, 2, 0, 4)
+
+        q = heads(self.q_proj(x) * self.scaling).reshape(blocks, self.num_heads, 1, beams * tgt_len, self.head_dim)
+        return q, heads(self.k_proj(x)), heads(self.v_proj(x))
 
     def _step_at(self, position: Tensor, q: Tensor, k: Tensor, v: Tensor, padding: Optional[Tensor], buffer: Dict,
                  incremental_state) -> Tuple[Tensor, Tensor]:
         """A step of one position, at ``position`` (a 0-d tensor): written there in place, the whole
-        preallocated length read with the positions after it masked. q, k, v: (rows, heads, 1,
-        head_dim); padding: (rows, 1) True where the new position is padding, or None."""
-        rows, heads, tgt_len, head_dim = q.shape
-        if tgt_len != 1:
-            raise ValueError(f"a step at a position tensor decodes one position, not {tgt_len}")
-        beams = buffer["beams"]
-        blocks = rows // beams
+        preallocated length read with the positions after it masked. q: (blocks, heads, 1, beams,
+        head_dim); k, v: (blocks, heads, beams, 1, head_dim); padding: (rows, 1) True where the new
+        position is padding, or None."""
+        if k.size(3) != 1:
+            raise ValueError(f"a step at a position tensor decodes one position, not {k.size(3)}")
         cache_k, cache_v, table = buffer["cache_key"], buffer["cache_value"], buffer["beam_of_position"]
         at = position.view(1)
-        cache_k.index_copy_(3, at, k.view(blocks, beams, heads, 1, head_dim).transpose(1, 2))
-        cache_v.index_copy_(3, at, v.view(blocks, beams, heads, 1, head_dim).transpose(1, 2))
+        cache_k.index_copy_(3, at, k)
+        cache_v.index_copy_(3, at, v)
         table.index_copy_(1, at, buffer["own_beam"][:, None])
         if padding is not None and "padding" not in buffer:  # (rows, capacity), reordered like the table
             buffer["padding"] = table.new_zeros(table.shape, dtype=torch.bool)
-            self._set_input_buffer(incremental_state, buffer)
-        later = torch.arange(table.size(1), device=q.device) > position  # (capacity,) not written yet
-        masked = later.expand(rows, -1)
+        masked = torch.arange(table.size(1), device=q.device) > position  # (capacity,) not written yet
         if "padding" in buffer:
             if padding is not None:
                 buffer["padding"].index_copy_(1, at, padding)
-            masked = masked | buffer["padding"]
+            masked = masked | buffer["padding"]  # (rows, capacity)
         return read_through_table(q, cache_k, cache_v, table, 0, self.dropout_module, masked)
 
-    def _output(self, out: Tensor, probs: Tensor, need_weights: bool,
+    def _output(self, out: Tensor, probs: Tensor, tgt_len: int, need_weights: bool,
                 need_head_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
-        """out (rows, heads, tgt_len, head_dim) through the output projection, (tgt_len, rows, dim);
-        and the weights, if asked."""
-        rows, heads, tgt_len, head_dim = out.shape
-        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, rows, heads * head_dim))
+        """out (blocks, heads, beams * tgt_len, head_dim) through the output projection, (tgt_len,
+        rows, dim); and the weights, if asked, from probs (blocks, heads, 1, beams * tgt_len, length)."""
+        blocks, heads, columns, head_dim = out.shape
+        beams = columns // tgt_len
+        out = out.view(blocks, heads, beams, tgt_len, head_dim).permute(3, 0, 2, 1, 4).reshape(
+            tgt_len * blocks * beams, heads * head_dim)  # (tgt_len * rows, dim)
+        out = self.out_proj(out).view(tgt_len, blocks * beams, -1)
         weights: Optional[Tensor] = None
-        if need_weights:
-            weights = probs.transpose(0, 1)  # (heads, rows, tgt_len, length)
+        if need_weights:  # (heads, rows, tgt_len, length)
+            weights = probs.view(blocks, heads, beams, tgt_len, -1).transpose(0, 1).reshape(
+                heads, blocks * beams, tgt_len, -1)
             if not need_head_weights:
                 weights = weights.mean(dim=0)
         return out, weights
 
-    @staticmethod
-    def _allocate(buffer: Dict, rows: int, beams: int, capacity: int, like: Tensor) -> Dict:
-        blocks, heads, head_dim = rows // beams, like.size(1), like.size(3)
+    def _allocate(self, buffer: Dict, rows: int, beams: int, capacity: int, like: Tensor) -> Dict:
+        blocks, heads, head_dim = rows // beams, self.num_heads, self.head_dim
         own_beam = torch.arange(rows, device=like.device) % beams  # (rows,)
         buffer.update(  # zeros: a step at a position tensor reads the positions not written yet, masked
             cache_key=like.new_zeros(blocks, heads, beams, capacity, head_dim),
@@ -374,18 +391,17 @@ def read_through_table(q: Tensor, keys: Tensor, values: Tensor, table: Tensor, s
                        dropout, masked: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """Attention of each row over the positions its table points at.
 
-    q:      (rows, heads, tgt_len, head_dim), scaled; query i sits at position start + i
-    keys, values: (blocks, heads, beams, length, head_dim), rows == blocks * beams
+    q:      (blocks, heads, 1, beams * tgt_len, head_dim), scaled: the queries of a block's rows,
+            beam by beam; query i of a row sits at position start + i
+    keys, values: (blocks, heads, beams, length, head_dim)
     table:  (rows, length) the beam of the row's block whose key the row reads at each position
-    masked: (rows, length) True where the row's key is padding, or None
-    returns the output (rows, heads, tgt_len, head_dim) and the weights (rows, heads, tgt_len, length), fp32
+    masked: (rows, length) or (length,) True where the row's key is padding, or None
+    returns the output (blocks, heads, beams * tgt_len, head_dim) and the weights (blocks, heads,
+    1, beams * tgt_len, length), fp32
     """
     blocks, heads, beams, length, head_dim = keys.shape
-    tgt_len = q.size(2)
-    # (blocks, heads, 1, beams * tgt_len, head_dim): every query of the block against every beam's keys
-    q_block = q.view(blocks, beams, heads, tgt_len, head_dim).transpose(1, 2).reshape(
-        blocks, heads, 1, beams * tgt_len, head_dim)
-    scores = torch.matmul(q_block, keys.transpose(-1, -2))  # (blocks, heads, beams, beams * tgt_len, length)
+    tgt_len = q.size(3) // beams
+    scores = torch.matmul(q, keys.transpose(-1, -2))  # (blocks, heads, beams, beams * tgt_len, length)
     # the key each query follows: (blocks, heads, 1, beams * tgt_len, length)
     index = table.view(blocks, 1, beams, 1, length).expand(blocks, heads, beams, tgt_len, length).reshape(
         blocks, heads, 1, beams * tgt_len, length)
@@ -394,15 +410,14 @@ def read_through_table(q: Tensor, keys: Tensor, values: Tensor, table: Tensor, s
         future = torch.arange(length, device=q.device)[None, :] > torch.arange(start, start + tgt_len,
                                                                             device=q.device)[:, None]
         picked = picked.masked_fill(future.repeat(beams, 1), -math.inf)
-    if masked is not None:  # (rows, length) -> (blocks, 1, 1, beams * tgt_len, length)
+    if masked is not None and masked.dim() == 1:  # the same positions for every row
+        picked = picked.masked_fill(masked, -math.inf)
+    elif masked is not None:  # (rows, length) -> (blocks, 1, 1, beams * tgt_len, length)
         picked = picked.masked_fill(masked.view(blocks, 1, 1, beams, 1, length).expand(
             -1, -1, -1, -1, tgt_len, -1).reshape(blocks, 1, 1, beams * tgt_len, length), -math.inf)
     probs = torch.softmax(picked.float(), dim=-1)  # (blocks, heads, 1, beams * tgt_len, length)
     spread = torch.zeros_like(scores).scatter_(2, index, dropout(probs.type_as(scores)))
-    out = torch.matmul(spread, values).sum(dim=2)  # (blocks, heads, beams * tgt_len, head_dim)
-    out = out.view(blocks, heads, beams, tgt_len, head_dim).transpose(1, 2).reshape(-1, heads, tgt_len, head_dim)
-    probs = probs.view(blocks, heads, beams, tgt_len, length).transpose(1, 2).reshape(-1, heads, tgt_len, length)
-    return out, probs
+    return torch.matmul(spread, values).sum(dim=2), probs  # (blocks, heads, beams * tgt_len, head_dim)
 
 
 def reorder_cache(buffer: Dict, new_order: Tensor) -> Dict:

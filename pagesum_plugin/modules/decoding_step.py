@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from .swap import swap_modules
 
 STEP_KEY = "decoding_step"  # incremental_state[STEP_KEY]["position"]: (), the position the step writes
+UNPADDED_KEY = "unpadded_prefixes"  # present in incremental_state: no summary prefix of the search holds padding
 
 
 def set_step_position(incremental_state: Dict[str, Dict[str, Optional[Tensor]]], position: Tensor) -> None:
@@ -30,6 +31,20 @@ def step_position(incremental_state: Optional[Dict[str, Dict[str, Optional[Tenso
     """The step's position tensor, or None where the step learns its position from its shapes."""
     entry = None if incremental_state is None else incremental_state.get(STEP_KEY)  # one key looked up
     return None if entry is None else entry["position"]
+
+
+def declare_unpadded_prefixes(incremental_state: Dict[str, Dict[str, Optional[Tensor]]]) -> None:
+    """Say that every token decoded with ``incremental_state`` is a token the search chose or
+    forced, never padding: a search never chooses padding (its log-probability is -inf), and
+    padding in a forced prefix means that nothing is forced there. The decoder self-attention
+    then keeps no padding mask with its cache, and a step writes, reads and reorders none.
+    (The decoder cannot learn this from the tokens without making the host wait for the device.)"""
+    incremental_state[UNPADDED_KEY] = {}
+
+
+def prefixes_unpadded(incremental_state: Dict[str, Dict[str, Optional[Tensor]]]) -> bool:
+    """Whether the search declared its summary prefixes free of padding (``declare_unpadded_prefixes``)."""
+    return UNPADDED_KEY in incremental_state
 
 
 class StepPositionalEmbedding(LearnedPositionalEmbedding):

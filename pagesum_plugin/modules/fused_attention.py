@@ -54,16 +54,18 @@ class FusedCrossAttention(MultiheadAttention):
         # k, v: (kv_bsz, heads, src_len, head_dim); padding: (kv_bsz, src_len) True at padding, or None
         kv_bsz = k.size(0)
         beams = bsz // kv_bsz  # query rows per key row: 1, or the beams that share a source
-        q = self.q_proj(query) * self.scaling  # (tgt_len, bsz, dim)
+        # the rows projected as one matrix: (tgt_len * bsz, dim)
+        q = self.q_proj(query.reshape(tgt_len * bsz, embed_dim)) * self.scaling
         # (tgt_len, kv_bsz, beams, heads, head_dim) -> (kv_bsz, heads, beams * tgt_len, head_dim)
         q = q.view(tgt_len, kv_bsz, beams, heads, head_dim).permute(1, 3, 2, 0, 4).reshape(
             kv_bsz, heads, beams * tgt_len, head_dim)
         # bias: (kv_bsz, 1, 1, src_len) -inf at padding keys, 0 elsewhere, or None (what SDPA would
         # make of a bool mask at every call)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=attention_dropout(self), scale=1.0)
-        # (kv_bsz, heads, beams, tgt_len, head_dim) -> (tgt_len, bsz, dim)
-        out = out.view(kv_bsz, heads, beams, tgt_len, head_dim).permute(3, 0, 2, 1, 4).reshape(tgt_len, bsz, embed_dim)
-        return self.out_proj(out), None
+        # (kv_bsz, heads, beams, tgt_len, head_dim) -> (tgt_len * bsz, dim)
+        out = out.view(kv_bsz, heads, beams, tgt_len, head_dim).permute(3, 0, 2, 1, 4).reshape(
+            tgt_len * bsz, embed_dim)
+        return self.out_proj(out).view(tgt_len, bsz, embed_dim), None
 
     def _keys_and_values(self, key: Optional[Tensor], key_padding_mask: Optional[Tensor],
                          bsz: int) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
