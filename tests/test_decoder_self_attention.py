@@ -28,9 +28,11 @@ def within_blocks(rows: int, beams: int, rng) -> torch.Tensor:
     return blocks * beams + torch.randint(beams, (rows,), generator=rng)
 
 
-def decode(ours, stock, rows, orders, rng, steps=9):
-    """Run both modules step by step; ``orders(step, rows)`` gives each reorder (or None)."""
-    ours_state, stock_state = {}, {}
+def decode(ours, stock, rows, orders, rng, steps=9, ours_state=None, padded=False):
+    """Run both modules step by step; ``orders(step, rows)`` gives each reorder (or None).
+    ``ours_state``: the search's decoding state to start from; ``padded``: every step is handed
+    the new position's padding mask (nothing is padding), as the decoder hands it."""
+    ours_state, stock_state = {} if ours_state is None else ours_state, {}
     storages = set()
     with torch.no_grad():
         for step in range(steps):
@@ -40,8 +42,9 @@ def decode(ours, stock, rows, orders, rng, steps=9):
                 stock.reorder_incremental_state(stock_state, order)
                 rows = order.numel()
             x = torch.randn(1, rows, EMBED, generator=rng)  # (tgt_len, rows, dim): one new position
-            out, _ = ours(x, x, x, incremental_state=ours_state, need_weights=False)
-            expected, _ = stock(x, x, x, incremental_state=stock_state, need_weights=False)
+            padding = torch.zeros(rows, 1, dtype=torch.bool) if padded else None  # (rows, tgt_len)
+            out, _ = ours(x, x, x, key_padding_mask=padding, incremental_state=ours_state, need_weights=False)
+            expected, _ = stock(x, x, x, key_padding_mask=padding, incremental_state=stock_state, need_weights=False)
             torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6, msg=f"step {step}")
             storages.add(ours._get_input_buffer(ours_state)["cache_key"].data_ptr())
     return storages
@@ -128,23 +131,14 @@ def test_steps_at_a_position_tensor_write_and_read_the_cache_in_place_and_equal_
     ours, stock = twins(beams=2, cache_length=8)
     ours.fixed_shapes = True
     rng = torch.Generator().manual_seed(8)
-    ours_state, stock_state = {}, {}
-    position = torch.zeros((), dtype=torch.long)
-    set_step_position(ours_state, position)
-    storages = set()
-    with torch.no_grad():
-        for step in range(6):
-            if step:
-                order = within_blocks(4, 2, rng)
-                ours.reorder_incremental_state(ours_state, order)
-                stock.reorder_incremental_state(stock_state, order)
-                position.add_(1)
-            x = torch.randn(1, 4, EMBED, generator=rng)
-            padding = torch.zeros(4, 1, dtype=torch.bool) if padded else None
-            out, _ = ours(x, x, x, key_padding_mask=padding, incremental_state=ours_state, need_weights=False)
-            expected, _ = stock(x, x, x, key_padding_mask=padding, incremental_state=stock_state, need_weights=False)
-            torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6, msg=f"step {step}")
-            storages.add(ours._get_input_buffer(ours_state)["cache_key"].data_ptr())
+    state, position = {}, torch.zeros((), dtype=torch.long)
+    set_step_position(state, position)
+
+    def orders(step, rows):  # the search advances the position before each step after the first
+        position.add_(1)
+        return within_blocks(rows, 2, rng)
+
+    storages = decode(ours, stock, 4, orders, rng, steps=6, ours_state=state, padded=padded)
     assert len(storages) == 1, "one cache, allocated at the first step"
 
 
@@ -154,20 +148,10 @@ def test_a_search_that_declares_its_prefixes_unpadded_keeps_no_padding_mask():
     steps then write, read and reorder no mask."""
     ours, stock = twins(beams=2, cache_length=8)
     rng = torch.Generator().manual_seed(9)
-    ours_state, stock_state = {}, {}
-    declare_unpadded_prefixes(ours_state)
-    with torch.no_grad():
-        for step in range(4):
-            if step:
-                order = within_blocks(4, 2, rng)
-                ours.reorder_incremental_state(ours_state, order)
-                stock.reorder_incremental_state(stock_state, order)
-            x = torch.randn(1, 4, EMBED, generator=rng)
-            padding = torch.zeros(4, 1, dtype=torch.bool)  # what the decoder computes: nothing is padding
-            out, _ = ours(x, x, x, key_padding_mask=padding, incremental_state=ours_state, need_weights=False)
-            expected, _ = stock(x, x, x, key_padding_mask=padding, incremental_state=stock_state, need_weights=False)
-            torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6)
-    assert "padding" not in ours._get_input_buffer(ours_state)
+    state = {}
+    declare_unpadded_prefixes(state)
+    decode(ours, stock, 4, lambda step, rows: within_blocks(rows, 2, rng), rng, steps=4, ours_state=state, padded=True)
+    assert "padding" not in ours._get_input_buffer(state)
 
 
 def test_a_cached_step_gives_its_weights_when_asked():
