@@ -10,6 +10,7 @@ The package's ``__init__`` imports it when fairseq is already imported (fairseq'
 whole imports it after parsing its arguments (``pagesum_commands``).
 """
 
+import logging
 import os
 import sys
 import warnings
@@ -36,6 +37,9 @@ FAIRSEQ_NOTICES = (r"\s*The strict flag in the compose API is deprecated", r"\s*
                    r"\s*In 'config'. Usage of deprecated keyword in package header")
 for notice in FAIRSEQ_NOTICES:
     warnings.filterwarnings("ignore", message=notice)
+# Hydra's DEBUG lines ("Setting JobRuntime:name=...") at every fairseq command: one of fairseq's
+# modules calls logging.basicConfig(level=DEBUG) when imported, so the console lets them through
+logging.getLogger("hydra").setLevel(logging.INFO)
 
 # The errors that say what the user must change: printed as one line, never as a traceback
 MISTAKES = (SettingError, CheckpointError, InputError, CorpusFormatError, ConversionError)

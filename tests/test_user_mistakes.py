@@ -239,6 +239,7 @@ def test_each_mistake_in_fairseqs_commands_prints_one_line_and_writes_nothing(co
                             timeout=300)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr and "weights_only" not in result.stderr
+    assert "DEBUG:" not in result.stderr  # Hydra's notices at fairseq's every command
     assert result.stderr.splitlines()[-1] == line.format(**names)
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
 
