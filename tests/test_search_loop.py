@@ -116,6 +116,14 @@ def test_suppressed_tokens_equal_fairseqs_loop(system):
                           system.make_sample(COUNTS, seed=6))
 
 
+def test_the_unknown_word_penalty_equals_fairseqs_loop_and_binds(pagesum):
+    """A negative penalty is a bonus: every summary is then made of <unk>."""
+    unk = pagesum.task.dictionary.unk()
+    hypos = assert_searches_agree(pagesum.generator(beam_size=3, max_len_b=8, unk_penalty=-20.0),
+                                  pagesum.make_sample(COUNTS, seed=6))
+    assert all(set(h["tokens"][1:-1].tolist()) == {unk} for n_best in hypos for h in n_best)  # after the forced <s>
+
+
 def test_top_pages_equals_fairseqs_loop(pagesum):
     assert_searches_agree(pagesum.generator(beam_size=3, max_len_b=20, top_pages=2), pagesum.make_sample(COUNTS, 7))
 

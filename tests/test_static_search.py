@@ -51,6 +51,14 @@ def test_fixed_shapes_find_the_step_loops_hypotheses(system, settings, caplog):
     assert_same_search(found, generate(system, sample, "eager", **settings))
 
 
+def test_fixed_shapes_apply_the_unknown_word_penalty_as_the_step_loop_does(system):
+    sample = system.make_sample(COUNTS, seed=1)
+    settings = dict(beam_size=3, max_len_b=8, unk_penalty=-20.0)  # a bonus: summaries of <unk>
+    found = generate(system, sample, "static", **settings)
+    assert_same_search(found, generate(system, sample, "eager", **settings))
+    assert system.task.dictionary.unk() in found[0][0]["tokens"].tolist()
+
+
 def test_examples_end_at_different_steps_and_stay_in_the_batch_until_the_end(system):
     """The examples that are done keep being decoded, masked: the others' hypotheses are those
     of the step loop, which drops them."""

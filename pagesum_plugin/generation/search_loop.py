@@ -169,7 +169,8 @@ class SearchLoop(SequenceGenerator):
             lprobs += lm_lprobs[:, -1, :] * self.lm_weight
         lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)
         lprobs[:, self.pad] = -math.inf
-        lprobs[:, self.unk] -= self.unk_penalty
+        if self.unk_penalty:  # (4 operators a step for nothing at fairseq's default, 0)
+            lprobs[:, self.unk] -= self.unk_penalty
         if step >= max_len:  # only </s> may come
             lprobs[:, : self.eos] = -math.inf
             lprobs[:, self.eos + 1 :] = -math.inf

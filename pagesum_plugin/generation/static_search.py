@@ -199,7 +199,8 @@ class FixedShapeSearch:
         # which a CUDA graph cannot capture)
         lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)
         lprobs[:, g.pad].fill_(-math.inf)
-        lprobs[:, g.unk].sub_(g.unk_penalty)
+        if g.unk_penalty:
+            lprobs[:, g.unk].sub_(g.unk_penalty)
         vocab = torch.arange(lprobs.size(1), device=lprobs.device)
         lprobs.masked_fill_((vocab != g.eos) & (position >= lengths[1]), -math.inf)
         lprobs[:, g.eos].masked_fill_(position < lengths[0], -math.inf)
