@@ -154,6 +154,25 @@ def test_a_search_that_declares_its_prefixes_unpadded_keeps_no_padding_mask():
     assert "padding" not in ours._get_input_buffer(state)
 
 
+def test_a_step_projects_its_rows_once_through_the_fused_projections():
+    ours, stock = twins(beams=2, cache_length=8)
+    rng = torch.Generator().manual_seed(10)
+    state = {}
+    decode(ours, stock, 4, lambda step, rows: within_blocks(rows, 2, rng), rng, steps=3, ours_state=state)
+    buffer = ours._get_input_buffer(state)
+    assert buffer["qkv_weight"].shape == (EMBED, 3 * EMBED) and buffer["qkv_bias"].shape == (3 * EMBED,)
+
+
+def test_a_projection_with_a_hook_of_its_own_is_called_as_itself_not_fused():
+    ours, stock = twins(beams=2, cache_length=8)
+    calls = []
+    ours.k_proj.register_forward_hook(lambda module, args, out: calls.append(out.shape))
+    rng = torch.Generator().manual_seed(11)
+    state = {}
+    decode(ours, stock, 4, lambda step, rows: within_blocks(rows, 2, rng), rng, steps=3, ours_state=state)
+    assert len(calls) == 3 and "qkv_weight" not in ours._get_input_buffer(state)
+
+
 def test_a_cached_step_gives_its_weights_when_asked():
     ours, stock = twins(beams=2, cache_length=8)
     rng = torch.Generator().manual_seed(7)

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from fairseq import utils
 from fairseq.modules import MultiheadAttention
-from torch import Tensor
+from torch import Tensor, nn
 
 from .decoding_step import prefixes_unpadded, select_rows, step_position
 from .fused_attention import attention_dropout
@@ -200,11 +200,14 @@ class DecoderSelfAttention(MultiheadAttention):
             position = step_position(incremental_state) if self.fixed_shapes else None
             if position is not None:  # read once: the later steps find it with the cache
                 buffer["position"] = position
+            fused = self._fused_projections()
+            if fused is not None:  # for this search: the steps project the rows once, not three times
+                buffer["qkv_weight"], buffer["qkv_bias"] = fused
             self._set_input_buffer(incremental_state, buffer)  # kept from now on, and written in place
         beams = buffer["beams"]
         blocks = rows // beams
         # q: (blocks, heads, 1, beams * tgt_len, head_dim), scaled; k, v: (blocks, heads, beams, tgt_len, head_dim)
-        q, k, v = self._step_projections(query, blocks, beams)
+        q, k, v = self._step_projections(query, blocks, beams, buffer.get("qkv_weight"), buffer.get("qkv_bias"))
         position = buffer.get("position")
         if position is not None:
             out, probs = self._step_at(position, q, k, v, padding, buffer, incremental_state)
@@ -229,18 +232,36 @@ class DecoderSelfAttention(MultiheadAttention):
                                         self.dropout_module, masked)
         return self._output(out, probs, tgt_len, need_weights, need_head_weights)
 
-    def _step_projections(self, query: Tensor, blocks: int, beams: int) -> Tuple[Tensor, Tensor, Tensor]:
+    def _fused_projections(self) -> Optional[Tuple[Tensor, Tensor]]:
+        """The query, key and value projections as one matrix (dim, 3 * dim) and its bias (3 * dim,),
+        the query's scaled; None where they are not plain linear layers with a bias (one wrapped for
+        quantization noise, say). The scaling is a power of two for head dimensions of 4, 16, 64
+        or 256, so that folding it into the weights changes no bit."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        if any(type(p) is not nn.Linear or p.bias is None or p._forward_hooks or p._forward_pre_hooks
+               for p in projections):
+            return None
+        weight = torch.cat([self.q_proj.weight * self.scaling, self.k_proj.weight, self.v_proj.weight])
+        bias = torch.cat([self.q_proj.bias * self.scaling, self.k_proj.bias, self.v_proj.bias])
+        return weight.t().contiguous(), bias  # (dim, 3 * dim), (3 * dim,)
+
+    def _step_projections(self, query: Tensor, blocks: int, beams: int, qkv_weight: Optional[Tensor] = None,
+                          qkv_bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
         """A step's projections in the layouts the cache reads and writes: query (tgt_len, rows, dim),
         rows = blocks * beams -> q (blocks, heads, 1, beams * tgt_len, head_dim), scaled, and
-        k, v (blocks, heads, beams, tgt_len, head_dim). The rows are projected as one matrix."""
+        k, v (blocks, heads, beams, tgt_len, head_dim). The rows are projected as one matrix, by
+        the three projections fused (``_fused_projections``) where they are given."""
         tgt_len = query.size(0)
         x = query.reshape(tgt_len * blocks * beams, -1)  # (tgt_len * rows, dim)
-
-        def heads(y: Tensor) -> Tensor:  # (tgt_len * rows, dim) -> (blocks, heads, beams, tgt_len, head_dim)
-            return y.view(tgt_len, blocks, beams, self.num_heads, self.head_dim).permute(1, 3, 2, 0, 4)
-
-        q = heads(self.q_proj(x) * self.scaling).reshape(blocks, self.num_heads, 1, beams * tgt_len, self.head_dim)
-        return q, heads(self.k_proj(x)), heads(self.v_proj(x))
+        shape = (tgt_len, blocks, beams, self.num_heads, self.head_dim)
+        if qkv_weight is not None:
+            # (tgt_len * rows, 3 * dim) -> (3, blocks, heads, beams, tgt_len, head_dim)
+            qkv = torch.addmm(qkv_bias, x, qkv_weight).view(tgt_len, blocks, beams, 3, self.num_heads, self.head_dim)
+            q, k, v = qkv.permute(3, 1, 4, 2, 0, 5).unbind(0)
+        else:
+            q = (self.q_proj(x) * self.scaling).view(shape).permute(1, 3, 2, 0, 4)
+            k, v = (proj(x).view(shape).permute(1, 3, 2, 0, 4) for proj in (self.k_proj, self.v_proj))
+        return q.reshape(blocks, self.num_heads, 1, beams * tgt_len, self.head_dim), k, v
 
     def _step_at(self, position: Tensor, q: Tensor, k: Tensor, v: Tensor, padding: Optional[Tensor], buffer: Dict,
                  incremental_state) -> Tuple[Tensor, Tensor]:
