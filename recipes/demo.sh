@@ -24,6 +24,7 @@ START=$SECONDS
 LOCALITY=${LOCALITY:-discourse}
 TRAIN_UPDATES=${TRAIN_UPDATES:-500}
 VOCAB_SIZE=${VOCAB_SIZE:-4000}
+SUMMARY_SENTENCES=${SUMMARY_SENTENCES:-2}
 DEMO_DIR=${DEMO_DIR:-outputs/demo}
 case "$LOCALITY" in
     discourse) PAGING=(--locality discourse --max-pages 8) ;;
@@ -50,28 +51,36 @@ if [ "${SKIP_SETUP:-0}" != 1 ]; then
     . .venv/bin/activate
 fi
 
-# Small enough for two CPU cores: 8 pages of 128 tokens, summaries of 160 tokens, decoded with
-# aclsum's row of the generation defaults (60 to 160 tokens).
-PAGE_TOKENS=128 SUMMARY_TOKENS=160
-DECODING=$(pagesum-decoding-flags aclsum)
+# Small enough for two CPU cores: 8 pages of 128 tokens; the summary is the abstract's first
+# SUMMARY_SENTENCES sentences (about 40 words), at most 80 tokens, decoded to 20-80 tokens.
+PAGE_TOKENS=128 SUMMARY_TOKENS=80
+DECODING="--beam 4 --lenpen 1.0 --no-repeat-ngram-size 3 --min-len 20 --max-len-a 0 --max-len-b $SUMMARY_TOKENS"
 PAPERS=$DEMO_DIR/papers DATA=$DEMO_DIR/data-$LOCALITY RUN=$DEMO_DIR/run-$LOCALITY
 mkdir -p "$DEMO_DIR" "$RUN"
 
-step "splitting the 250 aclsum papers by file name: 200 train / 25 valid / 25 test"
-python - "$PAPERS" >"$LOGS/split.log" <<'EOF'
-import os, shutil, sys
+step "splitting the 250 aclsum papers by file name: 200 train / 25 valid / 25 test; summary = the abstract's first $SUMMARY_SENTENCES sentences"
+python - "$PAPERS" "$SUMMARY_SENTENCES" >"$LOGS/split.log" <<'EOF'
+import json, shutil, sys
 from pathlib import Path
 
 import aclsum
 
+from pagesum_plugin.corpus.sentences import split_sentences
+
 papers = sorted((Path(aclsum.__file__).parent / "dataset" / "paper_jsons").glob("*.json"))
 splits = {"train": papers[:200], "valid": papers[200:225], "test": papers[225:250]}
+keep = int(sys.argv[2])
 for split, paths in splits.items():
     folder = Path(sys.argv[1]) / split
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     for path in paths:
-        shutil.copyfile(path, folder / path.name)
+        paper = json.loads(path.read_text(encoding="utf-8"))
+        abstract = paper["abstract"]
+        if isinstance(abstract, list):  # S2ORC's pdf_parse style: [{"text": ...}, ...]
+            abstract = "\n".join(part["text"] for part in abstract)
+        paper["abstract"] = " ".join(split_sentences(abstract)[:keep])  # the summary the model learns
+        (folder / path.name).write_text(json.dumps(paper), encoding="utf-8")
     print(f"{split}: {len(paths)} papers")
 EOF
 
@@ -86,11 +95,11 @@ rm -rf "$RUN/checkpoints"
 pagesum-run-stage train "$LOGS/train.log" --updates "$TRAIN_UPDATES" -- fairseq-train "$DATA" --user-dir pagesum_plugin --task paged_summarization \
     --max-page-tokens $PAGE_TOKENS --max-summary-tokens $SUMMARY_TOKENS \
     --arch pagesum_tiny --encoder-embed-dim 128 --encoder-ffn-embed-dim 256 --decoder-embed-dim 128 \
-    --decoder-ffn-embed-dim 256 --share-all-embeddings \
+    --decoder-ffn-embed-dim 256 --share-all-embeddings --encoder-normalize-before --decoder-normalize-before \
     --criterion paged_label_smoothed_cross_entropy --label-smoothing 0.1 \
     --optimizer adam --adam-betas "(0.9, 0.98)" --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 60 \
     --dropout 0.1 --clip-norm 1.0 --batch-size 8 --max-update "$TRAIN_UPDATES" \
-    --cpu --num-workers 0 --seed 1 --best-checkpoint-metric loss --no-epoch-checkpoints \
+    --cpu --num-workers 0 --seed 1 --best-checkpoint-metric loss --no-epoch-checkpoints --patience 5 \
     --save-dir "$RUN/checkpoints" --log-format simple --log-interval 5
 
 step "fairseq-generate: page-combined beam search on the 25 held-out papers"
@@ -112,60 +121,6 @@ quietly plot pagesum-plot page-importance --weights "$RUN/test.page_weights.json
     --out "$RUN/page_importance.png"
 
 step "report"
-to_file "$RUN/report.txt" python - "$DATA" "$RUN" "$LOGS" "$((SECONDS - START))" "$TRAIN_UPDATES" 2>"$LOGS/report.log" <<'EOF'
-import json, os, re, sys
-from pathlib import Path
-from statistics import mean
-
-from pagesum_plugin.corpus.format import CorpusMeta
-
-data, run, logs, seconds, asked = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-meta = CorpusMeta.load(data)
-load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-print(f"PageSum demo: {meta.view} locality, {meta.tokenizer} vocabulary of {meta.vocab_size}, "
-      f"{seconds // 60} min {seconds % 60} s end to end on {os.cpu_count()} cores (load average now {load})")
-print("\nData (pagesum-preprocess, meta.json)")
-print(f"  {'split':6} {'papers':>6} {'pages':>6} {'pages/paper':>11} {'source tokens kept':>18} {'skipped':>7}")
-for split in meta.splits:
-    s = meta.stats[split]
-    print(f"  {split:6} {s['examples']:6d} {s['pages']:6d} {s['pages_per_example_mean']:11.2f} "
-          f"{1 - s['share_source_tokens_lost']:18.1%} {s['skipped_total']:7d}")
-print(f"  pages of at most {meta.max_page_tokens} tokens, summaries of at most {meta.max_summary_tokens}")
-
-log = (logs / "train.log").read_text()
-valid = re.findall(r"epoch (\d+) \| valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+).*?num_updates (\d+)", log)
-ran = max((int(n) for n in re.findall(r"num_updates[ =](\d+)", log)), default=0)
-print(f"\nTraining curve (fairseq-train, {ran} of {asked} updates; validation loss per epoch, base 2)")
-for epoch, loss, nll, updates in valid:
-    print(f"  epoch {int(epoch):2d}  updates {int(updates):4d}  loss {float(loss):6.3f}  nll {float(nll):6.3f}")
-if ran < asked:
-    print(f"  WARNING: training stopped after {ran} of {asked} updates: the model is undertrained, and the "
-          f"scores below say little about what {asked} updates give")
-
-print("\nROUGE F1 on the 25 test abstracts (pagesum-score, 95% bootstrap interval)")
-print(f"  {'system':8} {'R-1':>18} {'R-2':>18} {'R-Lsum':>18}")
-for name in ("model", "lead3"):
-    scores = json.loads((run / f"scores.{name}.json").read_text())["scores"]
-    cells = [f"{scores[m]['f']:5.2f} [{scores[m]['ci_low']:5.2f},{scores[m]['ci_high']:5.2f}]"
-             for m in ("rouge1", "rouge2", "rougeLsum")]
-    print(f"  {'PageSum' if name == 'model' else 'Lead-3':8} " + " ".join(f"{c:>18}" for c in cells))
-
-# ROUGE alone can flatter a model that ignores its input: say how source-specific it is.
-# Page weights against each paper's own page count: uniform over 5 pages is 0.2, over 8 pages 0.125.
-hyps = (run / "test.hyp.txt").read_text().splitlines()
-weights = [json.loads(line)["page_weights"] for line in (run / "test.page_weights.jsonl").read_text().splitlines()]
-top = [mean(max(row) for row in rows) for rows in weights]  # per paper: its mean top weight over the steps
-uniform = [1 / len(rows[0]) for rows in weights]  # per paper: 1 / its number of pages
-focused = sum(t > 2 * u for t, u in zip(top, uniform))
-print(f"\n  distinct model summaries: {len(set(hyps))} of {len(hyps)}")
-print(f"  mean top page weight while decoding: {mean(top):.3f}, against {mean(uniform):.3f} if uniform over each "
-      f"paper's own pages ({min(map(len, (r[0] for r in weights)))}-{max(map(len, (r[0] for r in weights)))} pages); "
-      f"{focused} of {len(top)} papers put more than twice the uniform weight on their top page")
-
-print("\nOutputs")
-for what, path in (("summaries", "test.hyp.txt"), ("Lead-3", "test.lead3.txt"), ("page weights", "test.page_weights.jsonl"),
-                   ("page-importance plot", "page_importance.png"), ("checkpoint", "checkpoints/checkpoint_best.pt")):
-    print(f"  {what:21} {run / path}")
-print(f"  {'full logs':21} {logs}/ (setup, preprocess, train, generate, baseline, score, plot)")
-EOF
+to_file "$RUN/report.txt" python -m pagesum_recipes.demo_report "$DATA" "$RUN" "$LOGS" "$((SECONDS - START))" \
+    "$TRAIN_UPDATES" "$SUMMARY_SENTENCES" 2>"$LOGS/report.log" || { cat "$LOGS/report.log" >&2; exit 1; }
 cat "$RUN/report.txt"
