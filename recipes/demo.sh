@@ -24,13 +24,14 @@ START=$SECONDS
 LOCALITY=${LOCALITY:-discourse}
 TRAIN_UPDATES=${TRAIN_UPDATES:-500}
 VOCAB_SIZE=${VOCAB_SIZE:-4000}
-SUMMARY_SENTENCES=${SUMMARY_SENTENCES:-2}
+SUMMARY=${SUMMARY:-title}
 DEMO_DIR=${DEMO_DIR:-outputs/demo}
 case "$LOCALITY" in
     discourse) PAGING=(--locality discourse --max-pages 8) ;;
     spatial) PAGING=(--locality spatial --num-pages 8) ;;
     *) echo "demo: LOCALITY must be discourse or spatial, got '$LOCALITY'" >&2; exit 2 ;;
 esac
+[[ "$SUMMARY" == title || "$SUMMARY" =~ ^[1-9][0-9]*$ ]] || { echo "demo: SUMMARY must be title or a number of sentences, got '$SUMMARY'" >&2; exit 2; }
 [[ "$TRAIN_UPDATES" =~ ^[1-9][0-9]*$ ]] || { echo "demo: TRAIN_UPDATES must be a whole number, got '$TRAIN_UPDATES'" >&2; exit 2; }
 
 LOGS=$DEMO_DIR/logs
@@ -51,15 +52,21 @@ if [ "${SKIP_SETUP:-0}" != 1 ]; then
     . .venv/bin/activate
 fi
 
-# Small enough for two CPU cores: 8 pages of 128 tokens; the summary is the abstract's first
-# SUMMARY_SENTENCES sentences (about 40 words), at most 80 tokens, decoded to 20-80 tokens.
-PAGE_TOKENS=128 SUMMARY_TOKENS=80
-DECODING="--beam 4 --lenpen 1.0 --no-repeat-ngram-size 3 --min-len 20 --max-len-a 0 --max-len-b $SUMMARY_TOKENS"
+# Small enough for two CPU cores: 8 pages of 128 tokens, and a summary that 200 papers can
+# teach in minutes: the paper's title (about 10 words; at most 40 tokens, decoded to 5-40), or
+# with SUMMARY=N the abstract's first N sentences (at most 40 tokens a sentence, decoded to 20+).
+PAGE_TOKENS=128
+if [ "$SUMMARY" = title ]; then
+    SUMMARY_TOKENS=40 MIN_LEN=5 WHAT="the paper's title"
+else
+    SUMMARY_TOKENS=$((40 * SUMMARY)) MIN_LEN=20 WHAT="the abstract's first $SUMMARY sentences"
+fi
+DECODING="--beam 4 --lenpen 1.0 --no-repeat-ngram-size 3 --min-len $MIN_LEN --max-len-a 0 --max-len-b $SUMMARY_TOKENS"
 PAPERS=$DEMO_DIR/papers DATA=$DEMO_DIR/data-$LOCALITY RUN=$DEMO_DIR/run-$LOCALITY
 mkdir -p "$DEMO_DIR" "$RUN"
 
-step "splitting the 250 aclsum papers by file name: 200 train / 25 valid / 25 test; summary = the abstract's first $SUMMARY_SENTENCES sentences"
-python - "$PAPERS" "$SUMMARY_SENTENCES" >"$LOGS/split.log" <<'EOF'
+step "splitting the 250 aclsum papers by file name: 200 train / 25 valid / 25 test; summary = $WHAT"
+python - "$PAPERS" "$SUMMARY" >"$LOGS/split.log" <<'EOF'
 import json, shutil, sys
 from pathlib import Path
 
@@ -69,7 +76,7 @@ from pagesum_plugin.corpus.sentences import split_sentences
 
 papers = sorted((Path(aclsum.__file__).parent / "dataset" / "paper_jsons").glob("*.json"))
 splits = {"train": papers[:200], "valid": papers[200:225], "test": papers[225:250]}
-keep = int(sys.argv[2])
+summary = sys.argv[2]  # title, or a number of the abstract's sentences
 for split, paths in splits.items():
     folder = Path(sys.argv[1]) / split
     shutil.rmtree(folder, ignore_errors=True)
@@ -79,7 +86,11 @@ for split, paths in splits.items():
         abstract = paper["abstract"]
         if isinstance(abstract, list):  # S2ORC's pdf_parse style: [{"text": ...}, ...]
             abstract = "\n".join(part["text"] for part in abstract)
-        paper["abstract"] = " ".join(split_sentences(abstract)[:keep])  # the summary the model learns
+        # the summary the model learns, in the field that pagesum-preprocess reads as the summary
+        if summary == "title":
+            paper["abstract"] = paper["title"].strip()
+        else:
+            paper["abstract"] = " ".join(split_sentences(abstract)[: int(summary)])
         (folder / path.name).write_text(json.dumps(paper), encoding="utf-8")
     print(f"{split}: {len(paths)} papers")
 EOF
@@ -90,16 +101,47 @@ quietly preprocess pagesum-preprocess --input-format aclsum --trainpref "$PAPERS
     --testpref "$PAPERS/test" --destdir "$DATA" "${PAGING[@]}" --max-page-tokens $PAGE_TOKENS \
     --max-summary-tokens $SUMMARY_TOKENS --tokenizer sentencepiece --vocab-size "$VOCAB_SIZE" --workers 2
 
+# The model: 2 + 2 pre-norm layers of width 128 (pagesum_tiny), sharing one embedding table.
+# fairseq's BART starts every weight at N(0, 0.02), which suits a width of 1024 but at width 128
+# leaves each attention's value and output projections so small that the decoder hears almost
+# nothing from the pages: from that start, 500 updates taught a language model of abstracts and
+# one summary for every paper. So the demo starts from a scale-preserving (Xavier) draw, saved
+# as a checkpoint that fairseq-train fine-tunes (--finetune-from-model).
+MODEL=(--user-dir pagesum_plugin --task paged_summarization --max-page-tokens $PAGE_TOKENS
+    --max-summary-tokens $SUMMARY_TOKENS --arch pagesum_tiny --encoder-embed-dim 128 --encoder-ffn-embed-dim 256
+    --decoder-embed-dim 128 --decoder-ffn-embed-dim 256 --share-all-embeddings --encoder-normalize-before
+    --decoder-normalize-before --seed 1 --cpu)
+
 step "fairseq-train: a small PageSum from scratch, for $TRAIN_UPDATES updates"
 rm -rf "$RUN/checkpoints"
-pagesum-run-stage train "$LOGS/train.log" --updates "$TRAIN_UPDATES" -- fairseq-train "$DATA" --user-dir pagesum_plugin --task paged_summarization \
-    --max-page-tokens $PAGE_TOKENS --max-summary-tokens $SUMMARY_TOKENS \
-    --arch pagesum_tiny --encoder-embed-dim 128 --encoder-ffn-embed-dim 256 --decoder-embed-dim 128 \
-    --decoder-ffn-embed-dim 256 --share-all-embeddings --encoder-normalize-before --decoder-normalize-before \
+mkdir -p "$RUN/checkpoints"
+python - "$RUN/init.pt" "$DATA" "${MODEL[@]}" >"$LOGS/init.log" 2>&1 <<'EOF' || { tail -n 40 "$LOGS/init.log" >&2; exit 1; }
+import sys
+
+import torch
+from fairseq import options, tasks
+
+from pagesum_plugin.checkpoints.builder import save_checkpoint
+
+args = options.parse_args_and_arch(options.get_training_parser(), input_args=sys.argv[2:])
+torch.manual_seed(args.seed)
+model = tasks.setup_task(args).build_model(args)
+with torch.no_grad():
+    for name, weight in model.named_parameters():
+        if name.endswith("embed_tokens.weight"):
+            torch.nn.init.normal_(weight, std=weight.shape[1] ** -0.5)
+            weight[model.encoder.dictionary.pad()].zero_()
+        elif weight.dim() == 2 and "embed_positions" not in name:
+            torch.nn.init.xavier_uniform_(weight)
+save_checkpoint(sys.argv[1], args, model)
+print(f"{sys.argv[1]}: {sum(p.numel() for p in model.parameters()):,} parameters")
+EOF
+pagesum-run-stage train "$LOGS/train.log" --updates "$TRAIN_UPDATES" -- fairseq-train "$DATA" "${MODEL[@]}" \
+    --finetune-from-model "$RUN/init.pt" \
     --criterion paged_label_smoothed_cross_entropy --label-smoothing 0.1 \
     --optimizer adam --adam-betas "(0.9, 0.98)" --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 60 \
     --dropout 0.1 --clip-norm 1.0 --batch-size 8 --max-update "$TRAIN_UPDATES" \
-    --cpu --num-workers 0 --seed 1 --best-checkpoint-metric loss --no-epoch-checkpoints --patience 5 \
+    --num-workers 0 --best-checkpoint-metric loss --no-epoch-checkpoints --patience 5 \
     --save-dir "$RUN/checkpoints" --log-format simple --log-interval 5
 
 step "fairseq-generate: page-combined beam search on the 25 held-out papers"
@@ -122,5 +164,5 @@ quietly plot pagesum-plot page-importance --weights "$RUN/test.page_weights.json
 
 step "report"
 to_file "$RUN/report.txt" python -m pagesum_recipes.demo_report "$DATA" "$RUN" "$LOGS" "$((SECONDS - START))" \
-    "$TRAIN_UPDATES" "$SUMMARY_SENTENCES" 2>"$LOGS/report.log" || { cat "$LOGS/report.log" >&2; exit 1; }
+    "$TRAIN_UPDATES" "$WHAT" 2>"$LOGS/report.log" || { cat "$LOGS/report.log" >&2; exit 1; }
 cat "$RUN/report.txt"

@@ -1,7 +1,7 @@
 """The demo's report (``recipes/demo.sh``): what ran, how the model scored against Lead-3, and
 whether it learned to read its papers at all.
 
-    python -m pagesum_recipes.demo_report DATA RUN LOGS SECONDS UPDATES
+    python -m pagesum_recipes.demo_report DATA RUN LOGS SECONDS UPDATES [WHAT_THE_SUMMARY_IS]
 
 ROUGE alone can flatter a model that ignores its input (a generic abstract shares much of its
 wording with every real one), so the report also says how source-specific the model is, and
@@ -157,14 +157,13 @@ def reading_lines(run: Path, data: Path) -> List[str]:
     return out
 
 
-def report(data: Path, run: Path, logs: Path, seconds: int, asked: int, summary_sentences: int = 0) -> str:
+def report(data: Path, run: Path, logs: Path, seconds: int, asked: int, what: str = "the abstract") -> str:
     from pagesum_plugin.corpus.format import CorpusMeta
 
     meta = CorpusMeta.load(data)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     out = [f"PageSum demo: {meta.view} locality, {meta.tokenizer} vocabulary of {meta.vocab_size}, "
            f"{seconds // 60} min {seconds % 60} s end to end on {os.cpu_count()} cores (load average now {load})"]
-    what = f"the abstract's first {summary_sentences} sentences" if summary_sentences else "the abstract"
     out += ["", f"Data (pagesum-preprocess, meta.json); summary = {what}",
             f"  {'split':6} {'papers':>6} {'pages':>6} {'pages/paper':>11} {'source tokens kept':>18} {'skipped':>7}"]
     for split in meta.splits:
@@ -196,9 +195,9 @@ def report(data: Path, run: Path, logs: Path, seconds: int, asked: int, summary_
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) not in (5, 6):
-        sys.exit("usage: python -m pagesum_recipes.demo_report DATA RUN LOGS SECONDS UPDATES [SUMMARY_SENTENCES]")
+        sys.exit("usage: python -m pagesum_recipes.demo_report DATA RUN LOGS SECONDS UPDATES [WHAT_THE_SUMMARY_IS]")
     data, run, logs = (Path(a) for a in argv[:3])
-    print(report(data, run, logs, int(argv[3]), int(argv[4]), int(argv[5]) if len(argv) == 6 else 0))
+    print(report(data, run, logs, int(argv[3]), int(argv[4]), *argv[5:]))
     return 0
 
 
