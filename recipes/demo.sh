@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # PageSum end to end on a laptop CPU, on the 250 real ACL papers that the aclsum
-# package ships (abstract = summary, body sections = pages):
+# package ships (title = summary, body sections = pages):
 #
 #   setup -> pagesum-preprocess -> fairseq-train (a small PageSum from scratch, with a
 #   sentencepiece vocabulary) -> fairseq-generate (page-combined beam search) ->
-#   pagesum-score (model and Lead-3) -> pagesum-plot page-importance -> a short report.
+#   pagesum-score (model and Lead-3) -> pagesum-plot page-importance -> a report that ends
+#   in a verdict: whether the model learned to read its papers (recipes/demo_report.py).
 #
 # Everything goes to outputs/demo/. The same commands as recipes/<dataset>.sh, at a size
 # that runs in minutes on two cores. The console shows one line (or progress bar) per
 # stage, then the report; every tool's full output goes to outputs/demo/logs/, and a stage
 # that fails prints the end of its log. Options (environment):
 #   LOCALITY        discourse (default: one page per section) or spatial
-#   TRAIN_UPDATES   updates of training (default: 500; the same on any machine, so a slow
-#                   machine takes longer instead of training less)
+#   SUMMARY         title (default: the paper's title) or N (the abstract's first N sentences)
+#   TRAIN_UPDATES   updates of training at most (default: 500; the same on any machine, so a
+#                   slow machine takes longer instead of training less); training stops five
+#                   epochs after the lowest validation loss, whose checkpoint is decoded
 #   VOCAB_SIZE      sentencepiece vocabulary (default: 4000)
 #   DEMO_DIR        output folder (default: outputs/demo)
 #   SKIP_SETUP=1    use the active Python environment instead of running setup.sh
@@ -154,7 +157,7 @@ quietly generate fairseq-generate "$DATA" --user-dir pagesum_plugin --task paged
 step "pagesum-baseline: Lead-3"
 quietly baseline pagesum-baseline --input "$DATA" --split test --method lead --k 3 --out "$RUN/test.lead3.txt"
 
-step "pagesum-score: the model, then Lead-3, against the abstracts"
+step "pagesum-score: the model, then Lead-3, against the references ($WHAT)"
 to_file "$RUN/scores.model.json" pagesum-score --hyp "$RUN/test.hyp.txt" --ref "$DATA/test.reference.txt" --json 2>"$LOGS/score.log"
 to_file "$RUN/scores.lead3.json" pagesum-score --hyp "$RUN/test.lead3.txt" --ref "$DATA/test.reference.txt" --json 2>>"$LOGS/score.log"
 

@@ -104,14 +104,14 @@ def verdict_lines(summaries: Sequence[str], stats: PageWeightStats) -> List[str]
 
 def sample_lines(ids: Sequence[str], summaries: Sequence[str], references: Sequence[str], k: int = SAMPLES,
                  width: int = 100) -> List[str]:
-    """The first k test papers' summaries next to their references (one above the other)."""
+    """The first k test papers' summaries next to their references (the model's above, the reference below)."""
     lines = []
     for i in range(min(k, len(summaries))):
         lines.append(f"  paper {ids[i]}")
-        for label, text in (("model", summaries[i]), ("abstract", references[i])):
-            wrapped = textwrap.wrap(text, width - 13) or [""]
-            lines.append(f"    {label + ':':10} {wrapped[0]}")
-            lines.extend(f"    {'':10} {more}" for more in wrapped[1:])
+        for label, text in (("model", summaries[i]), ("reference", references[i])):
+            wrapped = textwrap.wrap(text, width - 16) or [""]
+            lines.append(f"    {label + ':':11} {wrapped[0]}")
+            lines.extend(f"    {'':11} {more}" for more in wrapped[1:])
     return lines
 
 

@@ -61,13 +61,13 @@ def test_two_samples_are_printed_next_to_their_references():
     ids = ["P1", "P2", "P3"]
     lines = demo_report.sample_lines(ids, ["model one", "model two", "model three"],
                                      ["abstract one", "abstract two", "abstract three"])
-    assert lines == ["  paper P1", "    model:     model one", "    abstract:  abstract one",
-                     "  paper P2", "    model:     model two", "    abstract:  abstract two"]
+    assert lines == ["  paper P1", "    model:      model one", "    reference:  abstract one",
+                     "  paper P2", "    model:      model two", "    reference:  abstract two"]
 
 
 def test_a_long_sample_wraps_under_its_label():
     lines = demo_report.sample_lines(["P1"], ["word " * 60], ["x"], k=1, width=60)
-    assert lines[1].startswith("    model:     word") and all(line.startswith("    " + " " * 11) for line in lines[2:-1])
+    assert lines[1].startswith("    model:      word") and all(line.startswith("    " + " " * 12) for line in lines[2:-1])
 
 
 TRAIN_LOG = """\
@@ -113,8 +113,8 @@ def test_a_run_that_wrote_one_summary_for_every_paper_is_said_not_to_have_learne
     text = "\n".join(demo_report.reading_lines(run, data))
     assert "distinct model summaries: 1 of 25" in text and "THE MODEL DID NOT LEARN" in text
     assert "Samples (the first 2 test papers)" in text
-    assert text.count("    model:     in this paper we propose a novel method") == 2
-    assert "    abstract:  the abstract of paper 0" in text and "    abstract:  the abstract of paper 1" in text
+    assert text.count("    model:      in this paper we propose a novel method") == 2
+    assert "    reference:  the abstract of paper 0" in text and "    reference:  the abstract of paper 1" in text
     assert "paper P2" not in text
 
 
