@@ -1,7 +1,7 @@
 """The demo's report (``recipes/demo.sh``): what ran, how the model scored against Lead-3, and
 whether it learned to read its papers at all.
 
-    python -m pagesum_recipes.demo_report DATA RUN LOGS SECONDS UPDATES [WHAT_THE_SUMMARY_IS]
+    python -m pagesum_recipes.demo_report DATA RUN LOGS SECONDS UPDATES WHAT_THE_SUMMARY_IS ABSTRACTS
 
 ROUGE alone can flatter a model that ignores its input (a generic abstract shares much of its
 wording with every real one), so the report also says how source-specific the model is, and
@@ -13,8 +13,8 @@ gives a verdict with stated thresholds:
   decoding is below ``MIN_TOP_OVER_UNIFORM`` times what uniform weights over each paper's own
   pages give (1 / its number of pages).
 
-Two sample summaries (the first two test papers, not chosen) are printed next to their
-references.
+Two sample summaries (the first two test papers, not chosen) are printed next to the summary
+the model learned to write and the paper's abstract.
 """
 
 import json
@@ -26,11 +26,14 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
+
+from pagesum_plugin.corpus.format import CorpusMeta
 
 MIN_DISTINCT_SHARE = 0.8  # of the test papers, with a summary no other paper gets
 MIN_TOP_OVER_UNIFORM = 1.5  # mean top page weight / uniform weight
 SAMPLES = 2
+ABSTRACT_CHARS = 300  # a sample's abstract is shortened to this, at a word boundary
 VALID = re.compile(r"epoch (\d+) \| valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+).*?num_updates (\d+)")
 UPDATES = re.compile(r"num_updates[ =](\d+)")
 EARLY_STOP = re.compile(r"early stop since valid performance hasn't improved for last (\d+) runs")
@@ -102,16 +105,18 @@ def verdict_lines(summaries: Sequence[str], stats: PageWeightStats) -> List[str]
     return ["Verdict: THE MODEL DID NOT LEARN to read its papers:"] + [f"  - {r}" for r in reasons]
 
 
-def sample_lines(ids: Sequence[str], summaries: Sequence[str], references: Sequence[str], k: int = SAMPLES,
+def sample_lines(ids: Sequence[str], columns: Sequence[Tuple[str, Sequence[str]]], k: int = SAMPLES,
                  width: int = 100) -> List[str]:
-    """The first k test papers' summaries next to their references (the model's above, the reference below)."""
+    """The first k test papers' texts, one labelled block under the other: ``columns`` is
+    (label, one text per paper) for the model's summaries, the references, the abstracts..."""
+    indent = max(len(label) for label, _ in columns) + 2
     lines = []
-    for i in range(min(k, len(summaries))):
+    for i in range(min(k, len(ids))):
         lines.append(f"  paper {ids[i]}")
-        for label, text in (("model", summaries[i]), ("reference", references[i])):
-            wrapped = textwrap.wrap(text, width - 16) or [""]
-            lines.append(f"    {label + ':':11} {wrapped[0]}")
-            lines.extend(f"    {'':11} {more}" for more in wrapped[1:])
+        for label, texts in columns:
+            wrapped = textwrap.wrap(texts[i], width - 4 - indent) or [""]
+            lines.append(f"    {label + ':':{indent}}{wrapped[0]}")
+            lines.extend(f"    {'':{indent}}{more}" for more in wrapped[1:])
     return lines
 
 
@@ -137,9 +142,9 @@ def read_lines(path: Path) -> List[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def reading_lines(run: Path, data: Path) -> List[str]:
+def reading_lines(run: Path, data: Path, abstracts: Path = None) -> List[str]:
     """Whether the model reads its papers: distinct summaries, page-weight statistics, the
-    verdict, and two samples next to their references."""
+    verdict, and two samples next to their references (and abstracts, when given)."""
     summaries = read_lines(run / "test.hyp.txt")
     weights = [json.loads(line)["page_weights"] for line in read_lines(run / "test.page_weights.jsonl") if line.strip()]
     stats = page_weight_stats(weights)
@@ -151,15 +156,38 @@ def reading_lines(run: Path, data: Path) -> List[str]:
            f"{stats.focused} of {stats.papers} papers put more than twice the uniform weight on their top page",
            "  papers whose most-weighted page is page 1, 2, ...: " + ", ".join(map(str, stats.top_page_counts))]
     out += [""] + verdict_lines(summaries, stats)
-    ids = read_lines(data / "test.ids.txt")
-    references = read_lines(data / "test.reference.txt")
-    out += ["", f"Samples (the first {SAMPLES} test papers)"] + sample_lines(ids, summaries, references)
+    columns = [("model", summaries), ("reference", read_lines(data / "test.reference.txt"))]
+    if abstracts is not None:
+        columns.append(("abstract", [textwrap.shorten(a, ABSTRACT_CHARS, placeholder=" ...") for a in read_lines(abstracts)]))
+    out += ["", f"Samples (the first {SAMPLES} test papers)"] + sample_lines(read_lines(data / "test.ids.txt"), columns)
     return out
 
 
-def report(data: Path, run: Path, logs: Path, seconds: int, asked: int, what: str = "the abstract") -> str:
-    from pagesum_plugin.corpus.format import CorpusMeta
+SYSTEMS = (("model", "PageSum"), ("lead3", "Lead-3"), ("target", "learned"))  # scores.NAME.json -> row label
+COPY_VALID = re.compile(r"valid on 'valid' subset \| loss ([\d.]+)")
 
+
+def copy_lines(log: str) -> List[str]:
+    """The copying stage in one line: its updates and final validation loss."""
+    ran = max((int(n) for n in UPDATES.findall(log)), default=0)
+    valid = COPY_VALID.findall(log)
+    loss = f", validation loss {float(valid[-1]):.3f} (base 2; 0 = copies every token)" if valid else ""
+    return [f"Copying stage (fairseq-train on the copying corpus): {ran} updates{loss}"]
+
+
+def rouge_lines(run: Path, what: str) -> List[str]:
+    out = [f"ROUGE F1 against the test papers' abstracts (pagesum-score, 95% bootstrap interval); "
+           f"learned = {what}, the summaries the model was trained to write",
+           f"  {'system':8} {'R-1':>18} {'R-2':>18} {'R-Lsum':>18}"]
+    for name, label in SYSTEMS:
+        scores = json.loads((run / f"scores.{name}.json").read_text())["scores"]
+        cells = [f"{scores[m]['f']:5.2f} [{scores[m]['ci_low']:5.2f},{scores[m]['ci_high']:5.2f}]"
+                 for m in ("rouge1", "rouge2", "rougeLsum")]
+        out.append(f"  {label:8} " + " ".join(f"{c:>18}" for c in cells))
+    return out
+
+
+def report(data: Path, run: Path, logs: Path, seconds: int, asked: int, what: str, abstracts: Path) -> str:
     meta = CorpusMeta.load(data)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     out = [f"PageSum demo: {meta.view} locality, {meta.tokenizer} vocabulary of {meta.vocab_size}, "
@@ -172,32 +200,28 @@ def report(data: Path, run: Path, logs: Path, seconds: int, asked: int, what: st
                    f"{1 - s['share_source_tokens_lost']:18.1%} {s['skipped_total']:7d}")
     out.append(f"  pages of at most {meta.max_page_tokens} tokens, summaries of at most {meta.max_summary_tokens}")
 
+    out += [""] + copy_lines((logs / "train-copy.log").read_text(encoding="utf-8", errors="replace"))
     out += [""] + training_lines((logs / "train.log").read_text(encoding="utf-8", errors="replace"), asked)
-
-    out += ["", f"ROUGE F1 against the test references, {what} (pagesum-score, 95% bootstrap interval)",
-            f"  {'system':8} {'R-1':>18} {'R-2':>18} {'R-Lsum':>18}"]
-    for name in ("model", "lead3"):
-        scores = json.loads((run / f"scores.{name}.json").read_text())["scores"]
-        cells = [f"{scores[m]['f']:5.2f} [{scores[m]['ci_low']:5.2f},{scores[m]['ci_high']:5.2f}]"
-                 for m in ("rouge1", "rouge2", "rougeLsum")]
-        out.append(f"  {'PageSum' if name == 'model' else 'Lead-3':8} " + " ".join(f"{c:>18}" for c in cells))
-
-    out += [""] + reading_lines(run, data)
+    out += [""] + rouge_lines(run, what)
+    out += [""] + reading_lines(run, data, abstracts)
 
     out += ["", "Outputs"]
     for label, path in (("summaries", "test.hyp.txt"), ("Lead-3", "test.lead3.txt"), ("page weights", "test.page_weights.jsonl"),
                         ("page-importance plot", "page_importance.png"), ("checkpoint", "checkpoints/checkpoint_best.pt")):
         out.append(f"  {label:21} {run / path}")
-    out.append(f"  {'full logs':21} {logs}/ (setup, preprocess, train, generate, baseline, score, plot)")
+    out.append(f"  {'full logs':21} {logs}/ (split, preprocess, train-copy, train, generate, baseline, score, plot)")
     return "\n".join(out)
+
+
+USAGE = "usage: python -m pagesum_recipes.demo_report DATA RUN LOGS SECONDS UPDATES WHAT_THE_SUMMARY_IS ABSTRACTS"
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) not in (5, 6):
-        sys.exit("usage: python -m pagesum_recipes.demo_report DATA RUN LOGS SECONDS UPDATES [WHAT_THE_SUMMARY_IS]")
+    if len(argv) != 7 or not (argv[3].isdigit() and argv[4].isdigit()):
+        sys.exit(USAGE)
     data, run, logs = (Path(a) for a in argv[:3])
-    print(report(data, run, logs, int(argv[3]), int(argv[4]), *argv[5:]))
+    print(report(data, run, logs, int(argv[3]), int(argv[4]), argv[5], Path(argv[6])))
     return 0
 
 

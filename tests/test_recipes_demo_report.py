@@ -59,15 +59,15 @@ def test_each_failure_is_reported_on_its_own():
 
 def test_two_samples_are_printed_next_to_their_references():
     ids = ["P1", "P2", "P3"]
-    lines = demo_report.sample_lines(ids, ["model one", "model two", "model three"],
-                                     ["abstract one", "abstract two", "abstract three"])
-    assert lines == ["  paper P1", "    model:      model one", "    reference:  abstract one",
-                     "  paper P2", "    model:      model two", "    reference:  abstract two"]
+    lines = demo_report.sample_lines(ids, [("model", ["model one", "model two", "model three"]),
+                                           ("reference", ["abstract one", "abstract two", "abstract three"])])
+    assert lines == ["  paper P1", "    model:     model one", "    reference: abstract one",
+                     "  paper P2", "    model:     model two", "    reference: abstract two"]
 
 
 def test_a_long_sample_wraps_under_its_label():
-    lines = demo_report.sample_lines(["P1"], ["word " * 60], ["x"], k=1, width=60)
-    assert lines[1].startswith("    model:      word") and all(line.startswith("    " + " " * 12) for line in lines[2:-1])
+    lines = demo_report.sample_lines(["P1"], [("model", ["word " * 60]), ("reference", ["x"])], k=1, width=60)
+    assert lines[1].startswith("    model:     word") and all(line.startswith("    " + " " * 11) for line in lines[2:-1])
 
 
 TRAIN_LOG = """\
@@ -113,8 +113,8 @@ def test_a_run_that_wrote_one_summary_for_every_paper_is_said_not_to_have_learne
     text = "\n".join(demo_report.reading_lines(run, data))
     assert "distinct model summaries: 1 of 25" in text and "THE MODEL DID NOT LEARN" in text
     assert "Samples (the first 2 test papers)" in text
-    assert text.count("    model:      in this paper we propose a novel method") == 2
-    assert "    reference:  the abstract of paper 0" in text and "    reference:  the abstract of paper 1" in text
+    assert text.count("    model:     in this paper we propose a novel method") == 2
+    assert "    reference: the abstract of paper 0" in text and "    reference: the abstract of paper 1" in text
     assert "paper P2" not in text
 
 
@@ -123,3 +123,24 @@ def test_a_run_with_its_own_summaries_and_focused_weights_passes(tmp_path):
     text = "\n".join(demo_report.reading_lines(run, data))
     assert "distinct model summaries: 25 of 25" in text and "Verdict: the model learned" in text
     assert "DID NOT LEARN" not in text
+
+
+def test_the_samples_stand_next_to_the_abstracts_when_given(tmp_path):
+    run, data = write_run(tmp_path, DISTINCT, [focused(6, 0.5)] * 25)
+    abstracts = tmp_path / "test.abstract.txt"
+    abstracts.write_text("word " * 200 + "\n" + "".join(f"the whole abstract of paper {i}\n" for i in range(1, 25)))
+    lines = demo_report.reading_lines(run, data, abstracts)
+    second = lines.index("  paper P1")
+    assert lines[second:second + 4] == ["  paper P1", "    model:     summary of paper 1",
+                                        "    reference: the abstract of paper 1", "    abstract:  the whole abstract of paper 1"]
+    first = lines[lines.index("  paper P0") + 3:second]  # a long abstract is shortened, at a word boundary
+    assert first[0].startswith("    abstract:  word") and first[-1].endswith("word ...")
+    assert len(" ".join(first).split()) < 70
+
+
+def test_the_copying_stage_is_summed_up_in_one_line():
+    log = ("epoch 001 | loss 3.1 | num_updates 120\n"
+           "epoch 009 | valid on 'valid' subset | loss 0.105 | nll_loss 0.105 | ppl 1.08 | num_updates 1000\n")
+    assert demo_report.copy_lines(log) == [
+        "Copying stage (fairseq-train on the copying corpus): 1000 updates, validation loss 0.105 "
+        "(base 2; 0 = copies every token)"]
