@@ -67,5 +67,7 @@ def test_every_copying_example_is_one_page_that_opens_with_its_summary(written):
             (page,) = example["sections"]
             assert example["summary"] == demo_data.opening(page["text"]) and page["name"] == ""
             assert " ".join(page["text"].split()).startswith(" ".join(example["summary"].split()[:3]))
+    root = written[0]
+    assert sorted(p.name for p in (root / "copy").iterdir()) == [f"{s}.jsonl" for s in demo_data.COPY_SPLITS]
     copied = {e["id"].split("#")[0] for split in demo_data.COPY_SPLITS for e in read["copy", split]}
     assert copied == {p["id"] for split in demo_data.COPY_SPLITS for p in read["papers", split]}  # never the test papers
