@@ -73,7 +73,7 @@ PAPERS=$DEMO_DIR/papers COPY=$DEMO_DIR/copy DATA=$DEMO_DIR/data COPY_DATA=$DEMO_
 mkdir -p "$RUN"
 
 step "splitting the 250 aclsum papers by file name: 200 train / 25 valid / 25 test; summary = $WHAT"
-quietly split python -m pagesum_recipes.demo_data "$PAPERS" "$COPY" "$SUMMARY" $PAGES
+quietly split pagesum-demo-data "$PAPERS" "$COPY" --summary "$SUMMARY" --max-pages $PAGES
 
 step "pagesum-preprocess: the papers, one page a section, sentencepiece vocabulary of $VOCAB_SIZE"
 rm -rf "$DATA" "$COPY_DATA"
@@ -161,6 +161,7 @@ quietly plot pagesum-plot page-importance --weights "$RUN/test.page_weights.json
     --out "$RUN/page_importance.png"
 
 step "report"
-to_file "$RUN/report.txt" python -m pagesum_recipes.demo_report "$DATA" "$RUN" "$LOGS" "$((SECONDS - START))" \
-    "$TRAIN_UPDATES" "$WHAT" "$ABSTRACTS" 2>"$LOGS/report.log" || { cat "$LOGS/report.log" >&2; exit 1; }
+to_file "$RUN/report.txt" pagesum-demo-report "$DATA" "$RUN" "$LOGS" --seconds $((SECONDS - START)) \
+    --updates "$TRAIN_UPDATES" --what "$WHAT" --abstracts "$ABSTRACTS" 2>"$LOGS/report.log" \
+    || { cat "$LOGS/report.log" >&2; exit 1; }
 cat "$RUN/report.txt"

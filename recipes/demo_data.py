@@ -2,18 +2,18 @@
 split by file name, with the summary the demo learns; and the copying corpus its model reads
 first. Both are JSON lines that ``pagesum-preprocess --input-format jsonl`` reads.
 
-    python -m pagesum_recipes.demo_data PAPERS COPY SUMMARY MAX_PAGES
+    pagesum-demo-data PAPERS COPY [--summary extract] [--max-pages 8]
 
 writes
 
-* ``PAPERS/{train,valid,test}.jsonl``: each paper's first MAX_PAGES sections as read by
+* ``PAPERS/{train,valid,test}.jsonl``: each paper's first ``--max-pages`` sections as read by
   pagesum's aclsum reader, without their headings (so that every page opens with its own
   first sentence), and the summary to learn;
 * ``PAPERS/{train,valid,test}.abstract.txt``: each paper's abstract, one line a paper in the
   same order, which the demo scores against and prints beside its samples;
 * ``COPY/{train,valid}.jsonl``: the copying corpus.
 
-The summary (SUMMARY) is ``extract`` (the default): the opening of the page that is most like
+The summary (``--summary``) is ``extract`` (the default): the opening of the page that is most like
 the abstract (ROUGE-1 + ROUGE-2 F1), an extractive summary that a model able to copy can learn in
 minutes, by learning which page to read; or ``title``, or N: the abstract's first N sentences.
 
@@ -34,6 +34,7 @@ import aclsum
 from pagesum_plugin.corpus.readers import read_examples
 from pagesum_plugin.corpus.sentences import split_sentences
 from pagesum_plugin.evaluation.rouge import score_pair
+from pagesum_recipes.arguments import DEMO_DATA, demo_data_parser
 
 SPLITS = {"train": slice(0, 200), "valid": slice(200, 225), "test": slice(225, 250)}  # by sorted file name
 COPY_SPLITS = ("train", "valid")  # the test papers' text is never trained on
@@ -76,7 +77,7 @@ def summary_of(pages: Sequence[str], abstract: str, title: str, summary: str) ->
         return title.strip()
     if summary.isdigit() and int(summary) >= 1:
         return " ".join(split_sentences(abstract)[: int(summary)])
-    raise ValueError(f"SUMMARY must be extract, title or a number of sentences, got {summary!r}")
+    raise ValueError(f"--summary must be extract, title or a number of sentences, got {summary!r}")
 
 
 def read_paper(path: Path, max_pages: int) -> Tuple[str, str, List[str], str]:
@@ -121,13 +122,13 @@ def _write_lines(path: Path, lines: Sequence[str]) -> None:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 4 or not argv[3].isdigit():
-        sys.exit("usage: python -m pagesum_recipes.demo_data PAPERS COPY SUMMARY MAX_PAGES")
+    args = demo_data_parser().parse_args(argv)
+    if args.max_pages < 1:
+        sys.exit(f"{DEMO_DATA}: --max-pages {args.max_pages}: must be at least 1")
     try:
-        counts = write(Path(argv[0]), Path(argv[1]), argv[2], int(argv[3]))
+        counts = write(args.papers, args.copy, args.summary, args.max_pages)
     except ValueError as error:
-        sys.exit(f"demo: {error}")
+        sys.exit(f"{DEMO_DATA}: {error}")
     for name, count in counts.items():
         print(f"{name}: {count} examples")
     return 0

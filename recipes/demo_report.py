@@ -1,7 +1,7 @@
 """The demo's report (``recipes/demo.sh``): what ran, how the model scored against Lead-3, and
 whether it learned to read its papers at all.
 
-    python -m pagesum_recipes.demo_report DATA RUN LOGS SECONDS UPDATES WHAT_THE_SUMMARY_IS ABSTRACTS
+    pagesum-demo-report DATA RUN LOGS --seconds S --updates N --what WHAT_THE_SUMMARY_IS --abstracts FILE
 
 ROUGE alone can flatter a model that ignores its input (a generic abstract shares much of its
 wording with every real one), so the report also says how source-specific the model is, and
@@ -29,6 +29,7 @@ from statistics import mean
 from typing import List, Sequence, Tuple
 
 from pagesum_plugin.corpus.format import CorpusMeta
+from pagesum_recipes.arguments import demo_report_parser
 
 MIN_DISTINCT_SHARE = 0.8  # of the test papers, with a summary no other paper gets
 MIN_TOP_OVER_UNIFORM = 1.5  # mean top page weight / uniform weight
@@ -213,15 +214,9 @@ def report(data: Path, run: Path, logs: Path, seconds: int, asked: int, what: st
     return "\n".join(out)
 
 
-USAGE = "usage: python -m pagesum_recipes.demo_report DATA RUN LOGS SECONDS UPDATES WHAT_THE_SUMMARY_IS ABSTRACTS"
-
-
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 7 or not (argv[3].isdigit() and argv[4].isdigit()):
-        sys.exit(USAGE)
-    data, run, logs = (Path(a) for a in argv[:3])
-    print(report(data, run, logs, int(argv[3]), int(argv[4]), argv[5], Path(argv[6])))
+    args = demo_report_parser().parse_args(argv)
+    print(report(args.data, args.run, args.logs, args.seconds, args.updates, args.what, args.abstracts))
     return 0
 
 

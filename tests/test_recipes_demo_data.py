@@ -26,7 +26,7 @@ def test_the_extract_is_the_opening_most_like_the_abstract():
 
 
 def test_a_summary_of_another_kind_is_refused_in_one_line():
-    with pytest.raises(ValueError, match="SUMMARY must be extract, title or a number of sentences, got 'abstract'"):
+    with pytest.raises(ValueError, match="--summary must be extract, title or a number of sentences, got 'abstract'"):
         demo_data.summary_of(["A page."], "An abstract.", "A title", "abstract")
     assert demo_data.summary_of(["A page."], "First one. Second one.", "A title", "1") == "First one."
     assert demo_data.summary_of(["A page."], "An abstract.", " A title ", "title") == "A title"
@@ -71,3 +71,9 @@ def test_every_copying_example_is_one_page_that_opens_with_its_summary(written):
     assert sorted(p.name for p in (root / "copy").iterdir()) == [f"{s}.jsonl" for s in demo_data.COPY_SPLITS]
     copied = {e["id"].split("#")[0] for split in demo_data.COPY_SPLITS for e in read["copy", split]}
     assert copied == {p["id"] for split in demo_data.COPY_SPLITS for p in read["papers", split]}  # never the test papers
+
+
+def test_the_command_refuses_a_summary_of_another_kind_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        demo_data.main([str(tmp_path / "papers"), str(tmp_path / "copy"), "--summary", "abstract"])
+    assert stop.value.code == "pagesum-demo-data: --summary must be extract, title or a number of sentences, got 'abstract'"

@@ -92,7 +92,7 @@ def test_stopping_early_by_patience_is_said_and_is_no_warning():
 
 def test_the_demo_decodes_the_best_checkpoint_and_prints_this_report():
     text = DEMO.read_text()
-    assert "checkpoints/checkpoint_best.pt" in text and "python -m pagesum_recipes.demo_report" in text
+    assert "checkpoints/checkpoint_best.pt" in text and "pagesum-demo-report" in text
 
 
 def write_run(tmp_path, summaries, weights):
