@@ -66,6 +66,8 @@ setup(
             "pagesum-compare-fit = pagesum_commands:compare_fit",
             "pagesum-compare-report = pagesum_commands:compare_report",
             "pagesum-make-figures = pagesum_commands:make_figures",
+            "pagesum-demo-data = pagesum_commands:demo_data",
+            "pagesum-demo-report = pagesum_commands:demo_report",
             "pagesum-plan = pagesum_commands:plan",
         ]
     },

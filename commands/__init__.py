@@ -51,6 +51,10 @@ COMMANDS = {
     "pagesum-compare-fit": Command("pagesum_recipes.arguments:fit_parser", "pagesum_recipes.comparison.fit"),
     "pagesum-compare-report": Command("pagesum_recipes.arguments:report_parser", "pagesum_recipes.comparison.report"),
     "pagesum-make-figures": Command("pagesum_recipes.arguments:figures_parser", "pagesum_recipes.make_figures"),
+    "pagesum-demo-data": Command("pagesum_recipes.arguments:demo_data_parser", "pagesum_recipes.demo_data",
+                                 text_only=True),
+    "pagesum-demo-report": Command("pagesum_recipes.arguments:demo_report_parser", "pagesum_recipes.demo_report",
+                                   text_only=True),
 }
 
 
@@ -130,3 +134,11 @@ def compare_report():
 
 def make_figures():
     return run("pagesum-make-figures")
+
+
+def demo_data():
+    return run("pagesum-demo-data")
+
+
+def demo_report():
+    return run("pagesum-demo-report")

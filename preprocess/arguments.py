@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     tokenizer.add_argument("--gpt2-vocab-bpe", metavar="FILE", help="BART's vocab.bpe")
     tokenizer.add_argument("--gpt2-dict", metavar="FILE", help="BART's dict.txt")
     tokenizer.add_argument("--vocab-size", type=int, default=32000, help="sentencepiece vocabulary size")
+    tokenizer.add_argument("--sentencepiece-model", metavar="FILE",
+                           help="sentencepiece: reuse this trained model (another data directory's "
+                           "sentencepiece.model) instead of training one on --trainpref, so that both data "
+                           "directories share one dictionary and a model trained on one reads the other")
     run = parser.add_argument_group("run")
     run.add_argument("--workers", type=int, default=1)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -49,8 +49,14 @@ def check_arguments(args) -> None:
         for name in GPT2_FLAGS:
             if not Path(getattr(args, name)).is_file():
                 raise UsageError(f"{flag(name)} {getattr(args, name)}: no such file")
+    elif args.sentencepiece_model:
+        if not Path(args.sentencepiece_model).is_file():
+            raise UsageError(f"--sentencepiece-model {args.sentencepiece_model}: no such file")
     elif not args.trainpref:
-        raise UsageError("--tokenizer sentencepiece is trained on the training split: give --trainpref")
+        raise UsageError("--tokenizer sentencepiece is trained on the training split: give --trainpref "
+                         "(or reuse a trained model: --sentencepiece-model)")
+    if args.sentencepiece_model and args.tokenizer != "sentencepiece":
+        raise UsageError("--sentencepiece-model needs --tokenizer sentencepiece")
     destdir = Path(args.destdir)
     if destdir.exists() and (not destdir.is_dir() or (any(destdir.iterdir()) and not (destdir / META_FILE).exists())):
         raise UsageError(f"--destdir {destdir}: exists and is not a pagesum-preprocess data directory; "

@@ -41,8 +41,13 @@ def prepare_tokenizer(args, destdir: Path):
         shutil.copyfile(args.gpt2_dict, destdir / DICT_FILE)  # unchanged, as BART's model expects
         files = {"encoder_json": str(destdir / GPT2_ENCODER_FILE), "vocab_bpe": str(destdir / GPT2_MERGES_FILE)}
         return tokenizer, build_dictionary(tokenizer, destdir / DICT_FILE), files
-    logger.info("training sentencepiece (vocabulary %d) on %s", args.vocab_size, args.trainpref)
     model = destdir / SENTENCEPIECE_FILE
+    if args.sentencepiece_model:
+        logger.info("reusing the sentencepiece model %s", args.sentencepiece_model)
+        shutil.copyfile(args.sentencepiece_model, model)
+        tokenizer = build_tokenizer("sentencepiece", model=model)
+        return tokenizer, _save_dictionary(tokenizer, destdir), {"model": str(model)}
+    logger.info("training sentencepiece (vocabulary %d) on %s", args.vocab_size, args.trainpref)
     # sentencepiece reads the sentences from C++: an InputError raised inside it would come
     # back wrapped in its own traceback, so it is caught here and raised again, whole.
     errors: list[InputError] = []
@@ -61,9 +66,14 @@ def prepare_tokenizer(args, destdir: Path):
         raise UsageError(sentencepiece_message(error, args.vocab_size, args.trainpref)) from None
     if errors:
         raise errors[0]
+    return tokenizer, _save_dictionary(tokenizer, destdir), {"model": str(model)}
+
+
+def _save_dictionary(tokenizer, destdir: Path):
+    """The dictionary of a sentencepiece model, one symbol per piece, saved into ``destdir``."""
     dictionary = build_dictionary(tokenizer)
     dictionary.save(str(destdir / DICT_FILE))
-    return tokenizer, dictionary, {"model": str(model)}
+    return dictionary
 
 
 def run(args) -> CorpusMeta:
@@ -79,7 +89,7 @@ def run(args) -> CorpusMeta:
             num_pages=view.num_pages,
             max_pages=view.max_pages, spatial_split=view.spatial_split, max_page_tokens=view.max_page_tokens, max_source_tokens=view.max_source_tokens,
             max_summary_tokens=args.max_summary_tokens, dictionary_size=len(dictionary),
-            vocab_size=args.vocab_size if tokenizer.name == "sentencepiece" else None,
+            vocab_size=tokenizer.vocab_size if tokenizer.name == "sentencepiece" else None,
             splits=sorted(splits, key=SPLITS.index),
         )
         skip_log = _SkipLogger()

@@ -218,6 +218,21 @@ def test_sentencepiece_is_trained_on_train_and_travels_with_the_data(tmp_path, p
     assert CorpusSplit(data, "valid").example_ids() == [papers[4]["id"]]
 
 
+def test_a_trained_sentencepiece_model_is_reused_with_its_dictionary(tmp_path, papers):
+    """--sentencepiece-model: a second corpus shares the first one's vocabulary, so that a model
+    trained on one reads the other (the demo's copying corpus and its papers)."""
+    first, second = write_cohan(tmp_path / "first.txt", papers[:4]), write_cohan(tmp_path / "second.txt", papers[4:])
+    assert _run("--input-format", "arxiv", "--trainpref", first, "--tokenizer", "sentencepiece", "--vocab-size", 400,
+                "--destdir", tmp_path / "a", "--no-progress") == 0
+    assert _run("--input-format", "arxiv", "--trainpref", second, "--tokenizer", "sentencepiece", "--sentencepiece-model",
+                tmp_path / "a" / "sentencepiece.model", "--destdir", tmp_path / "b", "--no-progress") == 0
+    for name in ("sentencepiece.model", "dict.txt"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert CorpusMeta.load(tmp_path / "b").vocab_size == 400  # the model's, not --vocab-size's default
+    _, summaries = _pages(tmp_path / "b", "train")
+    assert TextCodec.from_data_dir(tmp_path / "a").decode(summaries[0]) == " ".join(papers[4]["summary"].split())
+
+
 def test_bad_input_stops_with_file_line_and_field(tmp_path, bpe, caplog):
     path = tmp_path / "train.jsonl"
     path.write_text('{"id": "a", "summary": "S.", "text": "T."}\n{"id": "b", "summary": "", "text": "T."}\n')

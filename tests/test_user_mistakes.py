@@ -73,6 +73,12 @@ PREPROCESS_MISTAKES = [
     ("gpt2 without its files", lambda r: jsonl(r, "--tokenizer", "gpt2"),
      "--tokenizer gpt2 needs --gpt2-encoder-json, --gpt2-vocab-bpe, --gpt2-dict (BART's encoder.json, vocab.bpe, "
      "dict.txt)"),
+    ("a --sentencepiece-model that does not exist",
+     lambda r: jsonl(r, "--tokenizer", "sentencepiece", "--sentencepiece-model", str(r / "spm.model")),
+     "--sentencepiece-model {root}/spm.model: no such file"),
+    ("a --sentencepiece-model with the gpt2 tokenizer",
+     lambda r: jsonl(r, *gpt2(r), "--sentencepiece-model", str(r / "train.jsonl")),
+     "--sentencepiece-model needs --tokenizer sentencepiece"),
     ("--num-pages 0", lambda r: jsonl(r, *gpt2(r), "--num-pages", "0"),
      "--num-pages 0: must be at least 1 (pages per example)"),
     ("--max-pages 0", lambda r: jsonl(r, *gpt2(r), "--max-pages", "0"),
