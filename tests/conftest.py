@@ -26,6 +26,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end runs of the console commands (deselect with -m 'not slow')")
     config.addinivalue_line("filterwarnings", "ignore:`torch.jit.script(_method)?` is deprecated:DeprecationWarning")
     config.addinivalue_line("filterwarnings", "ignore:Support for mismatched key_padding_mask and attn_mask")
+    # fairseq's batch iterator asks every DataLoader for pinned memory, which a machine without a GPU has not
+    config.addinivalue_line("filterwarnings", "ignore:'pin_memory' argument is set as true but no accelerator:UserWarning")
     for notice in FAIRSEQ_NOTICES:  # the plugin silences them on import, which pytest undoes around each test
         config.addinivalue_line("filterwarnings", f"ignore:{notice}")
 

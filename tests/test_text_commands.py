@@ -3,9 +3,11 @@ fresh interpreter, and print none of fairseq's import chatter (--help of every c
 test_console_help.py); the plugin still registers everything when it is imported any other way."""
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +43,10 @@ REAL_RUNS = [
     ("pagesum-plot", lambda d: ["page-importance", "--weights", d / "weights.jsonl", "--id", 0, "--out", d / "w.png"]),
     ("pagesum-decoding-flags", lambda d: ["arxiv"]),
     ("pagesum-plan", lambda d: ["--budget", "24GB", "--arch", "pagesum_bart_large", "--summary-tokens", 1024]),
+    ("pagesum-demo-data", lambda d: [d / "papers", d / "copy", "--summary", "title"]),
+    ("pagesum-demo-report", lambda d: [d / "demo" / "data", d / "demo" / "run", d / "demo" / "logs", "--seconds", 300,
+                                       "--updates", 300, "--what", "the paper's title",
+                                       "--abstracts", d / "demo" / "abstracts.txt"]),
 ]
 
 
@@ -49,7 +55,7 @@ def test_every_text_only_command_has_a_real_run_here():
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
+def inputs(tmp_path_factory, copy_task_dir):
     tmp = tmp_path_factory.mktemp("text")
     papers = acl_papers(3)
     (tmp / "ref.txt").write_text("".join(" ".join(p["summary"].split()) + "\n" for p in papers))
@@ -57,7 +63,35 @@ def inputs(tmp_path_factory):
     (tmp / "weights.jsonl").write_text(json.dumps({"id": 0, "hypothesis": "a b", "tokens": ["a", "b"],
                                                    "page_weights": [[0.5, 0.5], [0.9, 0.1]]}) + "\n")
     write_jsonl(tmp / "docs.jsonl", papers)
+    demo_run(tmp / "demo", Path(copy_task_dir))
     return tmp
+
+
+def demo_run(folder: Path, data: Path) -> None:
+    """What the demo hands its report: a corpus's test split, a run's summaries, page weights and
+    scores, and the two trainings' logs."""
+    (folder / "data").mkdir(parents=True)
+    for name in ("test.ids.txt", "test.reference.txt"):
+        shutil.copy(data / name, folder / "data" / name)
+    papers = len((data / "test.ids.txt").read_text().splitlines())
+    meta = json.loads((data / "meta.json").read_text())  # with the statistics pagesum-preprocess keeps of each split
+    meta["stats"] = {split: {"examples": papers, "pages": 3 * papers, "pages_per_example_mean": 3.0,
+                             "share_source_tokens_lost": 0.1, "skipped_total": 0} for split in meta["splits"]}
+    (folder / "data" / "meta.json").write_text(json.dumps(meta))
+    run, logs = folder / "run", folder / "logs"
+    run.mkdir()
+    logs.mkdir()
+    (run / "test.hyp.txt").write_text("".join(f"summary {i}\n" for i in range(papers)))
+    (run / "test.page_weights.jsonl").write_text("".join(json.dumps({"id": i, "page_weights": [[0.7, 0.3]] * 3}) + "\n"
+                                                         for i in range(papers)))
+    cell = {"f": 20.0, "ci_low": 18.0, "ci_high": 22.0}
+    for name in ("model", "lead3", "target"):
+        (run / f"scores.{name}.json").write_text(json.dumps({"scores": dict.fromkeys(("rouge1", "rouge2", "rougeLsum"),
+                                                                                      cell)}))
+    valid = "epoch 001 | valid on 'valid' subset | loss 8.1 | nll_loss 8.0 | num_updates 25\n"
+    (logs / "train.log").write_text(valid)
+    (logs / "train-copy.log").write_text(valid)
+    (folder / "abstracts.txt").write_text("".join(f"abstract {i}\n" for i in range(papers)))
 
 
 @pytest.mark.parametrize("command, argv", REAL_RUNS)
