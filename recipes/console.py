@@ -75,7 +75,7 @@ class StageBar:
             self.postfix["valid loss"] = float(match.group(1))
         if self.postfix:
             self.bar.set_postfix(self.postfix, refresh=False)
-        self.bar.refresh()
+        self.bar.update(0)  # redraws no more often than mininterval (refresh() would at every line)
 
     def close(self, ok: bool) -> None:
         self.bar.close()

@@ -57,3 +57,17 @@ def test_with_updates_the_bar_counts_the_updates_done_not_the_time(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 0
     assert "12/20" in result.stdout.replace(" updates", "")
+
+
+CHATTY_TOOL = """
+import sys
+for i in range(1, 301):
+    print(f"{i}/300 [00:00<00:00]", end="\\r", file=sys.stderr, flush=True)
+"""
+
+
+def test_in_a_file_the_bar_is_drawn_a_few_times_not_once_per_line_of_the_tool(tmp_path):
+    result, _ = run_stage(tmp_path, CHATTY_TOOL)
+    assert result.returncode == 0 and "300/300" in result.stdout
+    draws = result.stdout.replace("\r", "\n").count("stage:")
+    assert draws <= 3, f"{draws} draws of the bar for 300 lines of the tool"
