@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import textwrap
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
@@ -30,13 +31,13 @@ from typing import List, Sequence, Tuple
 
 from pagesum_plugin.corpus.format import CorpusMeta
 from pagesum_recipes.arguments import demo_report_parser
+from pagesum_recipes.console import UPDATES, VALID_LOSS
 
 MIN_DISTINCT_SHARE = 0.8  # of the test papers, with a summary no other paper gets
 MIN_TOP_OVER_UNIFORM = 1.5  # mean top page weight / uniform weight
 SAMPLES = 2
 ABSTRACT_CHARS = 300  # a sample's abstract is shortened to this, at a word boundary
 VALID = re.compile(r"epoch (\d+) \| valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+).*?num_updates (\d+)")
-UPDATES = re.compile(r"num_updates[ =](\d+)")
 EARLY_STOP = re.compile(r"early stop since valid performance hasn't improved for last (\d+) runs")
 
 
@@ -74,19 +75,17 @@ def page_weight_stats(weights: Sequence[Sequence[Sequence[float]]]) -> PageWeigh
         max_pages=most, top_page_counts=[favourite.count(p) for p in range(most)])
 
 
-def distinct_share(summaries: Sequence[str]) -> float:
-    """The share of summaries that no other paper got."""
-    counts = {}
-    for s in summaries:
-        counts[s] = counts.get(s, 0) + 1
-    return sum(1 for s in summaries if counts[s] == 1) / len(summaries)
+def own_summaries(summaries: Sequence[str]) -> int:
+    """How many papers got a summary that no other paper got."""
+    counts = Counter(summaries)
+    return sum(counts[s] == 1 for s in summaries)
 
 
 def verdict(summaries: Sequence[str], stats: PageWeightStats) -> List[str]:
     """Why the model did not learn, one reason a line; empty when it passed both thresholds."""
     reasons = []
     n = len(summaries)
-    unique = round(distinct_share(summaries) * n)
+    unique = own_summaries(summaries)
     if unique < MIN_DISTINCT_SHARE * n:
         reasons.append(f"{n - unique} of {n} summaries are shared with another paper ({len(set(summaries))} distinct); "
                        f"the threshold is {MIN_DISTINCT_SHARE:.0%} of the papers with a summary of their own")
@@ -100,7 +99,7 @@ def verdict(summaries: Sequence[str], stats: PageWeightStats) -> List[str]:
 def verdict_lines(summaries: Sequence[str], stats: PageWeightStats) -> List[str]:
     reasons = verdict(summaries, stats)
     if not reasons:
-        return [f"Verdict: the model learned to read its papers: {round(distinct_share(summaries) * len(summaries))} "
+        return [f"Verdict: the model learned to read its papers: {own_summaries(summaries)} "
                 f"of {len(summaries)} summaries are its own (threshold {MIN_DISTINCT_SHARE:.0%}), and its top page "
                 f"gets {stats.top_over_uniform:.2f} times the uniform weight (threshold {MIN_TOP_OVER_UNIFORM})."]
     return ["Verdict: THE MODEL DID NOT LEARN to read its papers:"] + [f"  - {r}" for r in reasons]
@@ -121,9 +120,14 @@ def sample_lines(ids: Sequence[str], columns: Sequence[Tuple[str, Sequence[str]]
     return lines
 
 
+def updates_ran(log: str) -> int:
+    """The last update a fairseq-train log reports."""
+    return max((int(n) for n in UPDATES.findall(log)), default=0)
+
+
 def training_lines(log: str, asked: int) -> List[str]:
     valid = VALID.findall(log)
-    ran = max((int(n) for n in UPDATES.findall(log)), default=0)
+    ran = updates_ran(log)
     best = min(range(len(valid)), key=lambda i: float(valid[i][1])) if valid else None
     lines = [f"Training curve (fairseq-train, {ran} of {asked} updates; validation loss per epoch, base 2)"]
     for i, (epoch, loss, nll, updates) in enumerate(valid):
@@ -165,13 +169,12 @@ def reading_lines(run: Path, data: Path, abstracts: Path = None) -> List[str]:
 
 
 SYSTEMS = (("model", "PageSum"), ("lead3", "Lead-3"), ("target", "learned"))  # scores.NAME.json -> row label
-COPY_VALID = re.compile(r"valid on 'valid' subset \| loss ([\d.]+)")
 
 
 def copy_lines(log: str) -> List[str]:
     """The copying stage in one line: its updates and final validation loss."""
-    ran = max((int(n) for n in UPDATES.findall(log)), default=0)
-    valid = COPY_VALID.findall(log)
+    ran = updates_ran(log)
+    valid = VALID_LOSS.findall(log)
     loss = f", validation loss {float(valid[-1]):.3f} (base 2; 0 = copies every token)" if valid else ""
     return [f"Copying stage (fairseq-train on the copying corpus): {ran} updates{loss}"]
 

@@ -13,8 +13,7 @@ from builders.awesome import build_awesome
 from builders.hed import build_hed
 from builders.hepos import SMALL_PATTERNS, build_hepos
 from builders.models import build_tiny, decoder_input
-from builders.systems import SUMMARIES
-from builders.systems import TRAINED_SYSTEMS
+from builders.systems import SUMMARIES, TRAINED_SYSTEMS
 from pagesum_recipes.profiling import HostSyncs
 
 pytestmark = pytest.mark.usefixtures("one_thread")

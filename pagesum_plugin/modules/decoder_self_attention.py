@@ -253,12 +253,12 @@ class DecoderSelfAttention(MultiheadAttention):
         the three projections fused (``_fused_projections``) where they are given."""
         tgt_len = query.size(0)
         x = query.reshape(tgt_len * blocks * beams, -1)  # (tgt_len * rows, dim)
-        shape = (tgt_len, blocks, beams, self.num_heads, self.head_dim)
         if qkv_weight is not None:
             # (tgt_len * rows, 3 * dim) -> (3, blocks, heads, beams, tgt_len, head_dim)
             qkv = torch.addmm(qkv_bias, x, qkv_weight).view(tgt_len, blocks, beams, 3, self.num_heads, self.head_dim)
             q, k, v = qkv.permute(3, 1, 4, 2, 0, 5).unbind(0)
-        else:
+        else:  # (tgt_len * rows, dim) each -> (blocks, heads, beams, tgt_len, head_dim)
+            shape = (tgt_len, blocks, beams, self.num_heads, self.head_dim)
             q = (self.q_proj(x) * self.scaling).view(shape).permute(1, 3, 2, 0, 4)
             k, v = (proj(x).view(shape).permute(1, 3, 2, 0, 4) for proj in (self.k_proj, self.v_proj))
         return q.reshape(blocks, self.num_heads, 1, beams * tgt_len, self.head_dim), k, v
