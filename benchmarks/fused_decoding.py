@@ -253,11 +253,14 @@ class StepState:
 def fill_cache(module: DecoderSelfAttention, state: Dict, length: int, rng: torch.Generator) -> None:
     """Replace the one-position cache by ``length`` random positions, in the module's own layout."""
     buffer = module._get_input_buffer(state)
-    if "cache_key" in buffer:  # fused: (blocks, heads, beams, capacity, head_dim), read through the beam table
+    if "cache_key" in buffer:  # fused: (blocks, heads, capacity, beams, head_dim), read through the beam table
         for name in ("cache_key", "cache_value"):
             buffer[name].normal_(generator=None)
-        table = buffer["beam_of_position"]
-        table.copy_(torch.randint(buffer["beams"], table.shape, generator=rng))
+        readable = buffer["readable"]  # (rows, capacity, beams): 0 at the beam each row reads, -inf elsewhere
+        rows, capacity, beams = readable.shape
+        table = torch.randint(beams, (rows, length, 1), generator=rng).to(readable.device)
+        readable.fill_(float("-inf"))
+        readable[:, :length].scatter_(2, table, 0.0)
         buffer["length"] = length
     else:  # today's: (rows, heads, length, head_dim), written whole at every step
         rows, heads, _, head_dim = buffer["prev_key"].shape

@@ -2,11 +2,15 @@
 written once per position and beams reorder through its index table, through beam
 reordering, dropped examples, padded prefixes and the full (training) pass."""
 
+import math
+
 import pytest
 import torch
 from fairseq.modules import MultiheadAttention
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention
+from pagesum_plugin.modules.decoder_self_attention import (DecoderSelfAttention, attend_through_table, gather_rows,
+                                                           read_mask)
 from pagesum_plugin.modules.decoding_step import declare_unpadded_prefixes, set_step_position
 from pagesum_plugin.modules.page_mixing import PageLayout
 
@@ -142,16 +146,72 @@ def test_steps_at_a_position_tensor_write_and_read_the_cache_in_place_and_equal_
     assert len(storages) == 1, "one cache, allocated at the first step"
 
 
-def test_a_search_that_declares_its_prefixes_unpadded_keeps_no_padding_mask():
+class OperatorCount(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_search_that_declares_its_prefixes_unpadded_spends_no_operator_on_the_padding_mask():
     """The decoder hands every step the new position's padding mask (asking whether it holds any
     would make the host wait); a search whose prefixes never hold padding says so once, and its
-    steps then write, read and reorder no mask."""
-    ours, stock = twins(beams=2, cache_length=8)
-    rng = torch.Generator().manual_seed(9)
-    state = {}
-    declare_unpadded_prefixes(state)
-    decode(ours, stock, 4, lambda step, rows: within_blocks(rows, 2, rng), rng, steps=4, ours_state=state, padded=True)
-    assert "padding" not in ours._get_input_buffer(state)
+    steps then launch what steps handed no mask launch."""
+
+    def operators_of_a_step(padded: bool, declared: bool) -> int:
+        ours, stock = twins(beams=2, cache_length=8)
+        rng = torch.Generator().manual_seed(9)
+        state = {}
+        if declared:
+            declare_unpadded_prefixes(state)
+        decode(ours, stock, 4, lambda step, rows: within_blocks(rows, 2, rng), rng, steps=3, ours_state=state,
+               padded=padded)  # and equal to fairseq's
+        x = torch.randn(1, 4, EMBED, generator=rng)
+        padding = torch.zeros(4, 1, dtype=torch.bool) if padded else None
+        with torch.no_grad(), OperatorCount() as counter:
+            ours(x, x, x, key_padding_mask=padding, incremental_state=state, need_weights=False)
+        return counter.count
+
+    unmasked = operators_of_a_step(padded=False, declared=False)
+    assert operators_of_a_step(padded=True, declared=True) == unmasked < operators_of_a_step(padded=True,
+                                                                                               declared=False)
+
+
+def test_the_read_through_the_table_equals_attention_over_each_rows_own_gathered_keys():
+    """The one SDPA call over every beam of a block, masked by the table, is the dense attention
+    of each row over the keys it follows (``gather_rows``), with and without a padded position
+    and for several queries a row."""
+    rng = torch.Generator().manual_seed(12)
+    blocks, heads, length, beams, head_dim, tgt_len = 3, 2, 6, 4, 8, 2
+    keys, values = (torch.randn(blocks, heads, length, beams, head_dim, generator=rng) for _ in range(2))
+    table = torch.randint(beams, (blocks * beams, length), generator=rng)  # (rows, length)
+    padding = torch.zeros(blocks * beams, length, dtype=torch.bool)
+    padding[5, 2] = True
+    readable = torch.full((blocks * beams, length, beams), -math.inf).scatter(2, table[:, :, None], 0.0)
+    readable = readable.masked_fill(padding[:, :, None], -math.inf)
+    start = length - tgt_len
+    q = torch.randn(blocks, heads, tgt_len * beams, head_dim, generator=rng)  # queries (tgt_len, beams) in a block
+    out, probs = attend_through_table(q, keys, values, read_mask(readable, beams, start))
+    dense_out, dense_probs = attend_through_table(q, keys, values, read_mask(readable, beams, start), need_probs=True)
+
+    # the reference: each row's own keys, gathered, and a causal, padded softmax attention
+    own_keys, own_values = gather_rows(keys, table), gather_rows(values, table)  # (rows, heads, length, head_dim)
+    rows_q = q.view(blocks, heads, tgt_len, beams, head_dim).permute(0, 3, 1, 2, 4).reshape(
+        blocks * beams, heads, tgt_len, head_dim)
+    causal = torch.arange(length)[None, :] > torch.arange(start, length)[:, None]  # (tgt_len, length)
+    scores = (rows_q @ own_keys.transpose(-1, -2)).masked_fill(causal | padding[:, None, None, :], -math.inf)
+    weights = scores.softmax(-1)  # (rows, heads, tgt_len, length)
+    expected = (weights @ own_values).view(blocks, beams, heads, tgt_len, head_dim).permute(0, 2, 3, 1, 4).reshape(
+        blocks, heads, tgt_len * beams, head_dim)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dense_out, expected, atol=1e-5, rtol=1e-5)
+    assert probs is None
+    expected_probs = weights.view(blocks, beams, heads, tgt_len, length).permute(0, 2, 3, 1, 4).reshape(
+        blocks, heads, tgt_len * beams, length)
+    torch.testing.assert_close(dense_probs, expected_probs, atol=1e-6, rtol=1e-6)
 
 
 def test_a_step_projects_its_rows_once_through_the_fused_projections():
@@ -214,8 +274,8 @@ def test_rows_that_repeat_their_hypothesis_are_cached_once_per_hypothesis_and_eq
             torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6, msg=f"step {step}")
             torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-6, msg=f"step {step}")
             if step < 6:
-                cache = ours._get_input_buffer(ours_state)["cache_key"]  # (blocks, heads, beams, length, head_dim)
-                assert cache.size(0) * cache.size(2) == layout.hypotheses < x.size(1)
+                cache = ours._get_input_buffer(ours_state)["cache_key"]  # (blocks, heads, length, beams, head_dim)
+                assert cache.size(0) * cache.size(3) == layout.hypotheses < x.size(1)
 
 
 @pytest.mark.parametrize("padded", [False, True])

@@ -16,6 +16,7 @@ from builders.models import assert_gradients_close, build_tiny, decoder_input, m
 from builders.stock import assert_same_hypotheses
 from builders.systems import SUMMARIES, TRAINED_SYSTEMS, loss_and_grads, pages, trained_system
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
+from pagesum_plugin.modules.fused_attention import STEP_WEIGHTS, FusedCrossAttention
 from benchmarks.reference.modules import reference_attention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
@@ -139,3 +140,43 @@ def test_top_pages_decodes_as_before(copy_task_dir):
     _, task, model = build_tiny(copy_task_dir)
     model = make_source_sensitive(model, task.dictionary)
     assert_decodes_as_before(model, task, pages(task, (4, 2, 3), seed=3), top_pages=2)
+
+
+def cross_attention_twins():
+    """The fused encoder-decoder attention and fairseq's, with the same weights."""
+    torch.manual_seed(3)
+    ours = FusedCrossAttention(16, 4, kdim=16, vdim=16, encoder_decoder_attention=True)
+    stock = MultiheadAttention(16, 4, kdim=16, vdim=16, encoder_decoder_attention=True)
+    stock.load_state_dict(ours.state_dict())
+    return ours.eval(), stock.eval()
+
+
+@pytest.mark.parametrize("hooked", [False, True], ids=["plain", "query-projection-with-a-hook"])
+def test_decoding_steps_of_the_cross_attention_project_through_weights_kept_for_the_search(hooked):
+    """A search's steps call the query and output projections as one ``addmm`` each, the query's
+    scaling folded in, through the weights transposed once for the search (views: no copy), and
+    equal fairseq's attention step by step; a projection with a hook of its own (quantization
+    noise's) is called as itself."""
+    ours, stock = cross_attention_twins()
+    calls = []
+    if hooked:
+        ours.q_proj.register_forward_hook(lambda module, args, out: calls.append(1))
+    rng = torch.Generator().manual_seed(4)
+    source = torch.randn(7, 3, 16, generator=rng)  # (src_len, rows, dim)
+    padding = torch.zeros(3, 7, dtype=torch.bool)
+    padding[1, 5:] = True
+    ours_state, stock_state = {}, {}
+    with torch.no_grad():
+        for step in range(3):
+            x = torch.randn(1, 3, 16, generator=rng)  # (tgt_len, rows, dim)
+            out, _ = ours(x, source, source, key_padding_mask=padding, incremental_state=ours_state, static_kv=True,
+                          need_weights=False)
+            expected, _ = stock(x, source, source, key_padding_mask=padding, incremental_state=stock_state,
+                                static_kv=True, need_weights=False)
+            torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6, msg=f"step {step}")
+    kept = ours.get_incremental_state(ours_state, STEP_WEIGHTS)
+    assert kept["out"].data_ptr() == ours.out_proj.weight.data_ptr() and kept["out"].shape == (16, 16)
+    if hooked:
+        assert kept["query"] is None and len(calls) == 3
+    else:
+        assert kept["query"].data_ptr() == ours.q_proj.weight.data_ptr()

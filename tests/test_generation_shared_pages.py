@@ -85,9 +85,9 @@ def test_the_cross_attention_cache_holds_each_page_once_and_the_self_attention_c
             model.decoder(prefix, encoder_out=encoder_out, incremental_state=state)
             for index, layer in enumerate(model.decoder.layers):
                 cross = layer.encoder_attn._get_input_buffer(state)["prev_key"]  # (rows, heads, src_len, head_dim)
-                own = layer.self_attn._get_input_buffer(state)["cache_key"]  # (blocks, heads, beams, length, head_dim)
+                own = layer.self_attn._get_input_buffer(state)["cache_key"]  # (blocks, heads, length, beams, head_dim)
                 assert cross.size(0) == (n_pages if shared else n_pages * beam)
-                assert own.size(0) * own.size(2) == (len(PAGE_COUNTS) * beam if index == 0 else n_pages * beam)
+                assert own.size(0) * own.size(3) == (len(PAGE_COUNTS) * beam if index == 0 else n_pages * beam)
     finally:
         model.set_beam_size(beam)
 

@@ -9,15 +9,16 @@ it doubles if a search runs past it) and each step writes only its new position,
 Beams reorder through an index table, never by moving the cache. The rows of the cache
 form blocks of ``beams`` consecutive rows (the beams of one example, or of one page of
 it), and beam search only ever moves a beam within its block. The cache is stored
-(blocks, heads, beams, capacity, head_dim), and ``beam_of_position`` (rows, capacity) says,
-for every row and position, which beam of the row's block wrote the key that the row
-reads there. A reorder only re-indexes that small table (and, when examples finish,
-drops their blocks). Attention reads the cache through the table without gathering it:
-each query is scored against the keys of every beam of its block (one batched matmul,
-which reads each key once), the score of the beam it follows is picked at each position,
-and the softmax weights are scattered back so that one more matmul reads each value once.
-That is ``beams`` times the arithmetic of a plain read, on a step that is bound by memory
-traffic, not arithmetic.
+(blocks, heads, capacity, beams, head_dim), and the table ``readable`` (rows, capacity,
+beams) says, for every row and position, which beam of the row's block wrote the key that
+the row reads there: 0 at that beam, -inf at the others, and -inf at every beam of a
+position that is padding or not written yet. A reorder only re-indexes that small table
+(and, when examples finish, drops their blocks). Attention reads the cache through the
+table without gathering it: a block's queries attend, in one SDPA call, over the keys of
+every position and beam of the block, the table (a view of it) as the additive mask. That
+reads each key and value once, at ``beams`` times the arithmetic of a plain read, on a step
+that is bound by memory traffic and by launches, not arithmetic; and it keeps a step's
+operators for the table at a write and a read.
 
 Rows that repeat one another (``share_rows``: PageSum's first layer, whose page rows of a
 hypothesis all carry the same summary prefix) are computed and cached once per group, and
@@ -29,14 +30,14 @@ table (and moved rows) back in place while no example has been dropped.
 
 A step given its position as a tensor (``modules/decoding_step.py``: a search whose steps
 run as one captured graph) writes its position there and reads the whole preallocated
-length, the positions after it masked: the same shapes at every step, and no count kept on
-the host. The full (training)
-forward pass runs through ``scaled_dot_product_attention``. A padding mask of the new
-positions is kept per row and position like the table, unless the search declared that its
-prefixes hold none (``decoding_step.declare_unpadded_prefixes``). Steps that fairseq's attention would
-handle differently (an attention mask, bias or zero-attention keys, a cache filled by
-someone else) take the one-copy path below, which computes fairseq's attention exactly
-(``takes_fused_path``).
+length, the positions after it unreadable in the table: the same shapes at every step, and no
+count kept on the host. The full (training) forward pass runs through
+``scaled_dot_product_attention``. Padding among the new positions makes them unreadable in
+the table; the steps of a search that declared its prefixes free of padding
+(``decoding_step.declare_unpadded_prefixes``) leave aside the padding mask the decoder hands
+them. Steps that fairseq's attention would handle differently (an attention mask, bias or
+zero-attention keys, a cache filled by someone else) take the one-copy path below, which
+computes fairseq's attention exactly (``takes_fused_path``).
 """
 
 import math
@@ -48,7 +49,8 @@ from fairseq import utils
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
-from .decoding_step import prefixes_unpadded, select_rows, step_position
+from .decoding_step import is_plain_linear, linear_step, prefixes_unpadded, select_rows, step_position, \
+    transposed_weight
 from .fused_attention import attention_dropout
 
 PENDING_ORDER = "pending_order"  # one-copy path: rows still to be reordered, (rows,) indices into the cached rows
@@ -203,43 +205,41 @@ class DecoderSelfAttention(MultiheadAttention):
             fused = self._fused_projections()
             if fused is not None:  # for this search: the steps project the rows once, not three times
                 buffer["qkv_weight"], buffer["qkv_bias"] = fused
+            out_weight = transposed_weight(self.out_proj)
+            if out_weight is not None:
+                buffer["out_weight"] = out_weight
             self._set_input_buffer(incremental_state, buffer)  # kept from now on, and written in place
         beams = buffer["beams"]
         blocks = rows // beams
-        # q: (blocks, heads, 1, beams * tgt_len, head_dim), scaled; k, v: (blocks, heads, beams, tgt_len, head_dim)
+        # q: (blocks, heads, tgt_len * beams, head_dim), scaled; k, v: (blocks, heads, tgt_len, beams, head_dim)
         q, k, v = self._step_projections(query, blocks, beams, buffer.get("qkv_weight"), buffer.get("qkv_bias"))
         position = buffer.get("position")
         if position is not None:
-            out, probs = self._step_at(position, q, k, v, padding, buffer, incremental_state)
-            return self._output(out, probs, tgt_len, need_weights, need_head_weights)
+            out, probs = self._step_at(position, q, k, v, padding, buffer, need_weights)
+            return self._output(out, probs, tgt_len, need_weights, need_head_weights, buffer.get("out_weight"))
         start = buffer["length"]
         end = start + tgt_len
-        if end > buffer["cache_key"].size(3):
-            buffer = self._grow(buffer, max(2 * buffer["cache_key"].size(3), end))
-        cache_k, cache_v, table = buffer["cache_key"], buffer["cache_value"], buffer["beam_of_position"]
-        cache_k[:, :, :, start:end] = k  # the new positions, written in place
-        cache_v[:, :, :, start:end] = v
-        table[:, start:end] = buffer["own_beam"][:, None]
-        if padding is not None and "padding" not in buffer:  # (rows, capacity), reordered like the table
-            buffer["padding"] = table.new_zeros(table.shape, dtype=torch.bool)
-        if "padding" in buffer:
-            buffer["padding"][:, start:end] = False if padding is None else padding
+        if end > buffer["cache_key"].size(2):
+            buffer = self._grow(buffer, max(2 * buffer["cache_key"].size(2), end))
+        cache_k, cache_v, readable = buffer["cache_key"], buffer["cache_value"], buffer["readable"]
+        cache_k[:, :, start:end] = k  # the new positions, written in place
+        cache_v[:, :, start:end] = v
+        readable[:, start:end] = own_entries(buffer["own_beam"], padding)
         buffer["length"] = end
         self._set_input_buffer(incremental_state, buffer)
 
-        masked = buffer["padding"][:, :end] if "padding" in buffer else None
-        out, probs = read_through_table(q, cache_k[:, :, :, :end], cache_v[:, :, :, :end], table[:, :end], start,
-                                        self.dropout_module, masked)
-        return self._output(out, probs, tgt_len, need_weights, need_head_weights)
+        # (blocks, 1, tgt_len * beams, end * beams); a single position reads every position up to its own
+        mask = read_mask(readable[:, :end], beams, start if tgt_len > 1 else None)
+        out, probs = attend_through_table(q, cache_k[:, :, :end], cache_v[:, :, :end], mask, attention_dropout(self),
+                                          need_weights)
+        return self._output(out, probs, tgt_len, need_weights, need_head_weights, buffer.get("out_weight"))
 
     def _fused_projections(self) -> Optional[Tuple[Tensor, Tensor]]:
         """The query, key and value projections as one matrix (dim, 3 * dim) and its bias (3 * dim,),
         the query's scaled; None where they are not plain linear layers with a bias (one wrapped for
         quantization noise, say). The scaling is a power of two for head dimensions of 4, 16, 64
         or 256, so that folding it into the weights changes no bit."""
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        if any(type(p) is not nn.Linear or p.bias is None or p._forward_hooks or p._forward_pre_hooks
-               for p in projections):
+        if not all(is_plain_linear(p) for p in (self.q_proj, self.k_proj, self.v_proj)):
             return None
         weight = torch.cat([self.q_proj.weight * self.scaling, self.k_proj.weight, self.v_proj.weight])
         bias = torch.cat([self.q_proj.bias * self.scaling, self.k_proj.bias, self.v_proj.bias])
@@ -248,55 +248,53 @@ class DecoderSelfAttention(MultiheadAttention):
     def _step_projections(self, query: Tensor, blocks: int, beams: int, qkv_weight: Optional[Tensor] = None,
                           qkv_bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
         """A step's projections in the layouts the cache reads and writes: query (tgt_len, rows, dim),
-        rows = blocks * beams -> q (blocks, heads, 1, beams * tgt_len, head_dim), scaled, and
-        k, v (blocks, heads, beams, tgt_len, head_dim). The rows are projected as one matrix, by
+        rows = blocks * beams -> q (blocks, heads, tgt_len * beams, head_dim), scaled, and
+        k, v (blocks, heads, tgt_len, beams, head_dim). The rows are projected as one matrix, by
         the three projections fused (``_fused_projections``) where they are given."""
         tgt_len = query.size(0)
         x = query.reshape(tgt_len * blocks * beams, -1)  # (tgt_len * rows, dim)
         if qkv_weight is not None:
-            # (tgt_len * rows, 3 * dim) -> (3, blocks, heads, beams, tgt_len, head_dim)
+            # (tgt_len * rows, 3 * dim) -> (3, blocks, heads, tgt_len, beams, head_dim)
             qkv = torch.addmm(qkv_bias, x, qkv_weight).view(tgt_len, blocks, beams, 3, self.num_heads, self.head_dim)
-            q, k, v = qkv.permute(3, 1, 4, 2, 0, 5).unbind(0)
-        else:  # (tgt_len * rows, dim) each -> (blocks, heads, beams, tgt_len, head_dim)
+            q, k, v = qkv.permute(3, 1, 4, 0, 2, 5).unbind(0)
+        else:  # (tgt_len * rows, dim) each -> (blocks, heads, tgt_len, beams, head_dim)
             shape = (tgt_len, blocks, beams, self.num_heads, self.head_dim)
-            q = (self.q_proj(x) * self.scaling).view(shape).permute(1, 3, 2, 0, 4)
-            k, v = (proj(x).view(shape).permute(1, 3, 2, 0, 4) for proj in (self.k_proj, self.v_proj))
-        return q.reshape(blocks, self.num_heads, 1, beams * tgt_len, self.head_dim), k, v
+            q = (self.q_proj(x) * self.scaling).view(shape).permute(1, 3, 0, 2, 4)
+            k, v = (proj(x).view(shape).permute(1, 3, 0, 2, 4) for proj in (self.k_proj, self.v_proj))
+        return q.reshape(blocks, self.num_heads, tgt_len * beams, self.head_dim), k, v
 
     def _step_at(self, position: Tensor, q: Tensor, k: Tensor, v: Tensor, padding: Optional[Tensor], buffer: Dict,
-                 incremental_state) -> Tuple[Tensor, Tensor]:
+                 need_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
         """A step of one position, at ``position`` (a 0-d tensor): written there in place, the whole
-        preallocated length read with the positions after it masked. q: (blocks, heads, 1, beams,
-        head_dim); k, v: (blocks, heads, beams, 1, head_dim); padding: (rows, 1) True where the new
+        preallocated length read with the positions after it masked. q: (blocks, heads, beams,
+        head_dim); k, v: (blocks, heads, 1, beams, head_dim); padding: (rows, 1) True where the new
         position is padding, or None."""
-        if k.size(3) != 1:
-            raise ValueError(f"a step at a position tensor decodes one position, not {k.size(3)}")
-        cache_k, cache_v, table = buffer["cache_key"], buffer["cache_value"], buffer["beam_of_position"]
+        if k.size(2) != 1:
+            raise ValueError(f"a step at a position tensor decodes one position, not {k.size(2)}")
+        cache_k, cache_v, readable = buffer["cache_key"], buffer["cache_value"], buffer["readable"]
         at = position.view(1)
-        cache_k.index_copy_(3, at, k)
-        cache_v.index_copy_(3, at, v)
-        table.index_copy_(1, at, buffer["own_beam"][:, None])
-        if padding is not None and "padding" not in buffer:  # (rows, capacity), reordered like the table
-            buffer["padding"] = table.new_zeros(table.shape, dtype=torch.bool)
-        masked = torch.arange(table.size(1), device=q.device) > position  # (capacity,) not written yet
-        if "padding" in buffer:
-            if padding is not None:
-                buffer["padding"].index_copy_(1, at, padding)
-            masked = masked | buffer["padding"]  # (rows, capacity)
-        return read_through_table(q, cache_k, cache_v, table, 0, self.dropout_module, masked)
+        cache_k.index_copy_(2, at, k)
+        cache_v.index_copy_(2, at, v)
+        readable.index_copy_(1, at, own_entries(buffer["own_beam"], padding))  # later positions stay -inf
+        mask = read_mask(readable, buffer["beams"])  # (blocks, 1, beams, capacity * beams)
+        return attend_through_table(q, cache_k, cache_v, mask, attention_dropout(self), need_weights)
 
-    def _output(self, out: Tensor, probs: Tensor, tgt_len: int, need_weights: bool,
-                need_head_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
-        """out (blocks, heads, beams * tgt_len, head_dim) through the output projection, (tgt_len,
-        rows, dim); and the weights, if asked, from probs (blocks, heads, 1, beams * tgt_len, length)."""
+    def _output(self, out: Tensor, probs: Optional[Tensor], tgt_len: int, need_weights: bool,
+                need_head_weights: bool, out_weight: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
+        """out (blocks, heads, tgt_len * beams, head_dim) through the output projection (its weight
+        transposed for the search, if given), (tgt_len, rows, dim); and the weights, if asked, from
+        probs (blocks, heads, tgt_len * beams, length)."""
         blocks, heads, columns, head_dim = out.shape
         beams = columns // tgt_len
-        out = out.view(blocks, heads, beams, tgt_len, head_dim).permute(3, 0, 2, 1, 4).reshape(
-            tgt_len * blocks * beams, heads * head_dim)  # (tgt_len * rows, dim)
-        out = self.out_proj(out).view(tgt_len, blocks * beams, -1)
+        if tgt_len == 1:  # (blocks, beams, heads, head_dim) -> (rows, dim)
+            out = out.transpose(1, 2).reshape(blocks * beams, heads * head_dim)
+        else:  # (tgt_len, blocks, beams, heads, head_dim) -> (tgt_len * rows, dim)
+            out = out.view(blocks, heads, tgt_len, beams, head_dim).permute(2, 0, 3, 1, 4).reshape(
+                tgt_len * blocks * beams, heads * head_dim)
+        out = linear_step(self.out_proj, out, out_weight).view(tgt_len, blocks * beams, -1)
         weights: Optional[Tensor] = None
         if need_weights:  # (heads, rows, tgt_len, length)
-            weights = probs.view(blocks, heads, beams, tgt_len, -1).transpose(0, 1).reshape(
+            weights = probs.view(blocks, heads, tgt_len, beams, -1).permute(1, 0, 3, 2, 4).reshape(
                 heads, blocks * beams, tgt_len, -1)
             if not need_head_weights:
                 weights = weights.mean(dim=0)
@@ -304,12 +302,15 @@ class DecoderSelfAttention(MultiheadAttention):
 
     def _allocate(self, buffer: Dict, rows: int, beams: int, capacity: int, like: Tensor) -> Dict:
         blocks, heads, head_dim = rows // beams, self.num_heads, self.head_dim
-        own_beam = torch.arange(rows, device=like.device) % beams  # (rows,)
-        buffer.update(  # zeros: a step at a position tensor reads the positions not written yet, masked
-            cache_key=like.new_zeros(blocks, heads, beams, capacity, head_dim),
-            cache_value=like.new_zeros(blocks, heads, beams, capacity, head_dim),
-            beam_of_position=own_beam.new_zeros(rows, capacity),
-            own_beam=own_beam, length=0, beams=beams,
+        beam_of_row = torch.arange(rows, device=like.device) % beams  # (rows,)
+        own_beam = torch.arange(beams, device=like.device) == beam_of_row[:, None]  # (rows, beams)
+        buffer.update(  # zeros: a step at a position tensor reads the positions not written yet (weight 0)
+            cache_key=like.new_zeros(blocks, heads, capacity, beams, head_dim),
+            cache_value=like.new_zeros(blocks, heads, capacity, beams, head_dim),
+            readable=like.new_full((rows, capacity, beams), -math.inf),  # nothing written: nothing readable
+            # what a row writes into the table at its new position: 0 at its own beam, -inf elsewhere
+            own_beam=like.new_full((rows, 1, beams), -math.inf).masked_fill(own_beam[:, None], 0.0),
+            length=0, beams=beams,
         )
         return buffer
 
@@ -317,12 +318,11 @@ class DecoderSelfAttention(MultiheadAttention):
     def _grow(buffer: Dict, capacity: int) -> Dict:
         """A search that runs past the preallocated length: double it (one copy, rarely)."""
         length = buffer["length"]
-        for name in ("cache_key", "cache_value", "beam_of_position", "padding"):
-            if name not in buffer:
-                continue
+        for name in ("cache_key", "cache_value", "readable"):
             old = buffer[name]
-            dim = 3 if old.dim() == 5 else 1  # positions: (blocks, heads, beams, capacity, hd) or (rows, capacity)
-            new = old.new_zeros(old.shape[:dim] + (capacity,) + old.shape[dim + 1:])
+            # positions: (blocks, heads, capacity, beams, hd) or, in the table, (rows, capacity, beams)
+            dim = 2 if old.dim() == 5 else 1
+            new = old.new_full(old.shape[:dim] + (capacity,) + old.shape[dim + 1:], -math.inf if dim == 1 else 0.0)
             new.narrow(dim, 0, length).copy_(old.narrow(dim, 0, length))
             buffer[name] = new
         return buffer
@@ -341,9 +341,11 @@ class DecoderSelfAttention(MultiheadAttention):
     def _to_fairseq_layout(self, buffer: Dict) -> Dict:
         """The cache as fairseq keeps it: prev_key/prev_value (rows, heads, length, head_dim)."""
         length = buffer["length"]
-        table = buffer["beam_of_position"][:, :length]
-        keys, values = (gather_rows(buffer[name][:, :, :, :length], table) for name in ("cache_key", "cache_value"))
-        padding = buffer["padding"][:, :length] if "padding" in buffer else None
+        readable = buffer["readable"][:, :length]  # (rows, length, beams)
+        table = readable.argmax(dim=-1)  # (rows, length): the beam read at each position (0 at padding)
+        keys, values = (gather_rows(buffer[name][:, :, :length], table) for name in ("cache_key", "cache_value"))
+        padding = readable.isinf().all(dim=-1)  # (rows, length): no beam read
+        padding = padding if padding.any() else None  # fairseq's layout keeps no mask without padding
         if "group_of_row" in buffer:  # one cached row per group: every row gets its own again
             group_of_row = buffer["group_of_row"]
             keys, values = keys.index_select(0, group_of_row), values.index_select(0, group_of_row)
@@ -408,37 +410,52 @@ class DecoderSelfAttention(MultiheadAttention):
         self._set_input_buffer(incremental_state, buffer)
 
 
-def read_through_table(q: Tensor, keys: Tensor, values: Tensor, table: Tensor, start: int,
-                       dropout, masked: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-    """Attention of each row over the positions its table points at.
+def own_entries(own_beam: Tensor, padding: Optional[Tensor] = None) -> Tensor:
+    """What the rows write into the table at their new positions: own_beam (rows, 1, beams), 0 at the
+    row's own beam and -inf elsewhere; padding (rows, tgt_len) True where a new position is
+    padding (-inf at every beam), or None."""
+    return own_beam if padding is None else own_beam.masked_fill(padding[:, :, None], -math.inf)
 
-    q:      (blocks, heads, 1, beams * tgt_len, head_dim), scaled: the queries of a block's rows,
-            beam by beam; query i of a row sits at position start + i
-    keys, values: (blocks, heads, beams, length, head_dim)
-    table:  (rows, length) the beam of the row's block whose key the row reads at each position
-    masked: (rows, length) or (length,) True where the row's key is padding, or None
-    returns the output (blocks, heads, beams * tgt_len, head_dim) and the weights (blocks, heads,
-    1, beams * tgt_len, length), fp32
+
+def read_mask(readable: Tensor, beams: int, start: Optional[int] = None) -> Tensor:
+    """The table as an SDPA mask over the cache's (length, beams) keys, a view of it.
+
+    readable: (rows, length, beams), 0 where the row reads that beam's key at that position
+    start:    None for one query a row; else the position of the first of the step's queries,
+              one a position up to the end, each reading the positions up to its own
+    returns   (blocks, 1, queries * beams, length * beams), additive
     """
-    blocks, heads, beams, length, head_dim = keys.shape
-    tgt_len = q.size(3) // beams
-    scores = torch.matmul(q, keys.transpose(-1, -2))  # (blocks, heads, beams, beams * tgt_len, length)
-    # the key each query follows: (blocks, heads, 1, beams * tgt_len, length)
-    index = table.view(blocks, 1, beams, 1, length).expand(blocks, heads, beams, tgt_len, length).reshape(
-        blocks, heads, 1, beams * tgt_len, length)
-    picked = scores.gather(2, index)
-    if tgt_len > 1:  # query start + i reads positions up to start + i
-        future = torch.arange(length, device=q.device)[None, :] > torch.arange(start, start + tgt_len,
-                                                                            device=q.device)[:, None]
-        picked = picked.masked_fill(future.repeat(beams, 1), -math.inf)
-    if masked is not None and masked.dim() == 1:  # the same positions for every row
-        picked = picked.masked_fill(masked, -math.inf)
-    elif masked is not None:  # (rows, length) -> (blocks, 1, 1, beams * tgt_len, length)
-        picked = picked.masked_fill(masked.view(blocks, 1, 1, beams, 1, length).expand(
-            -1, -1, -1, -1, tgt_len, -1).reshape(blocks, 1, 1, beams * tgt_len, length), -math.inf)
-    probs = torch.softmax(picked.float(), dim=-1)  # (blocks, heads, 1, beams * tgt_len, length)
-    spread = torch.zeros_like(scores).scatter_(2, index, dropout(probs.type_as(scores)))
-    return torch.matmul(spread, values).sum(dim=2), probs  # (blocks, heads, beams * tgt_len, head_dim)
+    rows, length, _ = readable.shape
+    blocks = rows // beams
+    if start is None:
+        return readable.view(blocks, 1, beams, length * beams)
+    positions = torch.arange(start, length, device=readable.device)  # (tgt_len,)
+    future = torch.arange(length, device=readable.device) > positions[:, None]  # (tgt_len, length)
+    mask = readable.view(blocks, 1, 1, beams, length, beams).masked_fill(future[:, None, :, None], -math.inf)
+    return mask.view(blocks, 1, -1, length * beams)  # (blocks, 1, tgt_len * beams, length * beams)
+
+
+def attend_through_table(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, dropout_p: float = 0.0,
+                         need_probs: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+    """Attention of each query over the cached keys its table lets it read.
+
+    q:       (blocks, heads, queries, head_dim), scaled
+    keys, values: (blocks, heads, length, beams, head_dim), the cache
+    mask:    (blocks, 1, queries, length * beams) from ``read_mask``, additive
+    returns the output (blocks, heads, queries, head_dim), and, if asked, the weights of each
+    position (blocks, heads, queries, length), fp32. Asked, the scores are computed densely, as a
+    reference computes them; else in one SDPA call.
+    """
+    blocks, heads, length, beams, head_dim = keys.shape
+    keys = keys.flatten(2, 3)  # (blocks, heads, length * beams, head_dim)
+    values = values.flatten(2, 3)
+    if not need_probs:
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=dropout_p,
+                                              scale=1.0), None
+    scores = torch.matmul(q, keys.transpose(-1, -2)) + mask
+    probs = torch.softmax(scores.float(), dim=-1)  # (blocks, heads, queries, length * beams)
+    out = torch.matmul(F.dropout(probs, dropout_p).type_as(values), values)
+    return out, probs.view(blocks, heads, -1, length, beams).sum(dim=-1)
 
 
 def reorder_cache(buffer: Dict, new_order: Tensor) -> Dict:
@@ -447,7 +464,7 @@ def reorder_cache(buffer: Dict, new_order: Tensor) -> Dict:
     Trusted blocks: only the table is re-indexed, and the blocks of finished examples are
     dropped. Blocks of unknown structure (one row each): the rows themselves move."""
     beams = buffer["beams"]
-    rows = buffer["beam_of_position"].size(0)
+    rows = buffer["readable"].size(0)
     if not buffer["trusted"]:  # one row per block: move rows, any order
         for name in ("cache_key", "cache_value"):
             buffer[name] = select_rows(buffer[name], new_order)
@@ -455,24 +472,20 @@ def reorder_cache(buffer: Dict, new_order: Tensor) -> Dict:
         kept_blocks = new_order.view(-1, beams)[:, 0] // beams
         for name in ("cache_key", "cache_value"):
             buffer[name] = buffer[name].index_select(0, kept_blocks)
-    if buffer["trusted"] and beams > 1:
-        buffer["beam_of_position"] = select_rows(buffer["beam_of_position"], new_order)
-    elif new_order.size(0) != rows:
-        buffer["beam_of_position"] = buffer["beam_of_position"][: new_order.size(0)]
-    if "padding" in buffer:  # per row, whatever the blocks
-        buffer["padding"] = select_rows(buffer["padding"], new_order)
-    buffer["own_beam"] = buffer["own_beam"][: new_order.size(0)]
+    buffer["readable"] = select_rows(buffer["readable"], new_order)  # each row's table, padding and all
+    if new_order.size(0) != rows:
+        buffer["own_beam"] = buffer["own_beam"][: new_order.size(0)]
     return buffer
 
 
 def gather_rows(cache: Tensor, table: Tensor) -> Tensor:
-    """(blocks, heads, beams, length, head_dim) read through ``table`` (rows, length) ->
+    """(blocks, heads, length, beams, head_dim) read through ``table`` (rows, length) ->
     (rows, heads, length, head_dim), each row's own keys."""
-    blocks, heads, beams, length, head_dim = cache.shape
-    rows = cache.permute(0, 2, 1, 3, 4)  # (blocks, beams, heads, length, head_dim)
+    blocks, heads, length, beams, head_dim = cache.shape
+    by_position = cache.permute(0, 2, 3, 1, 4)  # (blocks, length, beams, heads, head_dim)
     block_of_row = torch.arange(table.size(0), device=table.device) // beams  # (rows,)
     positions = torch.arange(length, device=table.device)
-    picked = rows[block_of_row[:, None], table, :, positions[None, :]]  # (rows, length, heads, head_dim)
+    picked = by_position[block_of_row[:, None], positions[None, :], table]  # (rows, length, heads, head_dim)
     return picked.transpose(1, 2).contiguous()
 
 

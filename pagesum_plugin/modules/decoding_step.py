@@ -11,6 +11,7 @@ every step.
 
 from typing import Dict, Optional
 
+import torch
 import torch.nn.functional as F
 from fairseq.modules import LearnedPositionalEmbedding
 from torch import Tensor, nn
@@ -37,7 +38,7 @@ def declare_unpadded_prefixes(incremental_state: Dict[str, Dict[str, Optional[Te
     """Say that every token decoded with ``incremental_state`` is a token the search chose or
     forced, never padding: a search never chooses padding (its log-probability is -inf), and
     padding in a forced prefix means that nothing is forced there. The decoder self-attention
-    then keeps no padding mask with its cache, and a step writes, reads and reorders none.
+    then leaves aside the padding mask the decoder hands every step, and spends no operator on it.
     (The decoder cannot learn this from the tokens without making the host wait for the device.)"""
     incremental_state[UNPADDED_KEY] = {}
 
@@ -72,6 +73,28 @@ def embed_step_positions(decoder: nn.Module) -> int:
     """Let ``decoder``'s learned positions take a step's position as a tensor (in place, under
     the same names). Returns how many embeddings were replaced."""
     return swap_modules(decoder, LearnedPositionalEmbedding, StepPositionalEmbedding.like)
+
+
+def is_plain_linear(module: nn.Module) -> bool:
+    """Whether ``module`` is a plain linear layer with a bias, which a step may call as ``torch.addmm``
+    on weights it prepared once per search; not one wrapped by hooks of its own (quantization noise)."""
+    return (type(module) is nn.Linear and module.bias is not None and not module._forward_hooks
+            and not module._forward_pre_hooks)
+
+
+def transposed_weight(module: nn.Module) -> Optional[Tensor]:
+    """A plain linear layer's weight transposed, (in, out), as a view (no copy), for a search to keep:
+    its steps then call ``torch.addmm(bias, x, weight_t)`` without transposing it again at every
+    step; None for any other module, which is called as itself."""
+    return module.weight.t() if is_plain_linear(module) else None
+
+
+def linear_step(module: nn.Module, x: Tensor, weight_t: Optional[Tensor], scale: float = 1.0) -> Tensor:
+    """``module(x) * scale`` for x (tokens, in), in one ``addmm`` through the search's
+    ``transposed_weight`` when it has one."""
+    if weight_t is None:
+        return module(x) if scale == 1.0 else module(x) * scale
+    return torch.addmm(module.bias, x, weight_t, beta=scale, alpha=scale)
 
 
 def select_rows(tensor: Tensor, order: Tensor) -> Tensor:

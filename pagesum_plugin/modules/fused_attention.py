@@ -17,6 +17,10 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from .decoding_step import linear_step, transposed_weight
+
+STEP_WEIGHTS = "step_weights"  # incremental state: the projections' weights as a search's steps use them
+
 
 def attention_dropout(module: MultiheadAttention) -> float:
     """The dropout probability SDPA should apply: fairseq's, in training (or when asked to at inference)."""
@@ -54,18 +58,35 @@ class FusedCrossAttention(MultiheadAttention):
         # k, v: (kv_bsz, heads, src_len, head_dim); padding: (kv_bsz, src_len) True at padding, or None
         kv_bsz = k.size(0)
         beams = bsz // kv_bsz  # query rows per key row: 1, or the beams that share a source
-        # the rows projected as one matrix: (tgt_len * bsz, dim)
-        q = self.q_proj(query.reshape(tgt_len * bsz, embed_dim)) * self.scaling
-        # (tgt_len, kv_bsz, beams, heads, head_dim) -> (kv_bsz, heads, beams * tgt_len, head_dim)
-        q = q.view(tgt_len, kv_bsz, beams, heads, head_dim).permute(1, 3, 2, 0, 4).reshape(
-            kv_bsz, heads, beams * tgt_len, head_dim)
+        query_weight, out_weight = self._step_weights(incremental_state)
+        # the rows projected as one matrix, scaled: (tgt_len * bsz, dim)
+        q = linear_step(self.q_proj, query.reshape(tgt_len * bsz, embed_dim), query_weight, self.scaling)
+        if tgt_len == 1:  # a decoding step: (kv_bsz, beams, heads, head_dim) -> (kv_bsz, heads, beams, head_dim)
+            q = q.view(kv_bsz, beams, heads, head_dim).transpose(1, 2)
+        else:  # (tgt_len, kv_bsz, beams, heads, head_dim) -> (kv_bsz, heads, beams * tgt_len, head_dim)
+            q = q.view(tgt_len, kv_bsz, beams, heads, head_dim).permute(1, 3, 2, 0, 4).reshape(
+                kv_bsz, heads, beams * tgt_len, head_dim)
         # bias: (kv_bsz, 1, 1, src_len) -inf at padding keys, 0 elsewhere, or None (what SDPA would
         # make of a bool mask at every call)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=attention_dropout(self), scale=1.0)
-        # (kv_bsz, heads, beams, tgt_len, head_dim) -> (tgt_len * bsz, dim)
-        out = out.view(kv_bsz, heads, beams, tgt_len, head_dim).permute(3, 0, 2, 1, 4).reshape(
-            tgt_len * bsz, embed_dim)
-        return self.out_proj(out).view(tgt_len, bsz, embed_dim), None
+        if tgt_len == 1:  # (kv_bsz, heads, beams, head_dim) -> (bsz, dim)
+            out = out.transpose(1, 2).reshape(bsz, embed_dim)
+        else:  # (kv_bsz, heads, beams, tgt_len, head_dim) -> (tgt_len * bsz, dim)
+            out = out.view(kv_bsz, heads, beams, tgt_len, head_dim).permute(3, 0, 2, 1, 4).reshape(
+                tgt_len * bsz, embed_dim)
+        return linear_step(self.out_proj, out, out_weight).view(tgt_len, bsz, embed_dim), None
+
+    def _step_weights(self, incremental_state) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        """The query and output projections' weights transposed, kept for a search's steps (a
+        step then transposes none); None outside a search. Kept apart from the cached keys and
+        values, which beam search reorders."""
+        if incremental_state is None:
+            return None, None
+        weights = self.get_incremental_state(incremental_state, STEP_WEIGHTS)
+        if weights is None:
+            weights = {"query": transposed_weight(self.q_proj), "out": transposed_weight(self.out_proj)}
+            self.set_incremental_state(incremental_state, STEP_WEIGHTS, weights)
+        return weights["query"], weights["out"]
 
     def _keys_and_values(self, key: Optional[Tensor], key_padding_mask: Optional[Tensor],
                          bsz: int) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
