@@ -175,3 +175,24 @@ def test_top_pages_decodes_the_kept_pages_from_their_scoring_pass_as_if_encoded_
             assert h["page_weights"].size(1) == len(pages[i])
             torch.testing.assert_close(h["page_weights"][:, kept_here], r["page_weights"], atol=1e-5, rtol=0)
             assert h["page_weights"].sum(dim=1).sub(1).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("page_counts", [[3, 3], [3, 1, 2]], ids=["dense", "gathered"])
+@pytest.mark.parametrize("beams", [1, 3])
+def test_a_decoding_steps_mix_equals_the_full_passes_at_that_position(page_counts, beams):
+    """Eq. 8 and 9 at one position (a decoding step's own path: one product and one sum, the
+    states read in place) give what the full pass's mix gives at that position: the mixed
+    states and the page weights, for every page layout."""
+    counts = torch.tensor(page_counts)
+    layout = PageLayout(counts, beams, int(counts.sum()))
+    rng = torch.Generator().manual_seed(13)
+    rows = layout.n_pages * beams
+    hidden = torch.randn(rows, 3, 8, generator=rng)  # (page rows, tgt_len, dim)
+    confidences = torch.randn(rows, 3, generator=rng)  # (page rows, tgt_len)
+    mixed, weights = layout.mix(hidden, confidences)
+    for position in range(3):
+        step_mixed, step_weights = layout.mix(hidden[:, position : position + 1],
+                                              confidences[:, position : position + 1])
+        torch.testing.assert_close(step_mixed, mixed[:, position : position + 1], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(step_weights, weights[:, :, position : position + 1], atol=1e-7, rtol=1e-6)
+    assert layout.dense == (len(set(page_counts)) == 1)

@@ -13,6 +13,7 @@ step is indexing with tensors it built beforehand, so no step has to wait for th
 device to report a count.
 """
 
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -134,6 +135,8 @@ class PageLayout:
         # The softmax runs in fp32 whatever the model's precision, so that the mask value
         # is representable and the weights of a half-precision model still sum to 1.
         scores = confidences.float()
+        if hidden.size(1) == 1:
+            return self._mix_step(hidden, scores)
         if self.dense:
             dense_hidden = self._grid(hidden)  # (hypotheses, max_pages, tgt_len, dim)
             dense_scores = self._grid(scores)  # (hypotheses, max_pages, tgt_len)
@@ -145,6 +148,27 @@ class PageLayout:
         weights = torch.softmax(dense_scores, dim=1)  # (hypotheses, max_pages, tgt_len)
         mixed = torch.einsum("bpt,bptd->btd", weights.to(hidden.dtype), dense_hidden)
         return mixed, weights
+
+    def _mix_step(self, hidden: Tensor, scores: Tensor) -> Tuple[Tensor, Tensor]:
+        """``mix`` at one position, a decoding step: the states read where they lie (no grid
+        copied), and the weighted sum as one product and one sum over the pages, in fp32.
+
+        hidden: (page rows, 1, dim); scores: (page rows, 1), fp32."""
+        hypotheses, dim = self.hypotheses, hidden.size(-1)
+        if self.dense:  # the page rows are (groups, max_pages, beams) already
+            groups = self.page_counts.size(0)
+            weights = torch.softmax(scores.view(groups, self.max_pages, self.beams), dim=1)
+            states = hidden.view(groups, self.max_pages, self.beams, dim)
+        else:  # gathered: (hypotheses, max_pages), missing slots at weight 0
+            rows = self.slot_rows.view(-1)  # (hypotheses * max_pages,)
+            slot_scores = scores.index_select(0, rows).view(self.slot_rows.shape).masked_fill(self.missing, -math.inf)
+            weights = torch.softmax(slot_scores, dim=1)
+            states = hidden.index_select(0, rows).view(hypotheses, self.max_pages, dim)
+        # (groups, max_pages, beams, 1) * (groups, max_pages, beams, dim), or the same without beams
+        mixed = (weights.unsqueeze(-1) * states).sum(dim=1).view(hypotheses, 1, dim).to(hidden.dtype)
+        if self.dense:  # (groups, max_pages, beams) -> (hypotheses, max_pages, 1)
+            return mixed, weights.transpose(1, 2).reshape(hypotheses, self.max_pages, 1)
+        return mixed, weights.unsqueeze(-1)
 
     def _grid(self, page_rows: Tensor) -> Tensor:
         """(groups x page x beam, *rest) -> (groups x beam, page, *rest); dense layouts only."""
