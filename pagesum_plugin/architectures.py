@@ -11,6 +11,8 @@
 * ``SYSTEMS``: each system's registered architectures and how it lays one training example out,
   which is what the memory model (``memory/model.py``) and ``pagesum-plan`` price.
 * ``LOSS_CHUNK_TOKENS``: the default of the plugin's criterion (``--loss-chunk-tokens``).
+* ``MASTER_BUCKET_BYTES``: the fp32 gradients that ``adamw_torch`` holds at once when it keeps
+  the master weights itself (``--memory-efficient-bf16``).
 
 Pure data, so that the lowest layer of the library (``memory``) and the commands that answer
 without torch read it too.
@@ -83,6 +85,10 @@ AWESOME_SLOTS = {"bart_large": 1024, "bart_base": 768, "tiny": 8}
 # Summary tokens whose logits the plugin's criterion computes at once (``--loss-chunk-tokens``,
 # ``criterions/paged_cross_entropy.py``), so that the memory model prices what training runs.
 LOSS_CHUNK_TOKENS = 64
+
+# fp32 gradients that ``adamw_torch``'s memory-efficient update converts at once
+# (``optim/adamw_torch.py``), so that the memory model prices them too
+MASTER_BUCKET_BYTES = 256 * 2**20
 
 
 def architecture_name(system: str, size: str) -> str:

@@ -11,6 +11,7 @@ from benchmarks.memory_plan import VALIDATION, build, error, measured_peak
 from builders.cli import REPO_ROOT
 from pagesum_plugin.architectures import ARCHITECTURES, LOSS_CHUNK_TOKENS, SYSTEMS, architecture
 from pagesum_plugin.memory.model import Step, parameters, predict
+from pagesum_plugin.memory.plan import SETTINGS
 
 LARGE = ARCHITECTURES["bart_large"]
 
@@ -87,3 +88,15 @@ def test_the_memory_efficient_wrapper_holds_no_fp32_copy_of_the_weights_or_their
     dropped = replace(kept, master_weights=False)
     assert predict(kept).weights - predict(dropped).weights == 8 * parameters(kept)
     assert predict(replace(kept, dtype="fp32")).weights == predict(replace(dropped, dtype="fp32")).weights
+
+
+def test_adamw_under_the_memory_efficient_wrapper_keeps_its_fp32_masters_but_no_fp32_gradients():
+    """``adamw_torch`` with --memory-efficient-bf16 holds its own fp32 master weights: 4 bytes a
+    weight less than fairseq's wrapper, whose fp32 gradients it never holds, and a bucket of fp32
+    gradients at a time at the update; the plan offers it before Adafactor."""
+    _, arch = architecture("pagesum_bart_large")
+    wrapped = Step("pagesum", arch, 20, 1024, 1024, dtype="bf16", checkpointing=True, optimizer="adamw_torch")
+    lean = replace(wrapped, master_weights=False)
+    assert predict(wrapped).weights - predict(lean).weights == 4 * parameters(wrapped)
+    assert predict(lean).peak < predict(wrapped).peak
+    assert SETTINGS.index(("bf16", True, "adamw_torch", False)) < SETTINGS.index(("bf16", True, "adafactor", True))

@@ -1,6 +1,8 @@
 """``--optimizer adamw_torch``: one update equals fairseq's ``adam`` with the same decoupled
 weight decay, in fp32 and under fairseq's fp16 and bf16 wrappers (whose fp32 master weights
-it keeps flat), with the fused kernel where the device has it and ``foreach`` elsewhere."""
+it keeps flat), with the fused kernel where the device has it and ``foreach`` elsewhere; under
+the memory-efficient bf16 wrapper it keeps the fp32 master weights itself, holds no fp32
+gradient for every weight, and updates as under the mixed-precision wrapper."""
 
 import re
 
@@ -8,12 +10,12 @@ import pytest
 import torch
 from fairseq import optim
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-from fairseq.optim.fp16_optimizer import FP16Optimizer
+from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 
 from builders.cli import TRAIN_FLAGS, run_cli
 from builders.models import build_tiny
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
-from pagesum_plugin.optim.adamw_torch import build_adamw
+from pagesum_plugin.optim.adamw_torch import MasterWeightAdamW, build_adamw
 
 SETTINGS = ("--lr", "1e-3", "--weight-decay", "0.01", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-8")
 
@@ -195,3 +197,76 @@ def test_fairseq_train_with_adamw_torch_learns_saves_and_resumes(copy_task_dir, 
     assert all(float(s["step"]) == 12 for s in state["state"].values())  # AdamW's own state, saved
     resumed = run_cli(["fairseq-train", *flags, "--max-update", "16"])
     assert re.search(r"Loaded checkpoint .*@ 12 updates", resumed) and re.search(r"num_updates 16\b", resumed)
+
+
+def bf16_updates(data_dir, batch, flag, updates=3, bucket_bytes=None):
+    """(the bf16 model, its optimizer) after ``updates`` updates of ``adamw_torch`` under the
+    wrapper that ``flag`` asks for: ``--bf16`` (fp32 master weights and gradients in fairseq's
+    wrapper) or ``--memory-efficient-bf16`` (the optimizer given the bf16 weights)."""
+    model, criterion, cfg = model_and_config(data_dir, "adamw_torch", flag)
+    model, criterion = model.to(torch.bfloat16), criterion.to(torch.bfloat16)
+    params = [p for p in model.parameters() if p.requires_grad]
+    wrapper = MemoryEfficientFP16Optimizer if flag == "--memory-efficient-bf16" else FP16Optimizer
+    optimizer = wrapper.build_optimizer(cfg, params)
+    if bucket_bytes is not None:
+        optimizer.optimizer.bucket_bytes = bucket_bytes
+    for _ in range(updates):
+        optimizer.zero_grad()
+        backward(model, criterion, batch, optimizer)
+        optimizer.step()
+    return model, optimizer
+
+
+def test_memory_efficient_bf16_keeps_fp32_master_weights_and_updates_as_the_mixed_precision_wrapper(
+        copy_task_dir, batch):
+    """Three updates: the same bf16 weights, bit for bit, and the same fp32 master weights as
+    fairseq's mixed-precision wrapper gives, which holds an fp32 gradient for every weight."""
+    mixed_model, mixed = bf16_updates(copy_task_dir, batch, "--bf16")
+    lean_model, lean = bf16_updates(copy_task_dir, batch, "--memory-efficient-bf16")
+    assert isinstance(lean.optimizer, MasterWeightAdamW) and not hasattr(lean, "fp32_params")
+    assert_same_weights(updated_weights(lean_model), updated_weights(mixed_model), atol=0)
+    masters = torch.cat([lean.optimizer.state[p]["master"].reshape(-1) for p in lean_model.parameters()])
+    assert masters.dtype == torch.float32
+    assert_moved_as_adam_moves(masters, mixed.optimizer.param_groups[0]["params"][0], copy_task_dir,
+                               torch.bfloat16)
+
+
+def test_memory_efficient_bf16_holds_twelve_bytes_a_weight_and_no_fp32_gradient(copy_task_dir, batch):
+    """Beside the bf16 weights and their bf16 gradients: an fp32 master and two fp32 moments a
+    weight (and a step count a tensor); the mixed-precision wrapper also holds an fp32 gradient
+    for every weight."""
+    model, optimizer = bf16_updates(copy_task_dir, batch, "--memory-efficient-bf16", updates=1)
+    weights = sum(p.numel() for p in model.parameters())
+    state = [t for s in optimizer.optimizer.state.values() for t in s.values()]
+    assert sum(t.numel() * t.element_size() for t in state if t.dim()) == 12 * weights
+    assert all(p.grad is None or p.grad.dtype == torch.bfloat16 for p in model.parameters())
+    _, mixed = bf16_updates(copy_task_dir, batch, "--bf16", updates=1)
+    assert sum(p.grad.numel() * p.grad.element_size() for p in mixed.fp32_params) == 4 * weights
+
+
+def test_memory_efficient_bf16_updates_in_buckets_as_in_one(copy_task_dir, batch):
+    """Gradients converted a few tensors at a time give the update of all at once."""
+    whole, _ = bf16_updates(copy_task_dir, batch, "--memory-efficient-bf16", updates=2)
+    bucketed, _ = bf16_updates(copy_task_dir, batch, "--memory-efficient-bf16", updates=2, bucket_bytes=4096)
+    assert_same_weights(updated_weights(bucketed), updated_weights(whole), atol=0)
+
+
+def test_memory_efficient_bf16_resumes_from_its_fp32_masters(copy_task_dir, batch):
+    """Saved and loaded through fairseq's wrapper, the masters and moments stay fp32 (torch's
+    loading would round them to the bf16 weights' dtype), and one more update lands where three
+    in one go land."""
+    straight_model, _ = bf16_updates(copy_task_dir, batch, "--memory-efficient-bf16", updates=3)
+    saved_model, saved = bf16_updates(copy_task_dir, batch, "--memory-efficient-bf16", updates=2)
+    model, criterion, cfg = model_and_config(copy_task_dir, "adamw_torch", "--memory-efficient-bf16")
+    model, criterion = model.to(torch.bfloat16), criterion.to(torch.bfloat16)
+    model.load_state_dict(saved_model.state_dict())
+    optimizer = MemoryEfficientFP16Optimizer.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+    optimizer.load_state_dict(saved.state_dict())
+    assert all(t.dtype == torch.float32 for s in optimizer.optimizer.state.values() for t in s.values())
+    direct = MasterWeightAdamW([p for p in model.parameters() if p.requires_grad])  # torch's own loading
+    direct.load_state_dict(saved.optimizer.state_dict())
+    assert all(t.dtype == torch.float32 for s in direct.state.values() for t in s.values())
+    optimizer.zero_grad()
+    backward(model, criterion, batch, optimizer)
+    optimizer.step()
+    assert_same_weights(updated_weights(model), updated_weights(straight_model), atol=0)

@@ -110,10 +110,12 @@ def memory_fields(peak: PeakMemory, device: torch.device) -> Dict[str, Optional[
 def optimizer_bytes(model, optimizer) -> Dict[str, int]:
     """What an update starts from, by kind; a storage counts once, under its first kind (an
     fp32 model's master weights are its own weights: ``p.float()`` does not copy)."""
-    masters = getattr(optimizer, "fp32_params", [])  # none under the memory-efficient wrapper
+    # fairseq's wrapper's, or (memory-efficient wrapper) those adamw_torch keeps in its state
+    masters = getattr(optimizer, "fp32_params", []) or [state["master"] for state in optimizer.optimizer.state.values()
+                                                         if "master" in state]
     moments = [t for state in optimizer.optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
     kinds = {"weights": list(model.parameters()), "fp32 master": masters,
-             "fp32 gradients": [p.grad for p in masters], "optimizer state": moments}
+             "fp32 gradients": [p.grad for p in masters if p.grad is not None], "optimizer state": moments}
     held, counted = {}, []
     for kind, tensors in kinds.items():
         before = tensor_bytes(counted)
@@ -146,11 +148,14 @@ def memory_groups(args: argparse.Namespace) -> List[Group]:
                   memory_cost)]
 
 
-# row 1's optimizers: fairseq's Adam, the project's fused AdamW, and Adafactor (the HEPOS and PageSum authors')
-# under fairseq's memory-efficient bf16 wrapper, which keeps no fp32 copy; each with its goal (reserved bytes)
+# row 1's optimizers: fairseq's Adam; the project's fused AdamW under fairseq's bf16 wrapper (fp32 master
+# weights and gradients) and under its memory-efficient one (the optimizer keeps the fp32 master weights, no
+# fp32 gradients); and Adafactor (the HEPOS and PageSum authors') under the memory-efficient wrapper, which
+# keeps no fp32 copy. Each with its goal (reserved bytes).
 OPTIMIZERS = {
     "adam": (("--optimizer", "adam"), MEMORY_GOAL),
     "adamw_torch": (("--optimizer", "adamw_torch"), 11 * GB),
+    "adamw_torch_memory_efficient": (("--optimizer", "adamw_torch", "--memory-efficient-bf16"), 11 * GB),
     "adafactor": (("--optimizer", "adafactor", "--memory-efficient-bf16"), 8 * GB),
 }
 
@@ -166,8 +171,7 @@ def predicted_peak(size: ModelSize, dtype: torch.dtype, s: Dict, name: str) -> f
     flags = OPTIMIZERS[name][0]
     step = Step("pagesum", costs.memory_architecture(size), s["pages"], s["page_len"], s["tgt_len"],
                 dtype="fp32" if dtype == torch.float32 else "bf16", checkpointing=True,
-                optimizer="adafactor" if name == "adafactor" else "adamw_torch" if name == "adamw_torch" else "adam",
-                master_weights="--memory-efficient-bf16" not in flags)
+                optimizer=flags[flags.index("--optimizer") + 1], master_weights="--memory-efficient-bf16" not in flags)
     return predict(step).peak
 
 

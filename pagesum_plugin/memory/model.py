@@ -33,7 +33,8 @@ chunk are read from ``pagesum_plugin.architectures``. Pure arithmetic: no torch,
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from ..architectures import AWESOME_SLOTS, HEPOS_STRIDE, HEPOS_WINDOW, LOSS_CHUNK_TOKENS, SYSTEMS, Architecture
+from ..architectures import (AWESOME_SLOTS, HEPOS_STRIDE, HEPOS_WINDOW, LOSS_CHUNK_TOKENS, MASTER_BUCKET_BYTES, SYSTEMS,
+                             Architecture)
 
 GB = 10**9
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -80,7 +81,8 @@ class Step:
     checkpointing: bool = False
     optimizer: str = "adamw_torch"
     master_weights: bool = True  # 16-bit: fairseq's wrapper keeps fp32 master weights and gradients; False: its
-    #                              memory-efficient wrapper (--memory-efficient-bf16/fp16) updates the 16-bit ones
+    #                              memory-efficient wrapper (--memory-efficient-bf16/fp16) updates the 16-bit ones,
+    #                              and adamw_torch then keeps fp32 master weights itself (no fp32 gradients)
     decoder_kernel: str = "fused"  # fused (SDPA, what the layers run) or bmm (the attention of before)
     encoder_kernel: str = "fused"  # the encoders' SDPA
     hepos_window: int = HEPOS_WINDOW  # HEPOS's encoder window (its sparse layers read about as many keys)
@@ -158,7 +160,11 @@ def static_bytes(step: Step) -> Tuple[float, float]:
     n = parameters(step)
     size = DTYPE_BYTES[step.dtype]
     state = {"adam": 8, "adamw_torch": 8, "adafactor": 0.01}[step.optimizer] * n  # fp32 moments; Adafactor: factored
-    masters = 8 * n if size < 4 and step.master_weights else 0  # fp32 copy and its fp32 gradient
+    masters = 0
+    if size < 4 and step.master_weights:  # fairseq's wrapper: an fp32 copy and its fp32 gradient
+        masters = 8 * n
+    elif size < 4 and step.optimizer == "adamw_torch":  # the optimizer's own fp32 copy
+        masters = 4 * n
     return size * n + state + masters, size * n
 
 
@@ -211,6 +217,8 @@ def predict(step: Step, counts: Counts = COUNTS) -> Prediction:
     activations = activation_bytes(step, counts)
     first_gradients = backward_gradients(step)
     optimizer_scratch = {"adam": 2, "adamw_torch": 0, "adafactor": 1}[step.optimizer] * max_tensor_bytes(step)
+    if step.optimizer == "adamw_torch" and not step.master_weights and DTYPE_BYTES[step.dtype] < 4:
+        optimizer_scratch = max(MASTER_BUCKET_BYTES, max_tensor_bytes(step))  # a bucket of fp32 gradients
     peak = static + max(activations + first_gradients, gradients + optimizer_scratch)
     return Prediction(weights=static, activations=activations, gradients=gradients, peak=peak)
 

@@ -9,7 +9,9 @@ and each batch size, the longest input whose predicted training-step peak
 rather than fp32, no activation checkpointing rather than checkpointing (which recomputes every
 layer in backward), ``adamw_torch`` rather than Adafactor (which changes the optimisation), and
 fairseq's 16-bit wrapper with fp32 master weights rather than its memory-efficient one
-(``--memory-efficient-bf16``: no fp32 copy, updates rounded to bf16), which Adafactor allows.
+(``--memory-efficient-bf16``). Under the memory-efficient wrapper ``adamw_torch`` keeps the fp32
+master weights itself and no fp32 gradients (the same updates, 4 bytes a weight fewer), and
+Adafactor keeps no fp32 copy at all (updates rounded to bf16).
 Inputs are whole pages of ``--page-tokens`` (PageSum's pages, HED's documents, AWESOME's
 segments) or, for a flat input (BART, HEPOS), multiples of 1,024 tokens.
 
@@ -37,7 +39,7 @@ UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 FLAT_UNIT = 1024  # a flat input grows by this many tokens
 # (dtype, checkpointing, optimizer, fp32 master weights), cheapest to run first
-OPTIMIZER_SETTINGS = (("adamw_torch", True), ("adafactor", True), ("adafactor", False))
+OPTIMIZER_SETTINGS = (("adamw_torch", True), ("adamw_torch", False), ("adafactor", True), ("adafactor", False))
 SETTINGS = sorted(((dtype, checkpointing, optimizer, masters)
                    for dtype, checkpointing, (optimizer, masters) in itertools.product(
                        ("bf16", "fp32"), (False, True), OPTIMIZER_SETTINGS)
@@ -109,8 +111,12 @@ def cheapest(system: str, base: Step, budget: float, page_tokens: int, units: in
 
 
 def describe_settings(step: Step) -> str:
-    return (f"{step.dtype}, {'checkpointing' if step.checkpointing else 'no checkpointing'}, {step.optimizer}"
-            + ("" if step.master_weights or step.dtype == "fp32" else ", no fp32 copy (--memory-efficient-bf16)"))
+    settings = f"{step.dtype}, {'checkpointing' if step.checkpointing else 'no checkpointing'}, {step.optimizer}"
+    if step.master_weights or step.dtype == "fp32":
+        return settings
+    if step.optimizer == "adamw_torch":
+        return settings + ", fp32 masters in the optimizer, no fp32 gradients (--memory-efficient-bf16)"
+    return settings + ", no fp32 copy (--memory-efficient-bf16)"
 
 
 def describe_input(step: Step, units: int, cap: int) -> str:

@@ -13,6 +13,15 @@ each copy's data and gradient become views of two flat buffers, so the wrapper's
 and out are unchanged and the update runs over one flat tensor. The saved state is then
 the same (one flat parameter) under ``--fp16`` and ``--bf16``.
 
+Under fairseq's memory-efficient wrapper (``--memory-efficient-bf16`` / ``--memory-efficient-fp16``)
+the optimizer is given the 16-bit parameters themselves, and ``MasterWeightAdamW`` keeps their
+fp32 master weights in its own state, beside the moments. It reads the 16-bit gradients a
+bucket at a time (``MASTER_BUCKET_BYTES`` of fp32 gradients at once), updates the masters and writes
+them back rounded. That is the same update as under the mixed-precision wrapper, whose fp32
+gradients for every weight (4 bytes a parameter, 1.6 GB at ``bart.large``'s size with PageSum's
+confidence layer) it never holds: 12 bytes a parameter of state, plus the 16-bit weights and
+gradients.
+
 The update is fairseq's ``adam`` (decoupled weight decay, as its docstring says), epsilon
 included: fairseq divides by ``sqrt(v) + eps`` and scales by ``sqrt(1 - beta2^t)``, torch by
 ``sqrt(v / (1 - beta2^t)) + eps``; so at update t torch is given ``eps / sqrt(1 - beta2^t)``,
@@ -25,13 +34,16 @@ import logging
 import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, List
+from typing import Any, Dict, Iterator, List
 
 import torch
 from fairseq.dataclass import FairseqDataclass
 from fairseq.optim import FairseqOptimizer, register_optimizer
 from omegaconf import II, OmegaConf
+from torch.optim.adamw import adamw
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+from ..architectures import MASTER_BUCKET_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -86,17 +98,98 @@ def updates_done(optimizer: torch.optim.Optimizer, group: dict) -> int:
     return group[UPDATES]
 
 
-def build_adamw(params, **config) -> torch.optim.AdamW:
-    """AdamW with the fused kernel when every parameter's device has one, else ``foreach``.
-    torch checks the devices only at the first step, against the list it keeps in
-    ``_get_fused_kernels_supported_devices``; the same list decides here."""
-    params = list(params)
+def has_fused_kernel(params: List[torch.Tensor]) -> bool:
+    """Whether torch's fused AdamW kernel runs on every parameter's device; torch checks the
+    devices only at the first step, against the list it keeps in
+    ``_get_fused_kernels_supported_devices``, and the same list decides here."""
     devices = _get_fused_kernels_supported_devices()
-    if all(p.device.type in devices and torch.is_floating_point(p) for p in params):
+    return all(p.device.type in devices and torch.is_floating_point(p) for p in params)
+
+
+def build_adamw(params, **config) -> torch.optim.Optimizer:
+    """AdamW with the fused kernel when every parameter's device has one, else ``foreach``; for
+    16-bit parameters (fairseq's memory-efficient wrapper), one that keeps their fp32 master
+    weights itself."""
+    params = list(params)
+    fused = has_fused_kernel(params)
+    if fused:
         logger.info("adamw_torch: fused kernel")
-        return torch.optim.AdamW(params, fused=True, **config)
-    logger.info(f"adamw_torch: multi-tensor (foreach) kernel: no fused one on {sorted({p.device.type for p in params})}")
-    return torch.optim.AdamW(params, foreach=True, **config)
+    else:
+        logger.info(f"adamw_torch: multi-tensor (foreach) kernel: no fused one on "
+                    f"{sorted({p.device.type for p in params})}")
+    if any(p.dtype in (torch.bfloat16, torch.float16) for p in params):
+        logger.info("adamw_torch: fp32 master weights kept in the optimizer's state")
+        return MasterWeightAdamW(params, fused=fused, **config)
+    return torch.optim.AdamW(params, fused=True, **config) if fused else torch.optim.AdamW(params, foreach=True,
+                                                                                            **config)
+
+
+def buckets(params: List[torch.Tensor], bucket_bytes: int) -> Iterator[List[torch.Tensor]]:
+    """``params`` in consecutive lists whose fp32 copies hold about ``bucket_bytes`` (a larger
+    parameter is a bucket of its own)."""
+    bucket, held = [], 0
+    for p in params:
+        if bucket and held + 4 * p.numel() > bucket_bytes:
+            yield bucket
+            bucket, held = [], 0
+        bucket.append(p)
+        held += 4 * p.numel()
+    if bucket:
+        yield bucket
+
+
+class MasterWeightAdamW(torch.optim.Optimizer):
+    """torch's AdamW for 16-bit parameters, with their fp32 master weights in its state.
+
+    Each parameter's state: ``master`` (its fp32 weights), ``exp_avg`` and ``exp_avg_sq`` (fp32),
+    ``step``. An update converts the 16-bit gradients to fp32 a bucket at a time
+    (``bucket_bytes``), runs torch's AdamW (fused or foreach) on the bucket's masters, and writes
+    them back into the parameters, rounded."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 fused: bool = False, bucket_bytes: int = MASTER_BUCKET_BYTES):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused))
+        self.bucket_bytes = bucket_bytes
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """torch's loading casts floating-point state to its parameter's dtype, which would round
+        the fp32 masters and moments to 16 bits: they are put back as saved, on the parameter's
+        device (the step count where torch put it)."""
+        super().load_state_dict(state_dict)
+        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+        params = [p for group in self.param_groups for p in group["params"]]
+        for saved_id, p in zip(saved_ids, params):
+            for name, value in state_dict["state"].get(saved_id, {}).items():
+                if name != "step":
+                    self.state[p][name] = value.to(device=p.device, dtype=torch.float32)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for bucket in buckets([p for p in group["params"] if p.grad is not None], self.bucket_bytes):
+                states = [self._state_of(p, group["fused"]) for p in bucket]
+                masters = [state["master"] for state in states]
+                adamw(
+                    masters, [p.grad.float() for p in bucket], [state["exp_avg"] for state in states],
+                    [state["exp_avg_sq"] for state in states], [], [state["step"] for state in states],
+                    foreach=not group["fused"], fused=group["fused"], amsgrad=False, beta1=beta1, beta2=beta2,
+                    lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
+                torch._foreach_copy_(bucket, masters)  # the weights the model computes with, rounded
+        return loss
+
+    def _state_of(self, p: torch.Tensor, fused: bool) -> Dict[str, torch.Tensor]:
+        state = self.state[p]
+        if not state:  # the first update: the masters start as the weights
+            master = p.detach().to(torch.float32, copy=True)
+            # the fused kernel reads the step count on the parameter's device
+            state.update(step=torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu"),
+                         master=master, exp_avg=torch.zeros_like(master), exp_avg_sq=torch.zeros_like(master))
+        return state
 
 
 @register_optimizer("adamw_torch", dataclass=AdamWTorchConfig)
@@ -156,4 +249,10 @@ class AdamWTorch(FairseqOptimizer):
 
     @property
     def supports_flat_params(self):
+        return True
+
+    @property
+    def supports_memory_efficient_fp16(self):
+        """Under fairseq's memory-efficient wrapper the update keeps fp32 master weights itself
+        (``MasterWeightAdamW``)."""
         return True
