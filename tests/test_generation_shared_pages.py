@@ -196,3 +196,21 @@ def test_a_decoding_steps_mix_equals_the_full_passes_at_that_position(page_count
         torch.testing.assert_close(step_mixed, mixed[:, position : position + 1], atol=1e-6, rtol=1e-6)
         torch.testing.assert_close(step_weights, weights[:, :, position : position + 1], atol=1e-7, rtol=1e-6)
     assert layout.dense == (len(set(page_counts)) == 1)
+
+
+@pytest.mark.parametrize("page_counts", [[3, 3], [3, 1, 2]], ids=["dense", "gathered"])
+def test_a_reorder_that_drops_no_example_moves_each_page_row_to_the_beam_it_follows(page_counts):
+    """Beams that only trade places within their example: every page row continues the row of
+    the same group and page of the beam it follows (the layout, and the packed pages, stay)."""
+    beams = 3
+    counts = torch.tensor(page_counts)
+    layout = PageLayout(counts, beams, int(counts.sum()))
+    rng = torch.Generator().manual_seed(14)
+    examples = torch.arange(len(page_counts)).repeat_interleave(beams)
+    new_order = examples * beams + torch.randint(beams, (len(examples),), generator=rng)  # (hypotheses,)
+    kept, row_order, page_order = layout.reorder(new_order)
+    assert kept is layout and page_order is None
+    old_beam = new_order.index_select(0, layout.hypothesis_of_row) % beams  # (page rows,)
+    expected = (layout.first_page[layout.group_of_page.repeat_interleave(beams)] + layout.page_of_row) * beams \
+        + old_beam
+    assert torch.equal(row_order, expected)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import torch
+import torch.nn.functional as F
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
@@ -114,7 +115,8 @@ class SearchLoop(SequenceGenerator):
                 encoder_outs = self.model.reorder_encoder_out(encoder_outs, order)
             lprobs = self._next_log_probs(beams, step, max_len, encoder_outs, states, suppressed)  # (rows, vocab)
             candidates = self._candidates(beams, step, lprobs)
-            done = self._finalize_ended(beams, candidates, step, max_len, finalized, finished)
+            ended = ended_candidates(candidates, self.eos)  # (examples, cands)
+            done = self._finalize_ended(beams, candidates, ended, step, max_len, finalized, finished)
             remaining -= len(done)
             if remaining == 0 or (self.search.stop_on_max_len and step >= max_len):
                 break
@@ -122,9 +124,9 @@ class SearchLoop(SequenceGenerator):
             if done:  # drop the examples that are done; the decoder state drops them at the next reorder
                 keep = torch.tensor(sorted(set(range(beams.ignored.size(0))) - set(done)), device=src_tokens.device)
                 self.search.prune_sentences(keep)
-                beams, candidates = beams.select(keep), candidates.select(keep)
+                beams, candidates, ended = beams.select(keep), candidates.select(keep), ended[keep]
                 state_offsets = keep[:, None] * beam
-            chosen = self._extend(beams, candidates, step)  # (examples, beam)
+            chosen = self._extend(beams, candidates, ended, step)  # (examples, beam)
             order = (chosen + state_offsets).view(-1)
         return best_first(finalized)
 
@@ -168,7 +170,7 @@ class SearchLoop(SequenceGenerator):
             lm_lprobs = self.lm_model.get_normalized_probs(self.lm_model(history), log_probs=True, sample=None)
             lprobs += lm_lprobs[:, -1, :] * self.lm_weight
         lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)
-        lprobs[:, self.pad] = -math.inf
+        lprobs[:, self.pad].fill_(-math.inf)
         if self.unk_penalty:  # (4 operators a step for nothing at fairseq's default, 0)
             lprobs[:, self.unk] -= self.unk_penalty
         if step >= max_len:  # only </s> may come
@@ -180,9 +182,9 @@ class SearchLoop(SequenceGenerator):
                                                                      prefix, self.beam_size)
         else:  # the minimum length and the suppressed tokens apply once the prefix is written
             if step < self.min_len:
-                lprobs[:, self.eos] = -math.inf
+                lprobs[:, self.eos].fill_(-math.inf)
             if suppressed is not None:
-                lprobs[:, suppressed] = -math.inf
+                lprobs.index_fill_(1, suppressed, -math.inf)
         if attention is not None:  # (rows, sources)
             if beams.attention is None:
                 beams.attention = beams.scores.new_empty(beams.tokens.size(0), attention.size(1),
@@ -207,12 +209,13 @@ class SearchLoop(SequenceGenerator):
         )
         return Candidates(scores, tokens, chosen_beams)
 
-    def _finalize_ended(self, beams: Beams, candidates: Candidates, step: int, max_len: int,
+    def _finalize_ended(self, beams: Beams, candidates: Candidates, ended: Tensor, step: int, max_len: int,
                         finalized: Hypotheses, finished: List[bool]) -> List[int]:
         """Finish the hypotheses that end with </s> among each example's ``beam`` best candidates
-        (the step's one read-back), and return the examples that are now done."""
+        (the step's one read-back; ``ended``: ``ended_candidates``), and return the examples that
+        are now done."""
         beam = self.beam_size
-        ended = ended_candidates(candidates, self.eos)[:, :beam] & ~beams.ignored  # (examples, beam)
+        ended = ended[:, :beam] & ~beams.ignored  # (examples, beam)
         example, rank = ended.nonzero(as_tuple=True)  # the host learns which hypotheses ended
         if example.numel() == 0:
             return []
@@ -220,28 +223,28 @@ class SearchLoop(SequenceGenerator):
         return self.finalize_hypos(step, rows, candidates.scores[example, rank], beams.tokens, beams.scores,
                                    finalized, finished, beam, beams.attention, beams.src_lengths, max_len)
 
-    def _extend(self, beams: Beams, candidates: Candidates, step: int) -> Tensor:
-        """Continue every example with its ``beam`` best candidates that did not end (ended ones
-        only where fewer are left: they are then ignored from now on), writing their token and
-        score at ``step`` in ``beams``. Returns the beam (examples, beam) each one extends."""
+    def _extend(self, beams: Beams, candidates: Candidates, ended: Tensor, step: int) -> Tensor:
+        """Continue every example with its ``beam`` best candidates that did not end (``ended``;
+        ended ones only where fewer are left: they are then ignored from now on), writing their
+        token and score at ``step`` in ``beams``. Returns the beam (examples, beam) each one
+        extends."""
         examples, beam = beams.ignored.shape
         width = candidates.tokens.size(1)
-        unavailable = ended_candidates(candidates, self.eos)  # (examples, cands)
-        unavailable[:, :beam] |= beams.ignored
+        unavailable = ended | F.pad(beams.ignored, (0, width - beam))  # (examples, cands)
         # the available candidates first, then the others, each in the search's order
-        rank = unavailable.long() * width + torch.arange(width, device=unavailable.device)
+        rank = torch.add(torch.arange(width, device=unavailable.device), unavailable, alpha=width)
         ranks, picked = rank.topk(beam, dim=1, largest=False)  # (examples, beam)
         beams.ignored = ranks >= width
         chosen = candidates.beams.gather(1, picked)  # (examples, beam)
         rows = (chosen + beams.offsets).view(-1)  # (examples * beam,)
-        beams.tokens[:, : step + 1] = beams.tokens[:, : step + 1].index_select(0, rows)
+        # whole rows, one operator each (the positions after the step are padding, or zeros, in every row)
+        beams.tokens = beams.tokens.index_select(0, rows)
         beams.tokens.view(examples, beam, -1)[:, :, step + 1] = candidates.tokens.gather(1, picked)
-        if step > 0:
-            beams.scores[:, :step] = beams.scores[:, :step].index_select(0, rows)
+        beams.scores = beams.scores.index_select(0, rows)
         beams.scores.view(examples, beam, -1)[:, :, step] = candidates.scores.gather(1, picked)
         self.search.update_constraints(picked)
         if beams.attention is not None:
-            beams.attention[:, :, : step + 2] = beams.attention[:, :, : step + 2].index_select(0, rows)
+            beams.attention = beams.attention.index_select(0, rows)
         return chosen
 
 

@@ -97,6 +97,8 @@ class PageLayout:
         beam = torch.arange(beams, device=device)  # (beams,)
         # the hypothesis each page row extends, and the page of its group it reads: (n_pages * beams,)
         self.hypothesis_of_row = (self.group_of_page[:, None] * beams + beam).view(-1)
+        self.hypothesis_ids = torch.arange(groups * beams, device=device)  # (groups * beams,)
+        self.row_ids = torch.arange(n_pages * beams, device=device)  # (n_pages * beams,) the page rows
         self.page_of_row = self.page_in_group.repeat_interleave(beams)
         # the row of each hypothesis's first page: (groups * beams,), hypothesis order
         self.first_row_of_hypothesis = (self.first_page[:, None] * beams + beam).view(-1)
@@ -189,6 +191,11 @@ class PageLayout:
         """
         beams = self.beams
         dropped = new_order.size(0) != self.hypotheses
+        if beams > 1 and not dropped:
+            # a group is an example, whose beams only trade places: a page row continues the row of
+            # its own group and page of the beam it follows, row - new beam + old beam
+            moved = (new_order - self.hypothesis_ids).index_select(0, self.hypothesis_of_row)  # (page rows,)
+            return self, self.row_ids + moved, None
         layout = self
         if dropped:
             group_order = new_order.view(-1, beams)[:, 0] // beams  # (new groups,)
