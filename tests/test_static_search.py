@@ -18,7 +18,9 @@ from builders.models import build_tiny, make_source_sensitive
 from builders.stock import assert_same_hypotheses
 from builders.systems import BEAM_SETTINGS, build_system, pages
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
+from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
+from pagesum_plugin.generation import static_search
 from pagesum_plugin.generation.static_search import FixedShapeSearch, ban_repeated_ngrams_at
 from pagesum_recipes.profiling import CountedGraphs
 
@@ -265,3 +267,57 @@ def test_eager_decoding_is_the_tasks_flag(copy_task_dir):
     for flags, expected in (((), "auto"), (("--eager-decoding",), "eager")):
         args, task, model = build_tiny(copy_task_dir, *flags)
         assert task.build_generator([model], args).decoding == expected
+
+
+def test_a_later_search_of_the_same_shapes_replays_the_kept_step_on_its_own_state(system):
+    """A generator keeps its last searches' steps: a batch of the same shapes runs its first step,
+    copies the state it built into a kept search's tensors and replays that step (compiled
+    once), finding its own hypotheses, the step loop's; a batch of other shapes gets a step of
+    its own. (AWESOME's segments carry their memory in a state the copy does not walk: each of
+    its searches compiles its own steps.)"""
+    compiled = []
+    generator = system.generator(decoding=lambda step: compiled.append(step) or step,
+                                 **BEAM_SETTINGS["lenpen-trigrams"])
+    first = system.make_sample(COUNTS, seed=1)
+    src_tokens = first["net_input"]["src_tokens"]
+    second = dict(first, net_input=dict(first["net_input"], src_tokens=src_tokens.flip(0)))  # other documents
+    other = system.make_sample(COUNTS[:3], seed=1)
+    counts = []
+    for sample in (first, second, first, other):
+        with torch.no_grad():
+            found = generator.generate([system.model], sample)
+        assert_same_search(found, generate(system, sample, "eager", **BEAM_SETTINGS["lenpen-trigrams"]))
+        counts.append(len(compiled))
+    if system.name != "awesome":
+        assert counts == [1, 1, 1, 2]
+
+
+def test_a_generator_keeps_the_steps_of_its_last_searches_only(copy_task_dir, monkeypatch):
+    """Each kept step holds its search's state: the oldest goes when a new shape comes."""
+    monkeypatch.setattr(static_search.KeptSearches.__init__, "__defaults__", (1,))
+    system = build_system("pagesum", copy_task_dir)
+    compiled = []
+    generator = system.generator(decoding=lambda step: compiled.append(step) or step, **BEAM_SETTINGS["lenpen-trigrams"])
+    for counts in (COUNTS, COUNTS[:3], COUNTS):
+        with torch.no_grad():
+            generator.generate([system.model], system.make_sample(counts, seed=1))
+    assert len(compiled) == 3 and len(generator._kept.searches) == 1
+
+
+@pytest.mark.parametrize("decoding", ["eager", "static"])
+def test_every_search_of_a_generator_reorders_its_cache_within_blocks_of_beams(system, decoding, monkeypatch):
+    """The beams' blocks are told at every search, not only when the generator is built: a later
+    search's self-attention caches read through the beam table too, rather than moving rows."""
+    blocks = []
+    allocate = DecoderSelfAttention._allocate
+
+    def recording(self, buffer, rows, beams, *args):
+        blocks.append(beams)
+        return allocate(self, buffer, rows, beams, *args)
+
+    monkeypatch.setattr(DecoderSelfAttention, "_allocate", recording)
+    generator = system.generator(decoding=decoding, **BEAM_SETTINGS["lenpen-trigrams"])
+    for _ in range(2):
+        with torch.no_grad():
+            generator.generate([system.model], system.make_sample(COUNTS, seed=1))
+    assert blocks and set(blocks) == {generator.beam_size}

@@ -97,12 +97,14 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         s = run["settings"]
         cells = [out_len, batch, layout]
         if m["status"] != "ok":
-            rows.append(cells + [not_run(m)] * 8 + [goal if layout == "shared" else "(before sharing)",
+            rows.append(cells + [not_run(m)] * 9 + [goal if layout == "shared" else "(before sharing)",
                                                     verdict(False, run["device"]) if layout == "shared" else "-"])
             continue
         tokens_per_s = batch * s["beam"] * out_len / m["search_s"]
+        first = m.get("first_search_s")  # (none in the records of before the kept graphs)
         cells += [f"{tokens_per_s:.0f}", number(m["step_s"] * 1e3), busy_cell(m),
-                  *bound_cells(m, run["peaks"]["bandwidth"]), gigabytes(m["reserved"])]
+                  *bound_cells(m, run["peaks"]["bandwidth"]), gigabytes(m["reserved"]),
+                  "-" if first is None else number(first)]
         if layout == "per beam":
             rows.append(cells + ["1.00x", "(before sharing)", "-"])
             continue
@@ -125,7 +127,8 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         f"captured CUDA graph (on the CPU: the same fixed-shape steps, op by op); and (group 4:fused) the same step "
         f"compiled whole by inductor first, its kernels fused (the warm-up search pays the compilation). A captured "
         f"or fused search's speed-up is against the shared step loop, its ms/step the search less one encoder pass, "
-        f"per step, its capture included. tokens/s = batch x beam x summary tokens / search s; ms/step: mean "
+        f"per step; its generator's first search (first search s) captures the step (and, fused, compiles it), "
+        f"which the later searches of the same shapes replay. tokens/s = batch x beam x summary tokens / search s; ms/step: mean "
         f"interval between decoder calls; GPU busy ms/step: the step's kernels' own times (torch's profiler; \"-\" "
         f"on the CPU), what a step would take if the host launched nothing; MB/step: 10^6 bytes one step must read "
         f"(decoder weights, cross-attention keys and values, the self-attention cache at its mean length); bound = "
@@ -133,5 +136,5 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         f"CPU). Best of {s['repeats']} searches. Attention kernels in decoding: {measurements[0]['kernels']}."
     )
     header = ["summary tokens", "batch", "layout", "tokens/s", "ms/step", "GPU busy ms/step", "MB/step", "bound ms",
-              "step / bound", "peak reserved GB", "speed-up", "goal", "verdict"]
+              "step / bound", "peak reserved GB", "first search s", "speed-up", "goal", "verdict"]
     return [section(caption, header, rows)]

@@ -38,6 +38,7 @@ class Search:
     length: float  # mean summary tokens of the best hypotheses
     memory: Dict[str, Optional[int]]  # peaks over the searches: allocated, reserved, device (None on the CPU)
     busy: Optional[float] = None  # seconds a step keeps the GPU busy (``busy_per_step``); None unasked, on the CPU
+    first: Optional[float] = None  # a captured search: its generator's first search, the capture included
 
 
 def busy_per_step(make: Callable[[int], object], model, sample, device: torch.device) -> Optional[float]:
@@ -65,10 +66,20 @@ def timed_search(make: Callable[[int], object], model, sample, repeats: int, dev
     warm-up by ``make(2)``'s; ``forced``: the summary length every hypothesis must have;
     ``busy``: also the GPU's busy seconds per step (``busy_per_step``). A step is the interval
     between decoder calls; with ``encoder_s`` given (a search whose steps replay a captured
-    graph, which calls no decoder from Python), the search's time less ``encoder_s`` per step."""
-    # the warm-up: two tokens, or, for a search whose step is compiled for its length, the search itself
-    make(2 if encoder_s is None else None).generate([model], sample)
-    generator = make(None)
+    graph, which calls no decoder from Python), the search's time less ``encoder_s`` per step, and
+    the generator's first search, which captures the step that the later ones replay (kept by
+    the generator), is timed apart."""
+    first = None
+    if encoder_s is None:  # the warm-up: two tokens
+        make(2).generate([model], sample)
+        generator = make(None)
+    else:  # the warm-up is the generator's first search, which captures (and compiles) its step
+        generator = make(None)
+        synchronize(device)
+        start = time.perf_counter()
+        generator.generate([model], sample)
+        synchronize(device)
+        first = time.perf_counter() - start
     if device.type == "cuda":
         synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -91,7 +102,8 @@ def timed_search(make: Callable[[int], object], model, sample, repeats: int, dev
             best = (seconds, step, steps, sum(lengths) / len(lengths))
     gpu = cuda_peaks(device)
     memory = {"allocated": gpu and gpu.allocated, "reserved": gpu and gpu.reserved, "device": gpu and gpu.device}
-    return Search(*best, memory, unless_profiler_fails(busy_per_step, make, model, sample, device) if busy else None)
+    return Search(*best, memory, unless_profiler_fails(busy_per_step, make, model, sample, device) if busy else None,
+                  first)
 
 
 def unless_profiler_fails(measure: Callable[..., Optional[float]], *args) -> Optional[float]:
@@ -145,7 +157,7 @@ def searched(ctx: Context, row: str, system: str, point: List[int], search: Call
         ctx.ledger.record(row, system, point)
         return {**record, "status": "oom"}
     return {**record, "status": "ok", "search_s": result.seconds, "step_s": result.step, "calls": result.calls,
-            "length": result.length, "busy_step_s": result.busy, **result.memory}
+            "length": result.length, "busy_step_s": result.busy, "first_search_s": result.first, **result.memory}
 
 
 @dataclass(frozen=True)

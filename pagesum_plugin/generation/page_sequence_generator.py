@@ -41,7 +41,7 @@ from ..modules.compiled_layers import compile_decoder_layers
 from .contract import check_models
 from .ngram_blocking import NoRepeatNGramBlocker
 from .search_loop import SearchLoop
-from .static_search import FixedShapeSearch, StepRunner, refusal
+from .static_search import FixedShapeSearch, KeptSearches, StepRunner, refusal
 
 logger = logging.getLogger(__name__)
 DECODING_CHOICES = ("auto", "eager", "static", "graph", "fused")
@@ -59,6 +59,7 @@ class PageSumSequenceGenerator(SearchLoop):
             raise ValueError(f"decoding={decoding!r}: not one of {', '.join(DECODING_CHOICES)}, nor a callable")
         self.decoding = decoding
         self._said = set()  # the reasons to decode step by step already given
+        self._kept = KeptSearches()  # the captured steps of the last searches, for later ones of the same shapes
         if compile_decoder:  # True: torch.compile's default backend; a name or a callable: that backend
             for model in models:
                 compile_decoder_layers(model, "inductor" if compile_decoder is True else compile_decoder)
@@ -121,9 +122,11 @@ class PageSumSequenceGenerator(SearchLoop):
         self.max_len_a = 0
         self.max_len_b = budget + 1
         self.min_len = settings[2] + 1
-        # the decoder runs one step per output position: at most max_len + 1 of them
+        # the decoder runs one step per output position: at most max_len + 1 of them; its rows come
+        # in blocks of beams (told at every search: the last one's end forgot them)
         for model in self.model.models:
             set_cache_length(model, min(self.max_len_b, self.max_len - 1) + 2)
+            set_cache_beams(model, self.beam_size)
         try:
             return super()._generate(sample, prefix_tokens, constraints, bos_token)
         finally:
@@ -135,7 +138,7 @@ class PageSumSequenceGenerator(SearchLoop):
         runner = self._fixed_shapes(sample, prefix_tokens, constraints)
         if runner is None:
             return super()._search(sample, prefix_tokens, constraints, bos_token)
-        return FixedShapeSearch(self, runner)(sample, prefix_tokens, bos_token)
+        return FixedShapeSearch(self, runner, self._kept)(sample, prefix_tokens, bos_token)
 
     def _fixed_shapes(self, sample, prefix_tokens, constraints) -> Optional[StepRunner]:
         """How this search's steps run with fixed shapes, or None for the step loop; a search

@@ -33,6 +33,13 @@ runs it op by op; a callable compiles it (``lambda step: torch.compile(step, ful
 backend=...)``: the proof, on any device, that a step has no graph break). Each gives the step loop's hypotheses: the same tokens, scores to
 rounding (``tests/test_static_search.py``).
 
+A generator keeps the captured steps of its last ``KEPT_SEARCHES`` searches (``KeptSearches``).
+A later search whose state has the same shapes (the batch, beam, pages, source and summary
+lengths) runs its first step as always, copies the state that step built into the kept
+search's tensors, and replays the kept step: no capture, no warm-up and no compilation. The
+tensors a step reads are walked in a fixed order (``state_leaves``): a state holding anything
+the walk does not know is not reused, and neither is a step whose model's weights moved.
+
 What the fixed shapes cannot express falls back to the step loop, in one line that says why
 (``refusal``): ensembles and language-model fusion, search strategies other than beam search
 (sampling, diverse beams, constraints, length-matched search), forced prefixes longer than
@@ -40,10 +47,12 @@ the ``<s>``, and a model whose encoder output follows the beams (one copy per be
 segments, and PageSum's ``set_beam_size(beam, share_pages=False)``).
 """
 
+import dataclasses
 import logging
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, Hashable, List, Optional, Tuple, Union
 
 import torch
 from fairseq import search
@@ -51,11 +60,13 @@ from torch import Tensor
 
 from ..modules.decoder_self_attention import set_fixed_shapes
 from ..modules.decoding_step import declare_unpadded_prefixes, set_step_position
+from ..modules.page_mixing import PageLayout
 from .search_loop import Beams, Candidates, Hypotheses, best_first, ended_candidates
 
 logger = logging.getLogger(__name__)
 
 StepRunner = Union[str, Callable[[Callable[[], None]], Callable[[], None]]]  # graph, fused, static, or a compiler
+KEPT_SEARCHES = 2  # captured steps a generator keeps (with their state) for later searches of the same shapes
 
 
 def refusal(generator, sample: Dict, prefix_tokens: Optional[Tensor], constraints: Optional[Tensor]) -> Optional[str]:
@@ -92,9 +103,10 @@ class FixedState:
 class FixedShapeSearch:
     """One beam search of ``generator`` (a ``SearchLoop``) with fixed shapes."""
 
-    def __init__(self, generator, step: StepRunner = "static"):
+    def __init__(self, generator, step: StepRunner = "static", kept: Optional["KeptSearches"] = None):
         self.generator = generator
         self.runner = step
+        self.kept = kept  # the generator's captured steps, for searches of the same shapes; None: none kept
         self.on_cuda = False  # the search's device, known when it starts
 
     def __call__(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
@@ -136,7 +148,7 @@ class FixedShapeSearch:
         if remaining == 0:
             return best_first(finalized)
 
-        step_fn = self._runner(lambda: self._step(state, encoder_outs, states, suppressed))
+        step_fn, state = self._step_function(state, encoder_outs, states, suppressed)
         for step in range(1, max_len + 1):  # the last step can only add </s>
             step_fn()
             remaining -= self._finish(state, step, max_len, finalized)
@@ -226,6 +238,22 @@ class FixedShapeSearch:
             s.done[torch.tensor(done, device=s.done.device)] = True
         return len(done)
 
+    def _step_function(self, state: FixedState, encoder_outs, states,
+                       suppressed: Optional[Tensor]) -> Tuple[Callable[[], None], FixedState]:
+        """The step of this search, and the state it reads: a kept search's step and state, this
+        search's state copied in, where one of the same shapes is kept; else a new step."""
+        reads = (state, encoder_outs, states, suppressed)
+        if self.kept is None or self.runner == "static":  # op by op: nothing to save, nothing kept
+            return self._runner(lambda: self._step(state, encoder_outs, states, suppressed)), state
+        leaves = state_leaves(reads)
+        key = signature(leaves, self.generator.model.single_model)
+        kept = self.kept.take(key, leaves)
+        if kept is not None:
+            return kept
+        step_fn = self._runner(lambda: self._step(state, encoder_outs, states, suppressed))
+        self.kept.keep(key, leaves, (step_fn, state))
+        return step_fn, state
+
     def _runner(self, step: Callable[[], None]) -> Callable[[], None]:
         if callable(self.runner):
             return self.runner(step)
@@ -234,6 +262,76 @@ class FixedShapeSearch:
         if self.runner == "graph" or (self.runner == "fused" and self.on_cuda):
             return CapturedStep(step)
         return step
+
+
+def state_leaves(tree) -> Optional[List[object]]:
+    """Every tensor and value of a search's state, in a fixed order: dictionaries (keys too),
+    lists, tuples, dataclasses (the search's state) and page layouts are walked; None where
+    something else is found, whose content the walk cannot compare."""
+    leaves: List[object] = []
+
+    def walk(node) -> bool:
+        if torch.is_tensor(node) or node is None or isinstance(node, (bool, int, float, str)):
+            leaves.append(node)
+        elif isinstance(node, dict):
+            leaves.append(len(node))
+            return all(walk(key) and walk(value) for key, value in node.items())
+        elif isinstance(node, (list, tuple)):
+            leaves.append(len(node))
+            return all(walk(item) for item in node)
+        elif dataclasses.is_dataclass(node) or isinstance(node, PageLayout):
+            leaves.append(type(node).__name__)
+            return walk(vars(node))
+        else:
+            return False
+        return True
+
+    return leaves if walk(tree) else None
+
+
+def signature(leaves: Optional[List[object]], model: torch.nn.Module) -> Optional[Hashable]:
+    """What two searches must share for one to replay the other's captured step: every tensor's
+    shape, layout and storage size and every other value of their state, and the model's weights
+    where they lie (the graph reads them there). None: not comparable."""
+    if leaves is None:
+        return None
+    shapes = tuple((tuple(leaf.shape), leaf.stride(), leaf.storage_offset(), leaf.dtype, str(leaf.device),
+                    leaf.untyped_storage().nbytes()) if torch.is_tensor(leaf) else leaf for leaf in leaves)
+    return shapes, tuple(p.data_ptr() for p in model.parameters())
+
+
+class KeptSearches:
+    """The captured steps of a generator's last ``size`` searches, each with the tensors it reads,
+    by the ``signature`` of their state."""
+
+    def __init__(self, size: int = KEPT_SEARCHES):
+        self.size = size
+        self.searches: "OrderedDict[Hashable, Tuple[List[object], object]]" = OrderedDict()
+
+    def take(self, key: Optional[Hashable], leaves: Optional[List[object]]):
+        """The kept search of ``key``, with this search's state (``leaves``) copied into its
+        tensors; None where there is none, or where the two states share storage differently."""
+        if key is None or key not in self.searches:
+            return None
+        kept_leaves, kept = self.searches[key]
+        pairs = {}  # kept storage -> this search's storage: whole storages copied, each once
+        for mine, theirs in zip(leaves, kept_leaves):
+            if torch.is_tensor(mine):
+                target, source = theirs.untyped_storage(), mine.untyped_storage()
+                if pairs.setdefault(target.data_ptr(), (target, source))[1].data_ptr() != source.data_ptr():
+                    return None  # aliased in one search and not in the other
+        for target, source in pairs.values():
+            if target.data_ptr() != source.data_ptr():  # (the model's own weights are read in place)
+                target.copy_(source)
+        self.searches.move_to_end(key)
+        return kept
+
+    def keep(self, key: Optional[Hashable], leaves: Optional[List[object]], search) -> None:
+        if key is None:
+            return
+        self.searches[key] = (leaves, search)
+        while len(self.searches) > self.size:
+            self.searches.popitem(last=False)
 
 
 class CapturedStep:
