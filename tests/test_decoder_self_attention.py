@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 from fairseq.modules import MultiheadAttention
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from builders.counting import OperatorCount
 from pagesum_plugin.modules.decoder_self_attention import (DecoderSelfAttention, attend_through_table, gather_rows,
                                                            read_mask)
 from pagesum_plugin.modules.decoding_step import declare_unpadded_prefixes, set_step_position
@@ -144,16 +144,6 @@ def test_steps_at_a_position_tensor_write_and_read_the_cache_in_place_and_equal_
 
     storages = decode(ours, stock, 4, orders, rng, steps=6, ours_state=state, padded=padded)
     assert len(storages) == 1, "one cache, allocated at the first step"
-
-
-class OperatorCount(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += 1
-        return func(*args, **(kwargs or {}))
 
 
 def test_a_search_that_declares_its_prefixes_unpadded_spends_no_operator_on_the_padding_mask():

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 from torch.nn.attention import sdpa_kernel
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.beam_cache import generator_for
@@ -18,6 +17,7 @@ from benchmarks.generation_speed import net_input
 from benchmarks.scale import costs, results
 from benchmarks.scale.cli import GROUP_BUDGET_SECONDS, main, parse_args
 from benchmarks.scale.hardware import peaks_by_name
+from builders.counting import OperatorCount
 
 SMALL = ModelSize(embed_dim=64, ffn_dim=256, layers=2, heads=4, vocab_words=500)
 H100 = peaks_by_name("NVIDIA H100 80GB HBM3")
@@ -28,16 +28,6 @@ def small_pagesum():
     torch.manual_seed(0)
     task, model = build_model("pagesum_bart_large", SMALL, "--max-source-positions", "32", dropout=0.0)
     return task.dictionary, model
-
-
-class OperatorCount(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += 1
-        return func(*args, **(kwargs or {}))
 
 
 def test_the_weights_counted_from_the_dimensions_are_the_models_linear_weights(small_pagesum):
