@@ -173,7 +173,7 @@ class HEDDecoder(SyncFreeDecoder, TransformerDecoder):
         attentions = [layer.encoder_attn for layer in self.layers
                       if isinstance(getattr(layer, "encoder_attn", None), HierarchicalCrossAttention)]
         maps = (encoder_out or {}).get("encoder_padding_mask") or []  # [(batch, src_len)] the document map
-        laying_out = bool(attentions and maps) and (
+        laying_out = len(attentions) > 0 and len(maps) > 0 and (  # (torch 2.11's compiler takes no bool(list))
             incremental_state is None or "document_map" not in attentions[0]._get_input_buffer(incremental_state))
         known = (maps[0], document_shapes(maps[0])) if laying_out else None
         for attention in attentions:
