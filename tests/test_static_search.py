@@ -297,7 +297,8 @@ def test_a_generator_keeps_the_steps_of_its_last_searches_only(copy_task_dir, mo
     monkeypatch.setattr(static_search.KeptSearches.__init__, "__defaults__", (1,))
     system = build_system("pagesum", copy_task_dir)
     compiled = []
-    generator = system.generator(decoding=lambda step: compiled.append(step) or step, **BEAM_SETTINGS["lenpen-trigrams"])
+    generator = system.generator(decoding=lambda step: compiled.append(step) or step,
+                                 **BEAM_SETTINGS["lenpen-trigrams"])
     for counts in (COUNTS, COUNTS[:3], COUNTS):
         with torch.no_grad():
             generator.generate([system.model], system.make_sample(counts, seed=1))
@@ -321,3 +322,16 @@ def test_every_search_of_a_generator_reorders_its_cache_within_blocks_of_beams(s
         with torch.no_grad():
             generator.generate([system.model], system.make_sample(COUNTS, seed=1))
     assert blocks and set(blocks) == {generator.beam_size}
+
+
+def test_a_kept_step_is_not_replayed_on_a_state_whose_tensors_share_storage_otherwise():
+    """The copy writes whole storages, one to one: where two tensors share a storage in one
+    search and not in the other, the kept step would read the wrong data, and is not taken."""
+    kept = static_search.KeptSearches()
+    apart = [torch.zeros(3), torch.zeros(3)]
+    key = static_search.signature(apart, torch.nn.Linear(1, 1))
+    kept.keep(key, apart, "step")
+    shared = torch.arange(3.0)
+    assert kept.take(key, [shared, shared]) is None
+    assert kept.take(key, [torch.ones(3), torch.full((3,), 2.0)]) == "step"
+    assert apart[0].tolist() == [1.0, 1.0, 1.0] and apart[1].tolist() == [2.0, 2.0, 2.0]

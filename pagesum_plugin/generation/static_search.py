@@ -314,11 +314,12 @@ class KeptSearches:
         if key is None or key not in self.searches:
             return None
         kept_leaves, kept = self.searches[key]
-        pairs = {}  # kept storage -> this search's storage: whole storages copied, each once
+        pairs, sources = {}, {}  # kept storage -> this search's storage, one to one: whole storages, each once
         for mine, theirs in zip(leaves, kept_leaves):
             if torch.is_tensor(mine):
                 target, source = theirs.untyped_storage(), mine.untyped_storage()
-                if pairs.setdefault(target.data_ptr(), (target, source))[1].data_ptr() != source.data_ptr():
+                if (pairs.setdefault(target.data_ptr(), (target, source))[1].data_ptr() != source.data_ptr()
+                        or sources.setdefault(source.data_ptr(), target.data_ptr()) != target.data_ptr()):
                     return None  # aliased in one search and not in the other
         for target, source in pairs.values():
             if target.data_ptr() != source.data_ptr():  # (the model's own weights are read in place)
