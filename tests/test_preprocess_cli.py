@@ -3,7 +3,6 @@
 import json
 import logging
 
-import numpy as np
 import pytest
 
 from builders.bpe import build_gpt2_bpe

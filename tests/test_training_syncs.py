@@ -7,7 +7,6 @@ slots are filled, and HED's decoder reads the documents' shapes back once for al
 cross-attentions."""
 
 import pytest
-import torch
 
 from builders.awesome import build_awesome
 from builders.hed import build_hed

@@ -106,7 +106,9 @@ class FixedShapeSearch:
     def __init__(self, generator, step: StepRunner = "static", kept: Optional["KeptSearches"] = None):
         self.generator = generator
         self.runner = step
-        self.kept = kept  # the generator's captured steps, for searches of the same shapes; None: none kept
+        # the generator's captured steps, for searches of the same shapes; None: none kept (nor, op by op,
+        # anything to save by keeping them)
+        self.kept = None if step == "static" else kept
         self.on_cuda = False  # the search's device, known when it starts
 
     def __call__(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
@@ -242,15 +244,17 @@ class FixedShapeSearch:
                        suppressed: Optional[Tensor]) -> Tuple[Callable[[], None], FixedState]:
         """The step of this search, and the state it reads: a kept search's step and state, this
         search's state copied in, where one of the same shapes is kept; else a new step."""
-        reads = (state, encoder_outs, states, suppressed)
-        if self.kept is None or self.runner == "static":  # op by op: nothing to save, nothing kept
-            return self._runner(lambda: self._step(state, encoder_outs, states, suppressed)), state
-        leaves = state_leaves(reads)
+        def step() -> None:
+            self._step(state, encoder_outs, states, suppressed)
+
+        if self.kept is None:
+            return self._runner(step), state
+        leaves = state_leaves((state, encoder_outs, states, suppressed))
         key = signature(leaves, self.generator.model.single_model)
         kept = self.kept.take(key, leaves)
         if kept is not None:
             return kept
-        step_fn = self._runner(lambda: self._step(state, encoder_outs, states, suppressed))
+        step_fn = self._runner(step)
         self.kept.keep(key, leaves, (step_fn, state))
         return step_fn, state
 

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from fairseq import utils
 from fairseq.modules import MultiheadAttention
-from torch import Tensor, nn
+from torch import Tensor
 
 from .decoding_step import is_plain_linear, linear_step, prefixes_unpadded, select_rows, step_position, \
     transposed_weight
@@ -303,13 +303,13 @@ class DecoderSelfAttention(MultiheadAttention):
     def _allocate(self, buffer: Dict, rows: int, beams: int, capacity: int, like: Tensor) -> Dict:
         blocks, heads, head_dim = rows // beams, self.num_heads, self.head_dim
         beam_of_row = torch.arange(rows, device=like.device) % beams  # (rows,)
-        own_beam = torch.arange(beams, device=like.device) == beam_of_row[:, None]  # (rows, beams)
+        is_own = torch.arange(beams, device=like.device) == beam_of_row[:, None]  # (rows, beams)
         buffer.update(  # zeros: a step at a position tensor reads the positions not written yet (weight 0)
             cache_key=like.new_zeros(blocks, heads, capacity, beams, head_dim),
             cache_value=like.new_zeros(blocks, heads, capacity, beams, head_dim),
             readable=like.new_full((rows, capacity, beams), -math.inf),  # nothing written: nothing readable
             # what a row writes into the table at its new position: 0 at its own beam, -inf elsewhere
-            own_beam=like.new_full((rows, 1, beams), -math.inf).masked_fill(own_beam[:, None], 0.0),
+            own_beam=like.new_full((rows, 1, beams), -math.inf).masked_fill(is_own[:, None], 0.0),
             length=0, beams=beams,
         )
         return buffer
@@ -418,7 +418,8 @@ def own_entries(own_beam: Tensor, padding: Optional[Tensor] = None) -> Tensor:
 
 
 def read_mask(readable: Tensor, beams: int, start: Optional[int] = None) -> Tensor:
-    """The table as an SDPA mask over the cache's (length, beams) keys, a view of it.
+    """The table as an SDPA mask over the cache's (length, beams) keys: a view of it for one query
+    a row, the later positions masked for several.
 
     readable: (rows, length, beams), 0 where the row reads that beam's key at that position
     start:    None for one query a row; else the position of the first of the step's queries,
