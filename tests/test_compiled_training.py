@@ -51,6 +51,25 @@ def test_in_bf16_the_compiled_step_is_the_eager_one_within_bf16_precision(copy_t
                            {k: g.float() for k, g in expected_grads.items()}, rtol=2e-2)
 
 
+def test_the_floats_a_layer_reads_are_constants_of_its_graphs_not_inputs_made_at_every_call(copy_task_dir):
+    """Attention scalings and dropout probabilities: as graph inputs, torch would wrap each in a new
+    0-dim tensor at every call of a layer (on torch 2.11, four host operators each)."""
+    _, task, model = build_tiny(copy_task_dir, "--dropout", "0.1", "--attention-dropout", "0.1")
+    inputs = []
+
+    def recording(graph, example_inputs):
+        inputs.extend(example_inputs)
+        return graph
+
+    torch._dynamo.reset()
+    compile_model_layers(model, recording)
+    target, prev = decoder_input(SUMMARIES, task.dictionary)
+    loss_and_grads(model.train(), pages(task, (3, 1)), prev, target, task.dictionary.pad())
+    assert inputs, "no graph was compiled"
+    scalars = [x for x in inputs if isinstance(x, (float, torch.SymFloat)) or (torch.is_tensor(x) and x.dim() == 0)]
+    assert scalars == []
+
+
 def settings(layers):
     return argparse.Namespace(seed=0, batch=2, pages=3, page_len=16, tgt_len=6, repeats=1, layers=layers)
 

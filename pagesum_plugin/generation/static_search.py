@@ -58,6 +58,7 @@ import torch
 from fairseq import search
 from torch import Tensor
 
+from ..modules.compiled_layers import compiled
 from ..modules.decoder_self_attention import set_fixed_shapes
 from ..modules.decoding_step import declare_unpadded_prefixes, set_step_position
 from ..modules.page_mixing import PageLayout
@@ -262,7 +263,7 @@ class FixedShapeSearch:
         if callable(self.runner):
             return self.runner(step)
         if self.runner == "fused":
-            step = torch.compile(step, fullgraph=True)
+            step = compiled(step, fullgraph=True)
         if self.runner == "graph" or (self.runner == "fused" and self.on_cuda):
             return CapturedStep(step)
         return step

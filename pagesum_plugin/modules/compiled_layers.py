@@ -17,6 +17,11 @@ named by the module's place in the layer (``layer_state_0.attn_state``: the same
 layer), so that one set of graphs serves a stack of any depth; after the call the entries go
 back under their real keys, so that beam reordering, page pruning and everything else outside
 the layer see the dict as it always was.
+
+The floats a layer reads from its modules (attention scalings, dropout probabilities) are
+constants of its graphs (``compiled``). torch.compile's default makes each one an input of the
+graph, wrapped in a new 0-dim tensor at every call: on torch 2.11, four host operators a float,
+seven floats a layer.
 """
 
 import inspect
@@ -48,14 +53,28 @@ def compile_model_layers(model: nn.Module, backend: Union[str, Callable] = "indu
 
 def compile_layers(layers: Iterable[nn.Module], backend: Union[str, Callable] = "inductor") -> int:
     """Compile each of ``layers`` (those not compiled yet), with dynamic shapes."""
-    compiled = 0
+    count = 0
     for layer in layers:
         if getattr(layer, "_compiled_call_impl", None) is None:
             # nn.Module's __call__ runs _compiled_call_impl when it is set (as Module.compile sets it)
-            layer._compiled_call_impl = SharedGraphCall(layer, torch.compile(layer._call_impl, dynamic=True,
-                                                                             backend=backend))
-            compiled += 1
-    return compiled
+            layer._compiled_call_impl = SharedGraphCall(layer, compiled(layer._call_impl, dynamic=True, backend=backend))
+            count += 1
+    return count
+
+
+def compiled(fn: Callable, **options) -> Callable:
+    """``torch.compile(fn, **options)``, with every float its graphs read from a module a
+    constant of the graph rather than an input made at every call (a module's float that
+    changes compiles a graph of its own)."""
+    graphs = torch.compile(fn, **options)
+
+    def call(*args, **kwargs):
+        if torch.compiler.is_compiling():  # traced into from an enclosing compiled function, which decides
+            return graphs(*args, **kwargs)
+        with torch._dynamo.config.patch(specialize_float=True):
+            return graphs(*args, **kwargs)
+
+    return call
 
 
 class SharedGraphCall:
