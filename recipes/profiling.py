@@ -158,36 +158,57 @@ def device_nearly_full(device) -> bool:
 
 
 # operators whose result the host must wait for: a value read back, or a shape that depends on values
-SYNCING_OPERATORS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "is_nonzero",
-                     "repeat_interleave"}
+SYNCING_OPERATORS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "is_nonzero"}
 INDEXING_OPERATORS = {"index", "index_put", "index_put_"}  # sync when an index is a boolean mask
 
 
 class HostSyncs(TorchDispatchMode):
     """Records every operator run inside it that makes the host wait for the device (on CUDA,
     a stream stall), with the innermost caller outside torch: ``seen`` is a list of
-    (operator, "package/file.py:line")."""
+    (operator, "package/file.py:line"). ``repeat_interleave`` waits only when it is not told its
+    output's size. ``Tensor.tolist``, which runs no operator on the CPU and reads the device on
+    CUDA, is recorded as "tolist", on any device (a host tensor's list is recorded too)."""
 
     def __init__(self):
         super().__init__()
         self.seen: List[tuple] = []
 
+    def __enter__(self):
+        tolist = torch.Tensor.tolist
+
+        def recorded_tolist(tensor):
+            self._record("tolist")
+            return tolist(tensor)
+
+        torch.Tensor.tolist = recorded_tolist
+        return super().__enter__()
+
+    def __exit__(self, *exc_info):
+        del torch.Tensor.tolist  # back to the one torch's tensor class inherits
+        return super().__exit__(*exc_info)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         name = func._schema.name.split("::")[-1]
-        if name in SYNCING_OPERATORS or (name in INDEXING_OPERATORS and any(
-                isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in tree_leaves(args[1:2]))):
-            frames = [f for f in traceback.extract_stack()
-                      if "/torch/" not in f.filename and not f.filename.endswith("profiling.py")]
-            place = "?"
-            if frames:
-                path = frames[-1].filename.replace("\\", "/")
-                for root in ("site-packages/", "pagesum_plugin/", "benchmarks/"):
-                    if root in path:
-                        path = (root if root != "site-packages/" else "") + path.split(root)[-1]
-                        break
-                place = f"{path}:{frames[-1].lineno}"
-            self.seen.append((name, place))
-        return func(*args, **(kwargs or {}))
+        if (name in SYNCING_OPERATORS
+                or (name == "repeat_interleave" and kwargs.get("output_size") is None)
+                or (name in INDEXING_OPERATORS and any(isinstance(t, torch.Tensor) and t.dtype == torch.bool
+                                                       for t in tree_leaves(args[1:2])))):
+            self._record(name)
+        return func(*args, **kwargs)
+
+    def _record(self, name: str) -> None:
+        frames = [f for f in traceback.extract_stack()
+                  if "/torch/" not in f.filename and not f.filename.endswith("profiling.py")]
+        place = "?"
+        if frames:
+            path = frames[-1].filename.replace("\\", "/")
+            for root in ("site-packages/", "pagesum_plugin/", "benchmarks/"):
+                if root in path:
+                    path = (root if root != "site-packages/" else "") + path.split(root)[-1]
+                    break
+            place = f"{path}:{frames[-1].lineno}"
+        self.seen.append((name, place))
 
 
 class CountedGraphs:

@@ -4,15 +4,17 @@ layer, every system here asks once (``systems/bart/model.SyncFreeEncoder``) and 
 fairseq computes (the systems' equivalence tests); HED's layers select each document's tokens
 through indices its layout computed once; AWESOME's memory layers know on the host that their
 slots are filled, and HED's decoder reads the documents' shapes back once for all its
-cross-attentions."""
+cross-attentions. PageSum waits twice: once for its pages, and where fairseq's decoder asks
+whether the summaries hold padding."""
 
 import pytest
+import torch
 
 from builders.awesome import build_awesome
 from builders.hed import build_hed
 from builders.hepos import SMALL_PATTERNS, build_hepos
 from builders.models import build_tiny, decoder_input
-from builders.systems import SUMMARIES, TRAINED_SYSTEMS
+from builders.systems import SUMMARIES, TRAINED_SYSTEMS, pages
 from pagesum_recipes.profiling import HostSyncs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -40,3 +42,27 @@ def forward_syncs(name, data_dir, layers):
 def test_the_waits_for_the_device_do_not_grow_with_the_layers(name, copy_task_dir):
     shallow, deep = forward_syncs(name, copy_task_dir, 2), forward_syncs(name, copy_task_dir, 6)
     assert len(deep) == len(shallow), f"{len(shallow)} waits at 2 layers, {len(deep)} at 6: {deep}"
+
+
+@pytest.mark.parametrize("page_counts", [(3, 1, 4, 2), (4, 4, 4, 4)], ids=["padding pages", "every page real"])
+def test_pagesum_reads_back_once_for_its_pages_and_once_where_fairseq_asks_about_the_summarys_padding(
+        page_counts, copy_task_dir):
+    """One read-back tells the encoder how many pages to pack, the columns to keep, whether any
+    page holds padding, and the decoder's page layout the fewest and most pages of an example."""
+    _, task, model = build_tiny(copy_task_dir)
+    src, (_, prev) = pages(task, page_counts), decoder_input(SUMMARIES, task.dictionary)
+    with HostSyncs() as syncs:
+        model.train()(src, None, prev)
+    assert syncs.seen == [("tolist", syncs.seen[0][1]),
+                          ("_local_scalar_dense", "fairseq/models/transformer/transformer_decoder.py:328")]
+    assert syncs.seen[0][1].startswith("pagesum_plugin/systems/pagesum/model.py:")
+
+
+def test_the_sync_counter_sees_a_list_read_back_and_a_repeat_of_unknown_size():
+    counts = torch.tensor([2, 1, 3])
+    with HostSyncs() as syncs:
+        counts.tolist()
+        torch.repeat_interleave(counts)
+        torch.repeat_interleave(counts, output_size=6)  # told its size: on CUDA it does not wait
+    assert [operator for operator, _ in syncs.seen] == ["tolist", "repeat_interleave"]
+    assert counts.tolist() == [2, 1, 3]  # and tensors read back as before, once it is gone

@@ -14,7 +14,7 @@ device to report a count.
 """
 
 import math
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -74,16 +74,21 @@ class PageLayout:
 
     Built once per forward pass, or once per search and again whenever beam search drops
     finished examples. Building reads the smallest and largest page count back from the
-    device (and, after dropping examples, the number of pages left); nothing else does.
+    device, unless given them (``count_range``; after dropping examples, it also reads the
+    number of pages left); nothing else does.
     """
 
-    def __init__(self, page_counts: Tensor, beams: int, n_pages: int, max_pages: Optional[int] = None):
+    def __init__(self, page_counts: Tensor, beams: int, n_pages: int, max_pages: Optional[int] = None,
+                 count_range: Optional[Sequence[int]] = None):
         # page_counts: (groups,); n_pages == page_counts.sum(), known from the encoder
         # output's shape. max_pages: the width of the page weights, at least the most pages.
+        # count_range: the fewest and the most of page_counts, where the host knows them.
         self.page_counts = page_counts
         self.beams = beams
         self.n_pages = n_pages
-        fewest, most = torch.stack(torch.aminmax(page_counts)).tolist()
+        if count_range is None:
+            count_range = torch.stack(torch.aminmax(page_counts)).tolist()
+        fewest, most = count_range
         self.max_pages = most if max_pages is None else max_pages
         # Dense: every group has max_pages pages (spatial paging), so the page rows already
         # form a (hypothesis, page) grid and mixing needs no gather and no mask.

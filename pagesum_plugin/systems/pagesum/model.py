@@ -50,6 +50,9 @@ logger = logging.getLogger(__name__)
 PAGE_DECODING_CHOICES = ("page", "global")
 CONFIDENCE_KEYS = ("decoder.page_confidence.weight", "decoder.page_confidence.bias")
 PAGE_STATE_KEY = "pagesum_pages"  # where the decoder keeps its page bookkeeping
+# the fewest and the most pages of an example, host ints the encoder read back with its own, so
+# that the decoder's page layout need not ask the device again; only the encoder's own output has it
+PAGE_COUNT_RANGE = "page_count_range"
 
 
 class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
@@ -67,21 +70,27 @@ class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
             raise ValueError(
                 f"PageSum expects src_tokens of shape (batch, pages, page_len), got {tuple(src_tokens.shape)}"
             )
+        batch, max_pages, page_len = src_tokens.shape
         real_page = real_pages(src_tokens, self.padding_idx)  # (batch, max_pages)
         page_counts = real_page.sum(dim=1)  # (batch,)
-        pages = src_tokens[real_page]  # (n_pages, page_len)
-        page_lengths = pages.ne(self.padding_idx).sum(dim=1)  # (n_pages,)
-        if pages.size(0) == 0:
-            raise ValueError("every example needs at least one non-padding page")
-        shortest, longest = torch.aminmax(page_lengths)
-        # one read-back for the three: an example without a page, the columns to keep, any padding
-        fewest, longest, shortest = torch.stack([page_counts.min(), longest, shortest]).tolist()
+        page_lengths = src_tokens.ne(self.padding_idx).sum(dim=2)  # (batch, max_pages), 0 on a padding page
+        shortest = page_lengths.masked_fill(~real_page, page_len).min()
+        # the one read-back: the pages to encode, the fewest and most an example has (the decoder's
+        # page layout), the columns to keep, whether any real page holds padding
+        n_pages, fewest, most, longest, shortest = torch.stack(
+            [page_counts.sum(), *torch.aminmax(page_counts), page_lengths.max(), shortest]).tolist()
         if fewest == 0:
             raise ValueError("every example needs at least one non-padding page")
+        pages = src_tokens.reshape(batch * max_pages, page_len)
+        page_lengths = page_lengths.view(batch * max_pages)
+        if fewest < max_pages:  # pack the real pages, example after example: (n_pages, page_len)
+            rows = torch.nonzero_static(real_page.view(-1), size=n_pages).squeeze(1)  # (n_pages,)
+            pages, page_lengths = pages.index_select(0, rows), page_lengths.index_select(0, rows)
         pages = pages[:, :longest]  # trim columns that are padding in every real page
 
         encoder_out = self.forward_scriptable(pages, page_lengths, return_all_hiddens, None, has_pads=shortest < longest)
         encoder_out["page_counts"] = [page_counts]
+        encoder_out[PAGE_COUNT_RANGE] = [fewest, most]
         if self.page_decoding == "global":
             encoder_out = concatenate_pages(encoder_out)
         return encoder_out
@@ -158,6 +167,7 @@ def concatenate_pages(encoder_out: Dict[str, List[Tensor]]) -> Dict[str, List[Te
         "src_tokens": [],
         "src_lengths": [kept_counts.unsqueeze(1)],
         "page_counts": [torch.ones_like(page_counts)],
+        PAGE_COUNT_RANGE: [1, 1],
     }
 
 
@@ -217,7 +227,7 @@ class PageSumDecoder(SyncFreeDecoder, TransformerDecoder):
         if hypotheses % groups != 0:
             raise ValueError(f"{hypotheses} decoder rows cannot share the pages of {groups} encoder rows")
         n_pages = encoder_out["encoder_out"][0].size(1)  # (src_len, n_pages, dim)
-        layout = PageLayout(page_counts, hypotheses // groups, n_pages)
+        layout = PageLayout(page_counts, hypotheses // groups, n_pages, count_range=encoder_out.get(PAGE_COUNT_RANGE))
         if incremental_state is not None:
             incremental_state[PAGE_STATE_KEY] = layout
             # page rows are (group x page x beam): with shared pages, the beams of a page are
