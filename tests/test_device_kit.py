@@ -50,6 +50,12 @@ def test_the_tests_run_unless_none_are_named():
     assert kit.parse_args(["--out", "x", "--tests"]).tests == []
 
 
+def test_on_cuda_the_tests_run_in_several_processes_and_on_the_cpu_in_one_unless_told():
+    assert kit.parse_args(["--out", "x"]).test_workers == kit.CUDA_TEST_WORKERS > 1
+    assert kit.parse_args(["--out", "x", "--device", "cpu"]).test_workers == 0
+    assert kit.parse_args(["--out", "x", "--device", "cpu", "--test-workers", "2"]).test_workers == 2
+
+
 def test_a_step_whose_estimate_exceeds_the_time_left_is_skipped_and_a_cheaper_one_after_it_runs(tmp_path):
     box = quick_kit(tmp_path, budget=kit.RESERVE_SECONDS + 40)
     dear = box.step("dear", [sys.executable, "-c", "pass"], "kit.log", box.time_left(), estimate=300)

@@ -67,6 +67,9 @@ STEP_SECONDS = {"nvidia-smi": 2, "install": 10, "import check": 20, "tests": 245
 OUTPUTS = ("kit.json", "kit.log", "tests.log", "scale.log", "scale.jsonl", "report.md", "one-page.md")  # all it writes
 BUDGET_SECONDS = 540  # one call: 9 minutes of a 15-minute visit
 RESERVE_SECONDS = 20  # kept back for the report and the copy of the results
+# pytest-xdist processes for the tests on the GPU machine's 16 cores, sharing its GPU (the fourth visit
+# ran them one at a time: 243 s, `--durations` now lists the slowest)
+CUDA_TEST_WORKERS = 4
 MIN_STEP_SECONDS = 15  # a step with less time than this left is skipped
 CAPS = {"install": 240, "import check": 120, "tests": 300, "scale: list groups": 120}  # the longest each step may take
 
@@ -183,8 +186,9 @@ def install(kit: Kit) -> None:
 
 
 def run_tests(kit: Kit) -> None:
-    entry = kit.step("tests", [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                               *kit.args.tests], "tests.log", kit.time_left(CAPS["tests"]))
+    workers = ["-n", str(kit.args.test_workers), "--dist", "load"] if kit.args.test_workers else []
+    entry = kit.step("tests", [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *workers,
+                               "--durations", "15", *kit.args.tests], "tests.log", kit.time_left(CAPS["tests"]))
     summary = re.findall(r"^=*\s*(\d+ (?:passed|failed|skipped|errors?|deselected)\b.*?)\s*=*$",
                          read_back(kit.out / "tests.log"), re.MULTILINE)
     if summary:
@@ -320,7 +324,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--quick", action="store_true", help="the scale benchmark's smoke sizes")
     parser.add_argument("--threads", type=int, help="CPU threads for torch")
+    parser.add_argument("--test-workers", type=int, help="pytest-xdist workers for the tests, sharing the GPU "
+                        f"(default: {CUDA_TEST_WORKERS} on CUDA, none on the CPU)")
     args = parser.parse_args(argv)
+    if args.test_workers is None:
+        args.test_workers = CUDA_TEST_WORKERS if args.device == "cuda" else 0
     if not args.out:
         parser.error("--out (or $OUT): where the logs and results go")
     if args.tests is None:

@@ -23,7 +23,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 .venv/bin/python -m benchmarks.device.wheelhouse
 rm -rf "$REHEARSAL/out" "$REHEARSAL/site" "$REHEARSAL/runs"
 status=0
-PYTHON="$REHEARSAL/venv/bin/python" OUT="$REHEARSAL/out" bash benchmarks/device/run.sh --device cpu --quick \
+PYTHON="$REHEARSAL/venv/bin/python" OUT="$REHEARSAL/out" bash benchmarks/device/run.sh --device cpu --quick --test-workers 2 \
     --site "$REHEARSAL/site" --results "$REHEARSAL/runs/scale.jsonl" || status=$?
 tail -n 30 "$REHEARSAL/out/kit.log"
 exit $status

@@ -25,6 +25,7 @@ from benchmarks.scale import costs
 from benchmarks.scale.group import Context, Group
 from benchmarks.scale.kernels import AttentionKernels
 from benchmarks.scale.oom import unless_oom
+from benchmarks.scale.search import unless_profiler_fails
 from benchmarks.scale.tables import GB, gigabytes, keyed, not_run, number, peak_text, section, verdict
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.memory.model import Step, predict
@@ -34,6 +35,13 @@ from pagesum_recipes.profiling import PeakMemory, peak_memory, synchronize
 MEMORY_GOAL = 12 * GB  # reserved by one update of PageSum-large at 20 x 1024 + 1,024 summary tokens
 LINEAR_SLACK = 1.25  # PageSum's growth counts as linear up to 1.25x the page ratio
 MFU_GOAL = 0.40
+PROFILED_BATCHES = (1, 8)  # row 3: the batches of the MFU goals, where one update's kernels are profiled
+PROFILE_SECONDS = 2.0  # the profiler's start and its processing of an update's events (a guess: not yet timed)
+# kinds of CUDA kernels (on the CPU, ATen operators), by what their names hold in lower case, the first
+# that matches; the rest: "other"
+KERNEL_KINDS = (("attention", ("flash", "fmha", "sdpa", "attention")),
+                ("matmul", ("gemm", "nvjet", "xmma", "wgmma", "cublas", "cutlass", "aten::mm", "addmm", "bmm")),
+                ("compiled", ("triton",)))
 
 
 # ---- training with fairseq's bf16 optimizer ----------------------------------------------------
@@ -96,6 +104,31 @@ def measure_update(step: Callable[[], None], model, optimizer, device: torch.dev
             optimizer.zero_grad()
 
     return unless_oom(measure, device)
+
+
+def kernel_times(step: Callable[[], None], device: torch.device) -> Dict:
+    """Where one update's time goes on the device: ``step`` once under torch's profiler, its
+    kernels' own times summed (``busy_s``: on CUDA, what the update would take if the host never
+    kept the GPU waiting), by kind (``KERNEL_KINDS``), and the ten longest. On the CPU, the
+    operators' own times (the kinds by their ATen names)."""
+    cuda = device.type == "cuda"
+    activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
+    synchronize(device)
+    with torch.profiler.profile(activities=[activity]) as profile:
+        step()
+        synchronize(device)
+    kernels = []
+    for event in profile.key_averages():
+        seconds = (event.self_device_time_total if cuda else event.self_cpu_time_total) * 1e-6  # us -> s
+        if seconds > 0 and (cuda or event.key.startswith("aten::")):
+            kernels.append((event.key, seconds))
+    kinds = dict.fromkeys([kind for kind, _ in KERNEL_KINDS] + ["other"], 0.0)
+    for name, seconds in kernels:
+        kind = next((kind for kind, marks in KERNEL_KINDS if any(mark in name.lower() for mark in marks)), "other")
+        kinds[kind] += seconds
+    longest = sorted(kernels, key=lambda kernel: -kernel[1])[:10]
+    return {"busy_s": sum(seconds for _, seconds in kernels), "kinds_s": kinds,
+            "longest": [[name[:120], seconds] for name, seconds in longest]}
 
 
 def memory_fields(peak: PeakMemory, device: torch.device) -> Dict[str, Optional[int]]:
@@ -330,7 +363,8 @@ def doubling(largest: int) -> List[int]:
 
 def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
     """Every batch up to the first that the memory model says runs out of memory, which costs a
-    forward pass or so, eager and compiled, and the compilation."""
+    forward pass or so, eager and compiled, the compilation, and a profiled update at each of
+    ``PROFILED_BATCHES`` (the profiler's own processing: ``PROFILE_SECONDS``)."""
     updates = costs.Cost()
     for batch in doubling(s["max_batch"]):
         update = costs.training_pass(size, batch, s["pages"], s["page_len"], s["tgt_len"], optimizer=True)
@@ -339,6 +373,8 @@ def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
             updates += update.times(1 / 3)
             break
         updates += update.times(s["repeats"] + 2)
+        if batch in PROFILED_BATCHES:
+            updates += update + costs.Cost(fixed=PROFILE_SECONDS)
     return costs.start() + costs.build(size).times(2) + updates.times(2) + costs.Cost(fixed=costs.TRAINING_COMPILE_SECONDS)
 
 
@@ -366,9 +402,12 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
             del inputs
         for batch in doubling(s["max_batch"]):
             inputs = training_batch(dictionary, batch, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
-            measured = measure_update(update_step(model, optimizer, *inputs, dictionary.pad()), model, optimizer,
-                                      ctx.device, s["repeats"])
-            del inputs
+            update = update_step(model, optimizer, *inputs, dictionary.pad())
+            measured = measure_update(update, model, optimizer, ctx.device, s["repeats"])
+            if measured is not None and batch in PROFILED_BATCHES:
+                measured["kernels"] = unless_profiler_fails(kernel_times, update, ctx.device)
+                optimizer.zero_grad()
+            del inputs, update
             variant = "compiled" if compiled else "eager"
             print(f"row 3: {variant} layers, batch {batch}: {measured}", file=sys.stderr, flush=True)
             record = {"system": f"PageSum, {variant} layers", "point": [batch], "batch": batch, "formula": formula,
@@ -384,6 +423,15 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
     return records
 
 
+def kernel_cells(measurement: Dict) -> List[str]:
+    """Row 3's GPU busy share and kernel time by kind, where the update was profiled; "-" else."""
+    kernels = measurement.get("kernels")
+    if not kernels or not kernels["busy_s"]:
+        return ["-", "-"]
+    shares = [f"{seconds / kernels['busy_s']:.0%}" for seconds in kernels["kinds_s"].values()]
+    return [f"{kernels['busy_s'] / measurement['update_s']:.0%}", " / ".join(shares)]
+
+
 def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
     if not measurements:
         return []
@@ -396,12 +444,12 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         for m in sorted((m for m in measurements if m.get("layers", "eager") == variant), key=lambda m: m["batch"]):
             cells = [variant, m["batch"], m["source_tokens"]]
             if m["status"] != "ok":
-                variant_rows.append(cells + [not_run(m)] * 8 + [goal, "-"])
+                variant_rows.append(cells + [not_run(m)] * 10 + [goal, "-"])
                 continue
             mfu = m.get("mfu")
             rate = m["flops"] / m["update_s"] / 1e12
             variant_rows.append(cells + [number(m["update_s"]), number(m["flops"] / 1e12), number(rate),
-                                         "-" if mfu is None else f"{mfu:.1%}", gigabytes(m["allocated"]),
+                                         "-" if mfu is None else f"{mfu:.1%}", *kernel_cells(m), gigabytes(m["allocated"]),
                                          gigabytes(m["reserved"]), gigabytes(m["device"]), goal, "-"])
             largest = (len(variant_rows) - 1, mfu)
         if not variant_rows:
@@ -421,8 +469,12 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         f"summary, {run['dtype']}, no checkpointing, the update of row 1, with the layers eager and with every layer "
         f"compiled (--compile-layers); batches doubled up to the first OOM or --max-batch {s['max_batch']}; MFU at "
         f"every batch. {measurements[0]['formula']}. MFU = FLOPs / update s / {peak_text(peak, 'TFLOP/s', 'peak')}. "
-        f"Update s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included.{compile_note}"
+        f"Update s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included. At batches "
+        f"{' and '.join(map(str, PROFILED_BATCHES))}, one more update under torch's profiler: GPU busy = its kernels' "
+        f"own times / update s (what the host's launches leave idle is the rest), and their split by kind: "
+        f"{', '.join(kind for kind, _ in KERNEL_KINDS)} (inductor's), other.{compile_note}"
     )
-    header = ["layers", "batch", "source tokens", "update s", "TFLOP/update", "TFLOP/s", "MFU", "peak allocated GB",
+    header = ["layers", "batch", "source tokens", "update s", "TFLOP/update", "TFLOP/s", "MFU", "GPU busy",
+              "kernel time: " + " / ".join([kind for kind, _ in KERNEL_KINDS] + ["other"]), "peak allocated GB",
               "peak reserved GB", "peak on the GPU GB", "goal", "verdict"]
     return [section(caption, header, rows)]
