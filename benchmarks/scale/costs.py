@@ -250,7 +250,7 @@ def beam_search(size: ModelSize, element: int, batch: int, beam: int, pages: int
 
 
 def profiled_searches(size: ModelSize, element: int, **search) -> Cost:
-    """``search.busy_per_step``'s two short searches under torch's profiler, which about doubles
+    """``search.step_kernels``'s two short searches under torch's profiler, which about doubles
     what the host spends on each operator."""
     profiled = beam_search(size, element, steps=8, **search) + beam_search(size, element, steps=40, **search)
     return profiled + Cost(ops=profiled.ops)

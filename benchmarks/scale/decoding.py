@@ -11,6 +11,7 @@ from benchmarks.beam_cache import generator_for
 from benchmarks.common import ModelSize
 from benchmarks.scale import costs
 from benchmarks.scale.group import Context, Group
+from benchmarks.scale.kernels import KERNEL_KINDS, KIND_HEADER, kind_shares
 from benchmarks.scale.search import (BANDWIDTH_GOAL, Variant, bound_cells, busy_cell, decoding_settings,
                                      measure_searches, within_bound)
 from benchmarks.scale.tables import gigabytes, first_run, keyed, not_run, number, peak_text, section, verdict
@@ -40,8 +41,9 @@ def throughput_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
             shape = dict(batch=batch, beam=s["beam"], pages=s["pages"], page_len=s["page_len"], shared=shared)
             searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], **shape)
             searches += costs.profiled_searches(size, element, **shape)
-        searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], batch=batch, beam=s["beam"],
-                                         pages=s["pages"], page_len=s["page_len"], captured=True)
+        captured = dict(batch=batch, beam=s["beam"], pages=s["pages"], page_len=s["page_len"], captured=True)
+        searches += costs.timed_searches(size, element, s["repeats"], s["out_len"], **captured)
+        searches += costs.profiled_searches(size, element, **captured).times(2)  # each captured first
     return costs.start() + costs.build(size) + searches
 
 
@@ -97,12 +99,12 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         s = run["settings"]
         cells = [out_len, batch, layout]
         if m["status"] != "ok":
-            rows.append(cells + [not_run(m)] * 9 + [goal if layout == "shared" else "(before sharing)",
+            rows.append(cells + [not_run(m)] * 10 + [goal if layout == "shared" else "(before sharing)",
                                                     verdict(False, run["device"]) if layout == "shared" else "-"])
             continue
         tokens_per_s = batch * s["beam"] * out_len / m["search_s"]
         first = m.get("first_search_s")  # (none in the records of before the kept graphs)
-        cells += [f"{tokens_per_s:.0f}", number(m["step_s"] * 1e3), busy_cell(m),
+        cells += [f"{tokens_per_s:.0f}", number(m["step_s"] * 1e3), busy_cell(m), kind_shares(m.get("step_kernels")),
                   *bound_cells(m, run["peaks"]["bandwidth"]), gigabytes(m["reserved"]),
                   "-" if first is None else number(first)]
         if layout == "per beam":
@@ -129,12 +131,14 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         f"or fused search's speed-up is against the shared step loop, its ms/step the search less one encoder pass, "
         f"per step; its generator's first search (first search s) captures the step (and, fused, compiles it), "
         f"which the later searches of the same shapes replay. tokens/s = batch x beam x summary tokens / search s; ms/step: mean "
-        f"interval between decoder calls; GPU busy ms/step: the step's kernels' own times (torch's profiler; \"-\" "
-        f"on the CPU), what a step would take if the host launched nothing; MB/step: 10^6 bytes one step must read "
+        f"interval between decoder calls; GPU busy ms/step: the step's kernels' own times (torch's profiler; on "
+        f"the CPU, its operators'), what a step would take if the host launched nothing, and its split by kind of kernel "
+        f"({', '.join(kind for kind, _ in KERNEL_KINDS)} (inductor's), other); MB/step: 10^6 bytes one step must read "
         f"(decoder weights, cross-attention keys and values, the self-attention cache at its mean length); bound = "
         f"MB/step / {peak_text(bandwidth, 'TB/s', 'bandwidth')}; peak reserved GB over the searches (\"-\" on the "
         f"CPU). Best of {s['repeats']} searches. Attention kernels in decoding: {measurements[0]['kernels']}."
     )
-    header = ["summary tokens", "batch", "layout", "tokens/s", "ms/step", "GPU busy ms/step", "MB/step", "bound ms",
+    header = ["summary tokens", "batch", "layout", "tokens/s", "ms/step", "GPU busy ms/step", KIND_HEADER, "MB/step",
+              "bound ms",
               "step / bound", "peak reserved GB", "first search s", "speed-up", "goal", "verdict"]
     return [section(caption, header, rows)]

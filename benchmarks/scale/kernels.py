@@ -1,11 +1,22 @@
-"""Which attention kernels really ran: the aten ops seen inside each attention module."""
+"""Which attention kernels really ran (the aten ops seen inside each attention module), and where
+a call's device time goes (its kernels' own times under torch's profiler, by kind)."""
 
 from collections import defaultdict
-from typing import Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set
 
+import torch
 from fairseq.modules import MultiheadAttention
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from pagesum_recipes.profiling import synchronize
+
+# kinds of CUDA kernels (on the CPU, ATen operators), by what their names hold in lower case, the first
+# that matches; the rest: "other"
+KERNEL_KINDS = (("attention", ("flash", "fmha", "sdpa", "attention")),
+                ("matmul", ("gemm", "nvjet", "xmma", "wgmma", "cublas", "cutlass", "aten::mm", "addmm", "bmm")),
+                ("compiled", ("triton",)))
+LONGEST = 10  # kernels listed by name in a record
 
 KERNEL_NAMES = {  # aten op seen inside an attention module -> kernel
     "_scaled_dot_product_flash_attention": "SDPA flash",
@@ -56,3 +67,45 @@ class AttentionKernels(TorchDispatchMode):
 
     def describe(self) -> str:
         return "; ".join(f"{role}: {', '.join(sorted(kernels))}" for role, kernels in sorted(self.seen.items()))
+
+
+# ---- where the device's time goes ------------------------------------------------------------------
+
+
+def kernel_seconds(run: Callable[[], object], device: torch.device) -> Dict[str, float]:
+    """The own seconds of every kernel ``run()`` launches, summed by name, from torch's profiler:
+    CUDA kernels on CUDA (what the call would take if the host never kept the GPU waiting), ATen
+    operators on the CPU."""
+    cuda = device.type == "cuda"
+    activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
+    synchronize(device)
+    with torch.profiler.profile(activities=[activity]) as profile:
+        run()
+        synchronize(device)
+    seconds = {}
+    for event in profile.key_averages():
+        own = (event.self_device_time_total if cuda else event.self_cpu_time_total) * 1e-6  # us -> s
+        if own > 0 and (cuda or event.key.startswith("aten::")):
+            seconds[event.key] = own
+    return seconds
+
+
+def kernel_record(seconds: Dict[str, float]) -> Dict:
+    """``busy_s``, the kernels' seconds summed; ``kinds_s``, by kind (``KERNEL_KINDS``, then
+    "other"); ``longest``, the ``LONGEST`` longest kernels, [name, seconds]."""
+    kinds = dict.fromkeys([kind for kind, _ in KERNEL_KINDS] + ["other"], 0.0)
+    for name, own in seconds.items():
+        kind = next((kind for kind, marks in KERNEL_KINDS if any(mark in name.lower() for mark in marks)), "other")
+        kinds[kind] += own
+    longest = sorted(seconds.items(), key=lambda kernel: -kernel[1])[:LONGEST]
+    return {"busy_s": sum(seconds.values()), "kinds_s": kinds, "longest": [[name[:120], own] for name, own in longest]}
+
+
+def kind_shares(record: Optional[Dict]) -> str:
+    """A record's kernel time by kind, as shares of its busy time: "20% / 50% / 20% / 10%"."""
+    if not record or record["busy_s"] <= 0:
+        return "-"
+    return " / ".join(f"{own / record['busy_s']:.0%}" for own in record["kinds_s"].values())
+
+
+KIND_HEADER = "kernel time: " + " / ".join([kind for kind, _ in KERNEL_KINDS] + ["other"])

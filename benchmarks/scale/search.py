@@ -18,7 +18,7 @@ from benchmarks.common import ModelSize, build_model, cuda_peaks, paged_source
 from benchmarks.generation_speed import net_input
 from benchmarks.scale import costs
 from benchmarks.scale.group import Context
-from benchmarks.scale.kernels import AttentionKernels
+from benchmarks.scale.kernels import AttentionKernels, kernel_record, kernel_seconds
 from benchmarks.scale.oom import unless_oom
 from benchmarks.scale.tables import number, verdict
 from pagesum_recipes.profiling import best_seconds, synchronize
@@ -37,34 +37,40 @@ class Search:
     calls: int  # its decoder calls
     length: float  # mean summary tokens of the best hypotheses
     memory: Dict[str, Optional[int]]  # peaks over the searches: allocated, reserved, device (None on the CPU)
-    busy: Optional[float] = None  # seconds a step keeps the GPU busy (``busy_per_step``); None unasked, on the CPU
+    busy: Optional[Dict] = None  # where a step's device time goes (``step_kernels``); None unasked
     first: Optional[float] = None  # a captured search: its generator's first search, the capture included
 
 
-def busy_per_step(make: Callable[[int], object], model, sample, device: torch.device) -> Optional[float]:
-    """Seconds one decoding step keeps the GPU busy: its kernels' own times, as torch's profiler
-    records them, summed; the difference between searches of ``PROFILED_LENGTHS`` tokens, per
-    decoder call between them, so that the encoder's kernels cancel. What a step would take if
-    the host launched nothing (a captured graph's floor with these kernels). None off CUDA."""
-    if device.type != "cuda":
-        return None
-    busy, calls = [], []
-    for length in PROFILED_LENGTHS:
+def step_kernels(make: Callable[[int], object], model, sample, device: torch.device,
+                 captured: bool = False, longest: Optional[int] = None) -> Optional[Dict]:
+    """Where one decoding step's GPU time goes: its kernels' own times, as torch's profiler
+    records them (``kernels.kernel_record``: summed, by kind, the longest); the difference
+    between searches of ``PROFILED_LENGTHS`` tokens, per step between them, so that the
+    encoder's kernels cancel. Its ``busy_s`` is, on CUDA, what a step would take if the host
+    launched nothing (on the CPU, the operators' own times). A captured search's generator
+    searches once unprofiled first: its capture. ``longest``: the longest summary the model
+    decodes, where shorter than the lengths (the CPU's smoke sizes), which then shrink to it and
+    its half."""
+    lengths = PROFILED_LENGTHS if longest is None or longest >= PROFILED_LENGTHS[1] else (longest // 2, longest)
+    profiles, steps = [], []
+    for length in lengths:
         generator = make(length)
-        with DecoderCalls(model, device) as counted, \
-                torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        if captured:
             generator.generate([model], sample)
-            synchronize(device)
-        busy.append(sum(event.self_device_time_total for event in profile.key_averages()) * 1e-6)  # us -> s
-        calls.append(len(counted.starts))
-    return (busy[1] - busy[0]) / (calls[1] - calls[0])
+        with DecoderCalls(model, device) as counted:
+            profiles.append(kernel_seconds(lambda: generator.generate([model], sample), device))
+        steps.append(length if captured else len(counted.starts))  # a captured step calls no decoder from Python
+    per_step = 1 / (steps[1] - steps[0])
+    names = set(profiles[0]) | set(profiles[1])
+    return kernel_record({name: (profiles[1].get(name, 0.0) - profiles[0].get(name, 0.0)) * per_step
+                          for name in names})
 
 
 def timed_search(make: Callable[[int], object], model, sample, repeats: int, device: torch.device,
                  forced: Optional[int] = None, busy: bool = False, encoder_s: Optional[float] = None) -> Search:
     """The fastest of ``repeats`` searches by ``make(None)``'s generator, after a two-token
     warm-up by ``make(2)``'s; ``forced``: the summary length every hypothesis must have;
-    ``busy``: also the GPU's busy seconds per step (``busy_per_step``). A step is the interval
+    ``busy``: also where a step's GPU time goes (``step_kernels``). A step is the interval
     between decoder calls; with ``encoder_s`` given (a search whose steps replay a captured
     graph, which calls no decoder from Python), the search's time less ``encoder_s`` per step, and
     the generator's first search, which captures the step that the later ones replay (kept by
@@ -102,8 +108,9 @@ def timed_search(make: Callable[[int], object], model, sample, repeats: int, dev
             best = (seconds, step, steps, sum(lengths) / len(lengths))
     gpu = cuda_peaks(device)
     memory = {"allocated": gpu and gpu.allocated, "reserved": gpu and gpu.reserved, "device": gpu and gpu.device}
-    return Search(*best, memory, unless_profiler_fails(busy_per_step, make, model, sample, device) if busy else None,
-                  first)
+    kernels = unless_profiler_fails(step_kernels, make, model, sample, device, encoder_s is not None,
+                                    forced) if busy else None
+    return Search(*best, memory, kernels, first)
 
 
 def unless_profiler_fails(measure: Callable[..., Optional[float]], *args) -> Optional[float]:
@@ -157,7 +164,8 @@ def searched(ctx: Context, row: str, system: str, point: List[int], search: Call
         ctx.ledger.record(row, system, point)
         return {**record, "status": "oom"}
     return {**record, "status": "ok", "search_s": result.seconds, "step_s": result.step, "calls": result.calls,
-            "length": result.length, "busy_step_s": result.busy, "first_search_s": result.first, **result.memory}
+            "length": result.length, "busy_step_s": result.busy and result.busy["busy_s"],
+            "step_kernels": result.busy, "first_search_s": result.first, **result.memory}
 
 
 @dataclass(frozen=True)
@@ -191,7 +199,7 @@ def measure_searches(s: Dict, ctx: Context, row: str, length: int, variants: Lis
         for variant in variants:
             def search():
                 make = lambda n: variant.make(model, dictionary, n)  # noqa: E731
-                return timed_search(make, model, sample, s["repeats"], ctx.device, forced, busy and not variant.captured,
+                return timed_search(make, model, sample, s["repeats"], ctx.device, forced, busy,
                                     encoder_s if variant.captured else None)
 
             record = searched(ctx, row, variant.system, [length, batch], search)
@@ -210,7 +218,7 @@ def decoding_settings(args: argparse.Namespace, **extra) -> Dict:
 
 
 def busy_cell(record: Dict) -> str:
-    """The GPU's busy ms per step ("-" where it was not measured: on the CPU, or before)."""
+    """The busy ms per step ("-" where it was not measured: before the profiled searches)."""
     busy = record.get("busy_step_s")
     return "-" if busy is None else number(busy * 1e3)
 

@@ -23,7 +23,8 @@ from benchmarks.common import (ATTENTION_KERNELS, ModelSize, best_seconds, cuda_
                                make_dictionary, paged_source, summary_io)
 from benchmarks.scale import costs
 from benchmarks.scale.group import Context, Group
-from benchmarks.scale.kernels import AttentionKernels
+from benchmarks.scale.kernels import (KERNEL_KINDS, KIND_HEADER, AttentionKernels, kernel_record, kernel_seconds,
+                                      kind_shares)
 from benchmarks.scale.oom import unless_oom
 from benchmarks.scale.search import unless_profiler_fails
 from benchmarks.scale.tables import GB, gigabytes, keyed, not_run, number, peak_text, section, verdict
@@ -37,11 +38,6 @@ LINEAR_SLACK = 1.25  # PageSum's growth counts as linear up to 1.25x the page ra
 MFU_GOAL = 0.40
 PROFILED_BATCHES = (1, 8)  # row 3: the batches of the MFU goals, where one update's kernels are profiled
 PROFILE_SECONDS = 2.0  # the profiler's start and its processing of an update's events (a guess: not yet timed)
-# kinds of CUDA kernels (on the CPU, ATen operators), by what their names hold in lower case, the first
-# that matches; the rest: "other"
-KERNEL_KINDS = (("attention", ("flash", "fmha", "sdpa", "attention")),
-                ("matmul", ("gemm", "nvjet", "xmma", "wgmma", "cublas", "cutlass", "aten::mm", "addmm", "bmm")),
-                ("compiled", ("triton",)))
 
 
 # ---- training with fairseq's bf16 optimizer ----------------------------------------------------
@@ -107,28 +103,9 @@ def measure_update(step: Callable[[], None], model, optimizer, device: torch.dev
 
 
 def kernel_times(step: Callable[[], None], device: torch.device) -> Dict:
-    """Where one update's time goes on the device: ``step`` once under torch's profiler, its
-    kernels' own times summed (``busy_s``: on CUDA, what the update would take if the host never
-    kept the GPU waiting), by kind (``KERNEL_KINDS``), and the ten longest. On the CPU, the
-    operators' own times (the kinds by their ATen names)."""
-    cuda = device.type == "cuda"
-    activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
-    synchronize(device)
-    with torch.profiler.profile(activities=[activity]) as profile:
-        step()
-        synchronize(device)
-    kernels = []
-    for event in profile.key_averages():
-        seconds = (event.self_device_time_total if cuda else event.self_cpu_time_total) * 1e-6  # us -> s
-        if seconds > 0 and (cuda or event.key.startswith("aten::")):
-            kernels.append((event.key, seconds))
-    kinds = dict.fromkeys([kind for kind, _ in KERNEL_KINDS] + ["other"], 0.0)
-    for name, seconds in kernels:
-        kind = next((kind for kind, marks in KERNEL_KINDS if any(mark in name.lower() for mark in marks)), "other")
-        kinds[kind] += seconds
-    longest = sorted(kernels, key=lambda kernel: -kernel[1])[:10]
-    return {"busy_s": sum(seconds for _, seconds in kernels), "kinds_s": kinds,
-            "longest": [[name[:120], seconds] for name, seconds in longest]}
+    """Where one update's device time goes: ``step`` once under torch's profiler
+    (``kernels.kernel_record``)."""
+    return kernel_record(kernel_seconds(step, device))
 
 
 def memory_fields(peak: PeakMemory, device: torch.device) -> Dict[str, Optional[int]]:
@@ -428,8 +405,7 @@ def kernel_cells(measurement: Dict) -> List[str]:
     kernels = measurement.get("kernels")
     if not kernels or not kernels["busy_s"]:
         return ["-", "-"]
-    shares = [f"{seconds / kernels['busy_s']:.0%}" for seconds in kernels["kinds_s"].values()]
-    return [f"{kernels['busy_s'] / measurement['update_s']:.0%}", " / ".join(shares)]
+    return [f"{kernels['busy_s'] / measurement['update_s']:.0%}", kind_shares(kernels)]
 
 
 def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
@@ -474,7 +450,7 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         f"own times / update s (what the host's launches leave idle is the rest), and their split by kind: "
         f"{', '.join(kind for kind, _ in KERNEL_KINDS)} (inductor's), other.{compile_note}"
     )
-    header = ["layers", "batch", "source tokens", "update s", "TFLOP/update", "TFLOP/s", "MFU", "GPU busy",
-              "kernel time: " + " / ".join([kind for kind, _ in KERNEL_KINDS] + ["other"]), "peak allocated GB",
+    header = ["layers", "batch", "source tokens", "update s", "TFLOP/update", "TFLOP/s", "MFU", "GPU busy", KIND_HEADER,
+              "peak allocated GB",
               "peak reserved GB", "peak on the GPU GB", "goal", "verdict"]
     return [section(caption, header, rows)]
