@@ -3,7 +3,8 @@ same hypotheses (tokens exactly, scores to 1e-4), with beams and examples ending
 trigram blocking, and one training step gives the CPU's loss (1e-5 relative) and every
 parameter's gradient (1e-4 relative to the largest, the parameter named when one differs).
 Decoding captured as a CUDA graph per step (the default on CUDA) finds the step loop's
-hypotheses, and in half precision replays bit for bit what its steps compute op by op.
+hypotheses, also with a graph for each length of the caches it reads, and in half precision
+replays bit for bit what its steps compute op by op.
 Skipped, with the reason, where torch sees no CUDA device; the GPU kit runs them."""
 
 import pytest
@@ -13,6 +14,7 @@ from fairseq import utils
 from builders.models import assert_gradients_close, decoder_input
 from builders.stock import assert_same_hypotheses
 from builders.systems import SEARCHED_SYSTEMS, SUMMARIES, build_system, loss_and_grads, trained_system
+from pagesum_plugin.generation import static_search
 from pagesum_plugin.generation.static_search import CapturedStep
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none)")
@@ -89,6 +91,32 @@ def test_captured_decoding_on_cuda_finds_the_step_loops_hypotheses(name, setting
     searches = max(COUNTS) if name == "awesome" else 1  # AWESOME searches each segment on its own
     assert len(graphs) == searches and graphs[0].graph is not None and graphs[0].calls > 3, \
         "each search's steps replayed one graph"
+
+
+@pytest.mark.parametrize("name", ["pagesum", "bart"])
+def test_captured_steps_of_several_read_lengths_share_one_pool_and_find_the_step_loops_hypotheses(
+        name, copy_task_dir, monkeypatch):
+    """Buckets of 4 positions: a 25-token search captures a graph for each length it reads, in one
+    memory pool, and replays each in turn."""
+    monkeypatch.setattr(static_search, "READ_BUCKET", 4)
+    made = []
+
+    def recorded(step, pool=None):
+        made.append(CapturedStep(step, pool))
+        return made[-1]
+
+    monkeypatch.setattr(static_search, "CapturedStep", recorded)
+    system = build_system(name, copy_task_dir)
+    sample = utils.move_to_cuda(system.make_sample(COUNTS, seed=2))
+    system.model.to(DEVICE)
+    settings = SEARCHES["beams-end-apart"]
+    with torch.no_grad():
+        expected = system.generator(decoding="eager", **settings).generate([system.model], sample)
+        found = system.generator(decoding="graph", **settings).generate([system.model], sample)
+    assert_same_hypotheses(on_cpu(found), on_cpu(expected), atol=1e-4)
+    replayed = [step for step in made if step.graph is not None]
+    assert len(replayed) > 2 and all(step.calls > 2 for step in replayed)
+    assert len({id(step.pool) for step in made}) == 1 and made[0].pool is not None
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])

@@ -244,6 +244,21 @@ def test_memory_efficient_bf16_holds_twelve_bytes_a_weight_and_no_fp32_gradient(
     assert sum(p.grad.numel() * p.grad.element_size() for p in mixed.fp32_params) == 4 * weights
 
 
+def test_memory_efficient_bf16_makes_its_state_with_the_optimizer_in_three_flat_buffers(copy_task_dir):
+    """Before training allocates any activation, not at the first update out of the memory they
+    freed: the masters (the weights in fp32) and the two moments (zeros) of every weight are views
+    of one buffer each."""
+    model, _, cfg = model_and_config(copy_task_dir, "adamw_torch", "--memory-efficient-bf16")
+    params = [p for p in model.to(torch.bfloat16).parameters() if p.requires_grad]
+    optimizer = MemoryEfficientFP16Optimizer.build_optimizer(cfg, params).optimizer
+    states = [optimizer.state[p] for p in params]
+    for name in ("master", "exp_avg", "exp_avg_sq"):
+        assert len({state[name].untyped_storage().data_ptr() for state in states}) == 1, name
+        assert sum(state[name].numel() for state in states) == sum(p.numel() for p in params)
+    assert all(torch.equal(state["master"], p.float()) for state, p in zip(states, params))
+    assert not any(state["exp_avg"].any() or state["exp_avg_sq"].any() or state["step"] for state in states)
+
+
 def test_memory_efficient_bf16_updates_in_buckets_as_in_one(copy_task_dir, batch):
     """Gradients converted a few tensors at a time give the update of all at once."""
     whole, _ = bf16_updates(copy_task_dir, batch, "--memory-efficient-bf16", updates=2)

@@ -18,6 +18,7 @@ from builders.models import build_tiny, make_source_sensitive
 from builders.stock import assert_same_hypotheses
 from builders.systems import BEAM_SETTINGS, build_system, pages
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
+from pagesum_plugin.modules import decoder_self_attention
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.generation import static_search
@@ -69,6 +70,33 @@ def test_examples_end_at_different_steps_and_stay_in_the_batch_until_the_end(sys
     assert_same_search(hypos, generate(system, sample, "eager", **BEAM_SETTINGS["beams-end-apart"]))
     longest = [max(len(h["tokens"]) for h in n_best) for n_best in hypos]
     assert len(set(longest)) > 1, "examples ended at different steps"
+
+
+def test_a_step_reads_the_caches_a_bucket_of_positions_at_a_time_and_finds_what_reading_all_finds(
+        system, monkeypatch):
+    """With buckets of 4 positions: the steps at positions 1 to 3 read 4 positions of the caches,
+    those at 4 to 7 read 8, and so on, never fewer than they have written, and the search is the
+    step loop's (the positions left out are masked whatever their number)."""
+    monkeypatch.setattr(static_search, "READ_BUCKET", 4)
+    reads, step_at, attend = [], DecoderSelfAttention._step_at, decoder_self_attention.attend_through_table
+
+    def recording(self, position, *args):
+        reads.append([int(position)])
+        return step_at(self, position, *args)
+
+    def read(q, keys, *args, **kwargs):  # keys: (blocks, heads, positions read, beams, head_dim)
+        reads[-1].append(keys.size(2))
+        return attend(q, keys, *args, **kwargs)
+
+    monkeypatch.setattr(DecoderSelfAttention, "_step_at", recording)
+    monkeypatch.setattr(decoder_self_attention, "attend_through_table", read)
+    sample = system.make_sample(COUNTS, seed=2)
+    found = generate(system, sample, "static", **BEAM_SETTINGS["beams-end-apart"])
+    monkeypatch.undo()
+    assert_same_search(found, generate(system, sample, "eager", **BEAM_SETTINGS["beams-end-apart"]))
+    bucketed = [(position, read) for position, read in reads if position > 0]  # the first step reads the whole cache
+    assert bucketed and all(position < read <= 4 * (position // 4 + 1) for position, read in bucketed)
+    assert len({read for _, read in bucketed}) > 1, "the steps read more and more of the caches"
 
 
 def test_a_batch_finds_what_each_document_finds_alone(system):

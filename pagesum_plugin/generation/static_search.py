@@ -33,6 +33,12 @@ runs it op by op; a callable compiles it (``lambda step: torch.compile(step, ful
 backend=...)``: the proof, on any device, that a step has no graph break). Each gives the step loop's hypotheses: the same tokens, scores to
 rounding (``tests/test_static_search.py``).
 
+A fixed-shape step reads the self-attention caches only as far as its position needs, rounded up
+to a multiple of ``READ_BUCKET`` positions (``ReadLengthSteps``): a search captures a graph for
+each such length, the first time a step needs it, all in one memory pool, so that its early
+steps do not read the whole cache. A compiled step reads the whole cache: each length would
+compile anew.
+
 A generator keeps the captured steps of its last ``KEPT_SEARCHES`` searches (``KeptSearches``).
 A later search whose state has the same shapes (the batch, beam, pages, source and summary
 lengths) runs its first step as always, copies the state that step built into the kept
@@ -59,7 +65,7 @@ from fairseq import search
 from torch import Tensor
 
 from ..modules.compiled_layers import compiled
-from ..modules.decoder_self_attention import set_fixed_shapes
+from ..modules.decoder_self_attention import DecoderSelfAttention, set_fixed_shapes, set_read_length
 from ..modules.decoding_step import declare_unpadded_prefixes, set_step_position
 from ..modules.page_mixing import PageLayout
 from .search_loop import Beams, Candidates, Hypotheses, best_first, ended_candidates
@@ -68,6 +74,7 @@ logger = logging.getLogger(__name__)
 
 StepRunner = Union[str, Callable[[Callable[[], None]], Callable[[], None]]]  # graph, fused, static, or a compiler
 KEPT_SEARCHES = 2  # captured steps a generator keeps (with their state) for later searches of the same shapes
+READ_BUCKET = 64  # a step reads the self-attention caches a multiple of this many positions long (graph, static)
 
 
 def refusal(generator, sample: Dict, prefix_tokens: Optional[Tensor], constraints: Optional[Tensor]) -> Optional[str]:
@@ -116,10 +123,12 @@ class FixedShapeSearch:
                  bos_token: Optional[int] = None) -> Hypotheses:
         model = self.generator.model.single_model
         set_fixed_shapes(model, True)
+        set_read_length(model, None)  # (set on the modules in every search, a compiled step finds it in the same place)
         try:
             return self._search(sample, prefix_tokens, bos_token)
         finally:
             set_fixed_shapes(model, False)
+            set_read_length(model, None)
 
     def _search(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor],
                 bos_token: Optional[int]) -> Hypotheses:
@@ -151,9 +160,9 @@ class FixedShapeSearch:
         if remaining == 0:
             return best_first(finalized)
 
-        step_fn, state = self._step_function(state, encoder_outs, states, suppressed)
+        step_fn, state = self._step_function(state, encoder_outs, states, suppressed, max_len)
         for step in range(1, max_len + 1):  # the last step can only add </s>
-            step_fn()
+            step_fn(step)
             remaining -= self._finish(state, step, max_len, finalized)
             if remaining == 0 or (g.search.stop_on_max_len and step >= max_len):
                 break
@@ -241,31 +250,37 @@ class FixedShapeSearch:
             s.done[torch.tensor(done, device=s.done.device)] = True
         return len(done)
 
-    def _step_function(self, state: FixedState, encoder_outs, states,
-                       suppressed: Optional[Tensor]) -> Tuple[Callable[[], None], FixedState]:
-        """The step of this search, and the state it reads: a kept search's step and state, this
-        search's state copied in, where one of the same shapes is kept; else a new step."""
+    def _step_function(self, state: FixedState, encoder_outs, states, suppressed: Optional[Tensor],
+                       max_len: int) -> Tuple["ReadLengthSteps", FixedState]:
+        """The step of this search (``ReadLengthSteps``, called with the position it decodes), and
+        the state it reads: a kept search's step and state, this search's state copied in, where
+        one of the same shapes is kept; else a new step."""
         def step() -> None:
             self._step(state, encoder_outs, states, suppressed)
 
+        # graphs captured op by op take a read length each, in one memory pool (they never run at once, and
+        # a step keeps nothing it allocates); a compiled step would compile once for each
+        bucket = READ_BUCKET if self.runner in ("graph", "static") else None
+        pool = torch.cuda.graph_pool_handle() if self.on_cuda and self.runner == "graph" else None
+        steps = ReadLengthSteps(step, lambda each: self._runner(each, pool), self.generator.model.single_model,
+                                max_len + 1, bucket)
         if self.kept is None:
-            return self._runner(step), state
+            return steps, state
         leaves = state_leaves((state, encoder_outs, states, suppressed))
         key = signature(leaves, self.generator.model.single_model)
         kept = self.kept.take(key, leaves)
         if kept is not None:
             return kept
-        step_fn = self._runner(step)
-        self.kept.keep(key, leaves, (step_fn, state))
-        return step_fn, state
+        self.kept.keep(key, leaves, (steps, state))
+        return steps, state
 
-    def _runner(self, step: Callable[[], None]) -> Callable[[], None]:
+    def _runner(self, step: Callable[[], None], pool=None) -> Callable[[], None]:
         if callable(self.runner):
             return self.runner(step)
         if self.runner == "fused":
             step = compiled(step, fullgraph=True)
         if self.runner == "graph" or (self.runner == "fused" and self.on_cuda):
-            return CapturedStep(step)
+            return CapturedStep(step, pool)
         return step
 
 
@@ -340,13 +355,44 @@ class KeptSearches:
             self.searches.popitem(last=False)
 
 
+class ReadLengthSteps:
+    """A search's step, one runner (``make(step)``: captured, compiled, or as it is) for each
+    length of the self-attention caches it reads: the step that decodes position p reads the
+    first ``bucket`` * ceil((p + 1) / ``bucket``) positions, at most ``positions`` (all the
+    search decodes), so that an early step of a long summary does not read the whole cache.
+    Each length's runner is made the first time a step needs it; ``bucket`` None: one runner,
+    reading the whole cache."""
+
+    def __init__(self, step: Callable[[], None], make: Callable[[Callable[[], None]], Callable[[], None]],
+                 model: torch.nn.Module, positions: int, bucket: Optional[int]):
+        self.step, self.make, self.model = step, make, model
+        self.positions, self.bucket = positions, bucket
+        self.runners: Dict[Optional[int], Callable[[], None]] = {}
+        # one of the model's decoder self-attentions: the read length it holds, all of them hold
+        self.attention = next((m for m in model.modules() if isinstance(m, DecoderSelfAttention)), None)
+
+    def read_length(self, position: int) -> Optional[int]:
+        if self.bucket is None:
+            return None
+        return min(self.bucket * math.ceil((position + 1) / self.bucket), self.positions)
+
+    def __call__(self, position: int) -> None:
+        length = self.read_length(position)
+        if self.attention is not None and self.attention.read_length != length:
+            set_read_length(self.model, length)  # read by the steps run op by op, and by the captures
+        if length not in self.runners:
+            self.runners[length] = self.make(self.step)
+        self.runners[length]()
+
+
 class CapturedStep:
     """``step`` run once as it is (which also warms up the libraries it calls), then captured as
     a CUDA graph and replayed at every later call. Where capturing fails, it says why in one
-    line and runs ``step`` op by op from then on."""
+    line and runs ``step`` op by op from then on. ``pool``: a memory pool shared with other
+    captures (``torch.cuda.graph_pool_handle``), else one of its own."""
 
-    def __init__(self, step: Callable[[], None]):
-        self.step = step
+    def __init__(self, step: Callable[[], None], pool=None):
+        self.step, self.pool = step, pool
         self.graph: Optional[torch.cuda.CUDAGraph] = None
         self.calls = 0
         self.failed = False
@@ -368,7 +414,7 @@ class CapturedStep:
             return
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):  # records the step without running it
+            with torch.cuda.graph(graph, pool=self.pool):  # records the step without running it
                 self.step()
         except RuntimeError as error:
             logger.warning("decoding steps run op by op: capturing one as a CUDA graph failed (%s)",

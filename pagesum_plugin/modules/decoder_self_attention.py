@@ -65,6 +65,14 @@ def set_cache_length(model: torch.nn.Module, length: int) -> None:
             module.cache_length = length
 
 
+def set_read_length(model: torch.nn.Module, length: Optional[int]) -> None:
+    """Tell every decoder self-attention of ``model`` how many of its cache's positions a step at
+    a position tensor reads (the positions to come are masked in any case); None: all of them."""
+    for module in model.modules():
+        if isinstance(module, DecoderSelfAttention):
+            module.read_length = length
+
+
 def set_fixed_shapes(model: torch.nn.Module, fixed: bool) -> None:
     """Tell every decoder self-attention of ``model`` whether the next search gives its steps
     their position as a tensor (``modules/decoding_step.py``)."""
@@ -87,6 +95,7 @@ class DecoderSelfAttention(MultiheadAttention):
     cache_length: int = DEFAULT_CACHE_LENGTH
     beams: Optional[int] = None
     fixed_shapes: bool = False  # the search gives its steps their position as a tensor
+    read_length: Optional[int] = None  # positions a step at a position tensor reads; None: the whole cache
 
     def takes_fused_path(self, before_softmax: bool = False) -> bool:
         """Whether this attention runs through SDPA and the in-place cache: a self-attention
@@ -265,10 +274,11 @@ class DecoderSelfAttention(MultiheadAttention):
 
     def _step_at(self, position: Tensor, q: Tensor, k: Tensor, v: Tensor, padding: Optional[Tensor], buffer: Dict,
                  need_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
-        """A step of one position, at ``position`` (a 0-d tensor): written there in place, the whole
-        preallocated length read with the positions after it masked. q: (blocks, heads, beams,
-        head_dim); k, v: (blocks, heads, 1, beams, head_dim); padding: (rows, 1) True where the new
-        position is padding, or None."""
+        """A step of one position, at ``position`` (a 0-d tensor): written there in place, the first
+        ``read_length`` positions read (all the preallocated ones if None; the search makes it
+        cover the position), those after it masked. q: (blocks, heads, beams, head_dim); k, v:
+        (blocks, heads, 1, beams, head_dim); padding: (rows, 1) True where the new position is
+        padding, or None."""
         if k.size(2) != 1:
             raise ValueError(f"a step at a position tensor decodes one position, not {k.size(2)}")
         cache_k, cache_v, readable = buffer["cache_key"], buffer["cache_value"], buffer["readable"]
@@ -276,7 +286,10 @@ class DecoderSelfAttention(MultiheadAttention):
         cache_k.index_copy_(2, at, k)
         cache_v.index_copy_(2, at, v)
         readable.index_copy_(1, at, own_entries(buffer["own_beam"], padding))  # later positions stay -inf
-        mask = read_mask(readable, buffer["beams"])  # (blocks, 1, beams, capacity * beams)
+        if self.read_length is not None and self.read_length < cache_k.size(2):
+            read = self.read_length
+            cache_k, cache_v, readable = cache_k[:, :, :read], cache_v[:, :, :read], readable[:, :read]
+        mask = read_mask(readable, buffer["beams"])  # (blocks, 1, beams, positions read * beams)
         return attend_through_table(q, cache_k, cache_v, mask, attention_dropout(self), need_weights)
 
     def _output(self, out: Tensor, probs: Optional[Tensor], tgt_len: int, need_weights: bool,

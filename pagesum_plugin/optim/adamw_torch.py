@@ -61,15 +61,23 @@ class AdamWTorchConfig(FairseqDataclass):
 def flatten_master_weights(params: List[torch.Tensor]) -> torch.nn.Parameter:
     """One flat fp32 parameter whose data and gradient hold every tensor of ``params``; each
     tensor's ``data`` and ``grad`` become views into them, so writes through either side are
-    shared (``regather_grads`` restores a gradient that was replaced rather than written)."""
+    shared (``regather_grads`` restores a gradient that was replaced rather than written).
+
+    On CUDA the per-parameter copies that the views replace leave their memory in the caching
+    allocator, in as many blocks as there were parameters, which the training step would then
+    split among its activations; it is handed back to the device at once."""
     flat = torch.nn.Parameter(torch.cat([p.data.reshape(-1) for p in params]))  # (total,)
-    flat.grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    flat.grad = torch.zeros_like(flat.data)
     offset = 0
     for p in params:
         numel = p.numel()
-        p.data = flat.data[offset:offset + numel].view_as(p)
-        p.grad = flat.grad[offset:offset + numel].view_as(p)
+        grad = flat.grad[offset:offset + numel].view_as(p)
+        if p.grad is not None:
+            grad.copy_(p.grad)
+        p.data, p.grad = flat.data[offset:offset + numel].view_as(p), grad
         offset += numel
+    if flat.is_cuda:
+        torch.cuda.empty_cache()
     return flat
 
 
@@ -87,6 +95,7 @@ def regather_grads(params: List[torch.Tensor], flat: torch.nn.Parameter) -> None
 
 
 UPDATES = "fairseq_adam_updates"  # a param group's update count, kept (and saved) in the group itself
+FLAT_STATE = ("master", "exp_avg", "exp_avg_sq")  # MasterWeightAdamW's fp32 state: views of a flat buffer each
 
 
 def updates_done(optimizer: torch.optim.Optimizer, group: dict) -> int:
@@ -142,7 +151,11 @@ class MasterWeightAdamW(torch.optim.Optimizer):
     """torch's AdamW for 16-bit parameters, with their fp32 master weights in its state.
 
     Each parameter's state: ``master`` (its fp32 weights), ``exp_avg`` and ``exp_avg_sq`` (fp32),
-    ``step``. An update converts the 16-bit gradients to fp32 a bucket at a time
+    ``step``. They are made with the optimizer, before training allocates its activations: the
+    masters and the moments of a group's parameters on one device are views of three flat
+    buffers (``FLAT_STATE``), three allocations in all, where state made at the first update
+    would take one block per parameter and tensor out of the memory that the activations had
+    just freed. An update converts the 16-bit gradients to fp32 a bucket at a time
     (``bucket_bytes``), runs torch's AdamW (fused or foreach) on the bucket's masters, and writes
     them back into the parameters, rounded."""
 
@@ -151,17 +164,38 @@ class MasterWeightAdamW(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused))
         self.bucket_bytes = bucket_bytes
 
+    @torch.no_grad()
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        """The group, and every one of its parameters' state at update 0: its master is its
+        weights, its moments zeros."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        by_device: Dict[torch.device, List[torch.Tensor]] = {}
+        for p in group["params"]:
+            by_device.setdefault(p.device, []).append(p)
+        for device, params in by_device.items():
+            total = sum(p.numel() for p in params)
+            flat = {name: torch.zeros(total, dtype=torch.float32, device=device) for name in FLAT_STATE}
+            offset = 0
+            for p in params:
+                state = {name: buffer[offset:offset + p.numel()].view_as(p) for name, buffer in flat.items()}
+                state["master"].copy_(p)
+                # the fused kernel reads the step count on the parameter's device
+                state["step"] = torch.zeros((), dtype=torch.float32, device=device if group["fused"] else "cpu")
+                self.state[p] = state
+                offset += p.numel()
+
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """torch's loading casts floating-point state to its parameter's dtype, which would round
-        the fp32 masters and moments to 16 bits: they are put back as saved, on the parameter's
-        device (the step count where torch put it)."""
+        the fp32 masters and moments to 16 bits, and replaces the flat buffers' views: the saved
+        values are copied into the views instead."""
+        own = {p: self.state[p] for group in self.param_groups for p in group["params"]}
         super().load_state_dict(state_dict)
         saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
-        params = [p for group in self.param_groups for p in group["params"]]
-        for saved_id, p in zip(saved_ids, params):
+        for saved_id, p in zip(saved_ids, own):
             for name, value in state_dict["state"].get(saved_id, {}).items():
-                if name != "step":
-                    self.state[p][name] = value.to(device=p.device, dtype=torch.float32)
+                own[p][name].copy_(value)
+            self.state[p] = own[p]
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -172,7 +206,7 @@ class MasterWeightAdamW(torch.optim.Optimizer):
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for bucket in buckets([p for p in group["params"] if p.grad is not None], self.bucket_bytes):
-                states = [self._state_of(p, group["fused"]) for p in bucket]
+                states = [self.state[p] for p in bucket]
                 masters = [state["master"] for state in states]
                 adamw(
                     masters, [p.grad.float() for p in bucket], [state["exp_avg"] for state in states],
@@ -181,15 +215,6 @@ class MasterWeightAdamW(torch.optim.Optimizer):
                     lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
                 torch._foreach_copy_(bucket, masters)  # the weights the model computes with, rounded
         return loss
-
-    def _state_of(self, p: torch.Tensor, fused: bool) -> Dict[str, torch.Tensor]:
-        state = self.state[p]
-        if not state:  # the first update: the masters start as the weights
-            master = p.detach().to(torch.float32, copy=True)
-            # the fused kernel reads the step count on the parameter's device
-            state.update(step=torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu"),
-                         master=master, exp_avg=torch.zeros_like(master), exp_avg_sq=torch.zeros_like(master))
-        return state
 
 
 @register_optimizer("adamw_torch", dataclass=AdamWTorchConfig)
