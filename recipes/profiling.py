@@ -203,7 +203,8 @@ class HostSyncs(TorchDispatchMode):
         place = "?"
         if frames:
             path = frames[-1].filename.replace("\\", "/")
-            for root in ("site-packages/", "pagesum_plugin/", "benchmarks/"):
+            # (fairseq/: installed into a folder of its own, as the GPU kit installs it)
+            for root in ("site-packages/", "pagesum_plugin/", "fairseq/", "benchmarks/"):
                 if root in path:
                     path = (root if root != "site-packages/" else "") + path.split(root)[-1]
                     break

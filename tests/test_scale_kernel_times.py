@@ -40,7 +40,8 @@ def test_an_updates_time_is_split_by_kind_of_kernel_and_every_kernel_counts_once
 
 def test_the_table_gives_the_busy_share_of_the_update_and_each_kinds_share_of_the_busy_time():
     kinds = {"attention": 0.1, "matmul": 0.25, "compiled": 0.1, "other": 0.05}
-    assert kernel_cells({"update_s": 1.0, "kernels": {"busy_s": 0.5, "kinds_s": kinds}}) == ["50%", "20% / 50% / 20% / 10%"]
+    cells = kernel_cells({"update_s": 1.0, "kernels": {"busy_s": 0.5, "kinds_s": kinds}})
+    assert cells == ["50%", "20% / 50% / 20% / 10%"]
     assert kernel_cells({"update_s": 1.0}) == ["-", "-"]  # a batch that was not profiled
 
 

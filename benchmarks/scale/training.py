@@ -425,7 +425,8 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
             mfu = m.get("mfu")
             rate = m["flops"] / m["update_s"] / 1e12
             variant_rows.append(cells + [number(m["update_s"]), number(m["flops"] / 1e12), number(rate),
-                                         "-" if mfu is None else f"{mfu:.1%}", *kernel_cells(m), gigabytes(m["allocated"]),
+                                         "-" if mfu is None else f"{mfu:.1%}", *kernel_cells(m),
+                                         gigabytes(m["allocated"]),
                                          gigabytes(m["reserved"]), gigabytes(m["device"]), goal, "-"])
             largest = (len(variant_rows) - 1, mfu)
         if not variant_rows:

@@ -123,7 +123,7 @@ class FixedShapeSearch:
                  bos_token: Optional[int] = None) -> Hypotheses:
         model = self.generator.model.single_model
         set_fixed_shapes(model, True)
-        set_read_length(model, None)  # (set on the modules in every search, a compiled step finds it in the same place)
+        set_read_length(model, None)  # each module holds it from the first step on, where a compiled step looks
         try:
             return self._search(sample, prefix_tokens, bos_token)
         finally:

@@ -57,7 +57,8 @@ def compile_layers(layers: Iterable[nn.Module], backend: Union[str, Callable] = 
     for layer in layers:
         if getattr(layer, "_compiled_call_impl", None) is None:
             # nn.Module's __call__ runs _compiled_call_impl when it is set (as Module.compile sets it)
-            layer._compiled_call_impl = SharedGraphCall(layer, compiled(layer._call_impl, dynamic=True, backend=backend))
+            graphs = compiled(layer._call_impl, dynamic=True, backend=backend)
+            layer._compiled_call_impl = SharedGraphCall(layer, graphs)
             count += 1
     return count
 
