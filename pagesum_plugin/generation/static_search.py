@@ -258,19 +258,22 @@ class FixedShapeSearch:
         def step() -> None:
             self._step(state, encoder_outs, states, suppressed)
 
-        # graphs captured op by op take a read length each, in one memory pool (they never run at once, and
-        # a step keeps nothing it allocates); a compiled step would compile once for each
-        bucket = READ_BUCKET if self.runner in ("graph", "static") else None
-        pool = torch.cuda.graph_pool_handle() if self.on_cuda and self.runner == "graph" else None
-        steps = ReadLengthSteps(step, lambda each: self._runner(each, pool), self.generator.model.single_model,
-                                max_len + 1, bucket)
+        def new_steps() -> ReadLengthSteps:
+            # graphs captured op by op take a read length each, in one memory pool (they never run at once,
+            # and a step keeps nothing it allocates); a compiled step would compile once for each
+            bucket = READ_BUCKET if self.runner in ("graph", "static") else None
+            pool = torch.cuda.graph_pool_handle() if self.on_cuda and self.runner == "graph" else None
+            return ReadLengthSteps(step, lambda each: self._runner(each, pool), self.generator.model.single_model,
+                                   max_len + 1, bucket)
+
         if self.kept is None:
-            return steps, state
+            return new_steps(), state
         leaves = state_leaves((state, encoder_outs, states, suppressed))
         key = signature(leaves, self.generator.model.single_model)
         kept = self.kept.take(key, leaves)
         if kept is not None:
             return kept
+        steps = new_steps()
         self.kept.keep(key, leaves, (steps, state))
         return steps, state
 
