@@ -175,6 +175,7 @@ class HostSyncs(TorchDispatchMode):
 
     def __enter__(self):
         tolist = torch.Tensor.tolist
+        self._replaced = torch.Tensor.__dict__.get("tolist")  # None: the one torch's tensor class inherits
 
         def recorded_tolist(tensor):
             self._record("tolist")
@@ -184,7 +185,10 @@ class HostSyncs(TorchDispatchMode):
         return super().__enter__()
 
     def __exit__(self, *exc_info):
-        del torch.Tensor.tolist  # back to the one torch's tensor class inherits
+        if self._replaced is None:
+            del torch.Tensor.tolist
+        else:  # an enclosing counter's
+            torch.Tensor.tolist = self._replaced
         return super().__exit__(*exc_info)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -9,7 +9,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, TypeVar
 
 import torch
 
@@ -24,6 +24,7 @@ from benchmarks.scale.tables import number, verdict
 from pagesum_recipes.profiling import best_seconds, synchronize
 
 BANDWIDTH_GOAL = 1.5  # a step within 1.5x the bound of the bytes it must read
+T = TypeVar("T")
 PROFILED_LENGTHS = (8, 40)  # two short profiled searches: their difference is 32 steps, the encoder cancelled
 
 
@@ -42,7 +43,7 @@ class Search:
 
 
 def step_kernels(make: Callable[[int], object], model, sample, device: torch.device,
-                 captured: bool = False, longest: Optional[int] = None) -> Optional[Dict]:
+                 captured: bool = False, longest: Optional[int] = None) -> Dict:
     """Where one decoding step's GPU time goes: its kernels' own times, as torch's profiler
     records them (``kernels.kernel_record``: summed, by kind, the longest); the difference
     between searches of ``PROFILED_LENGTHS`` tokens, per step between them, so that the
@@ -113,7 +114,7 @@ def timed_search(make: Callable[[int], object], model, sample, repeats: int, dev
     return Search(*best, memory, kernels, first)
 
 
-def unless_profiler_fails(measure: Callable[..., Optional[float]], *args) -> Optional[float]:
+def unless_profiler_fails(measure: Callable[..., T], *args) -> Optional[T]:
     """``measure(*args)``, or None, said on stderr, where torch's profiler fails (a GPU machine
     without CUPTI, say): the search's own timings stand without it."""
     try:
