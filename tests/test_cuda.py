@@ -1,11 +1,15 @@
-"""What only a GPU can show: decoding and page masking in half precision, the n-gram blocker
-on CUDA tensors, and the scale benchmark's CUDA paths at a tiny size (the GPU kit runs these
+"""What only a GPU can show: decoding and page masking in half precision, the decoder's
+training self-attention on the flash kernel, the n-gram blocker on CUDA tensors, and the scale benchmark's CUDA paths at a tiny size (the GPU kit runs these
 tests before the bart.large row groups). Every test here is skipped, with the reason, where torch sees no
 CUDA device; docs/benchmarks/gpu.md says where they last ran."""
+
+import math
 
 import pytest
 import torch
 from fairseq import utils
+from fairseq.modules import MultiheadAttention
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.scale import results
 from benchmarks.scale.cli import main as scale
@@ -13,6 +17,7 @@ from builders.models import build_tiny, decoder_input, log_probs, make_source_se
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.generation.ngram_blocking import NoRepeatNGramBlocker
+from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none)")
 
@@ -56,6 +61,24 @@ def test_half_precision_page_masking_with_padding_pages_gives_no_nan(copy_task_d
     weights = extra["page_weights"]  # (batch, pages, tgt_len)
     assert bool(torch.isfinite(weights).all())
     assert bool((weights[0, 2:] == 0).all()) and bool((weights[1, 1:] == 0).all())
+
+
+def test_the_decoders_training_self_attention_runs_on_the_flash_kernel_and_equals_fairseqs():
+    """With only the flash kernel allowed (which takes no mask), the full pass over right-padded
+    summaries runs, and equals fairseq's attention in bf16 at every position a loss reads."""
+    torch.manual_seed(0)
+    ours = DecoderSelfAttention(128, 4, self_attention=True).to(device="cuda", dtype=torch.bfloat16)
+    stock = MultiheadAttention(128, 4, self_attention=True).to(device="cuda", dtype=torch.bfloat16)
+    stock.load_state_dict(ours.state_dict())
+    x = torch.randn(64, 3, 128, device="cuda", dtype=torch.bfloat16)  # (tgt_len, rows, dim)
+    padding = torch.zeros(3, 64, dtype=torch.bool, device="cuda")
+    padding[1, 40:] = True  # a shorter summary, right-padded
+    causal = torch.triu(torch.full((64, 64), -math.inf, device="cuda"), 1)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        out = ours(x, x, x, key_padding_mask=padding, attn_mask=causal, need_weights=False)[0]
+    expected = stock(x, x, x, key_padding_mask=padding, attn_mask=causal, need_weights=False)[0]
+    real = ~padding.t()[:, :, None]  # (tgt_len, rows, 1)
+    torch.testing.assert_close((out * real).float(), (expected * real).float(), atol=2e-2, rtol=2e-2)
 
 
 def test_the_ngram_blocker_on_cuda_bans_what_it_bans_on_the_cpu():

@@ -287,6 +287,27 @@ def test_the_full_pass_through_sdpa_equals_fairseqs_attention_and_its_gradients(
         torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_full_pass_asks_sdpa_for_causal_attention_and_passes_no_mask(padded, monkeypatch):
+    """fairseq's causal mask, with or without the summaries' padding, becomes SDPA's
+    ``is_causal``: with no mask to read, SDPA may take its flash kernel on CUDA
+    (``test_cuda.py``), which computes only the blocks at or below the diagonal."""
+    ours, _ = twins()
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    x = torch.randn(5, 3, EMBED)
+    padding = torch.zeros(3, 5, dtype=torch.bool)
+    padding[1, 3:] = padded
+    ours(x, x, x, key_padding_mask=padding, attn_mask=torch.triu(torch.full((5, 5), -math.inf), 1), need_weights=False)
+    assert [(call.get("attn_mask"), call.get("is_causal")) for call in calls] == [(None, True)]
+
+
 def kept_token_tensors(module, x: torch.Tensor) -> int:
     """How many (tgt_len, rows, dim)-sized tensors the full pass keeps for backward, each storage once."""
     storages = set()

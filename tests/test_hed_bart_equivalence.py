@@ -9,6 +9,7 @@ from fairseq.models.bart import BARTModel
 
 from builders.hed import build_hed, dense_reference_encoder
 from builders.models import (
+    at_summary_positions,
     bart_twin,
     decoder_input,
     log_probs,
@@ -33,13 +34,20 @@ def one_document_clusters(task, seed, n=3):
     return [random_pages(rng, 1, *vocab(task.dictionary), min_len=3, max_len=14) for _ in range(n)]
 
 
+def assert_same_log_probs(hed, bart, clusters, prev, pad: int) -> None:
+    """HED on clusters of one document (batch, 1, len) gives BART's log-probabilities of the
+    document at every summary position."""
+    reference = at_summary_positions(log_probs(bart, clusters[:, 0], prev)[0], prev, pad)
+    ours = at_summary_positions(log_probs(hed, clusters, prev)[0], prev, pad)
+    torch.testing.assert_close(ours, reference, atol=1e-5, rtol=0)
+
+
 def test_one_document_cluster_equals_fairseq_bart_log_probs(hed):
     args, task, model = hed
     bart = bart_twin(args, task, model)
     src = paged_batch(one_document_clusters(task, 1), task.dictionary)  # (3, 1, len)
     _, prev = decoder_input([[5, 6, 7, 8], [9, 10], [11, 12, 13]], task.dictionary)
-    reference = log_probs(bart, src[:, 0], prev)[0]
-    torch.testing.assert_close(log_probs(model, src, prev)[0], reference, atol=1e-5, rtol=0)
+    assert_same_log_probs(model, bart, src, prev, task.dictionary.pad())
 
 
 @over_search_settings
@@ -90,8 +98,7 @@ def test_a_bart_checkpoint_loaded_into_hed_reads_one_document_as_bart_does(copy_
     _, task, model = load_into_hed(copy_task_dir, path)
     src = paged_batch(one_document_clusters(task, 3), task.dictionary)
     _, prev = decoder_input([[5, 6], [7, 8, 9], [10]], task.dictionary)
-    reference = log_probs(bart, src[:, 0], prev)[0]
-    torch.testing.assert_close(log_probs(model, src, prev)[0], reference, atol=1e-5, rtol=0)
+    assert_same_log_probs(model, bart, src, prev, task.dictionary.pad())
 
 
 def test_a_document_longer_than_bart_reads_its_tiled_positions_past_1024(copy_task_dir, bart_checkpoint):

@@ -4,8 +4,9 @@ layer, every system here asks once (``systems/bart/model.SyncFreeEncoder``) and 
 fairseq computes (the systems' equivalence tests); HED's layers select each document's tokens
 through indices its layout computed once; AWESOME's memory layers know on the host that their
 slots are filled, and HED's decoder reads the documents' shapes back once for all its
-cross-attentions. PageSum waits twice: once for its pages, and where fairseq's decoder asks
-whether the summaries hold padding."""
+cross-attentions. No decoder asks whether the summaries hold padding (``SyncFreeDecoder``):
+its causal self-attention never reads the padding after a summary. PageSum waits once, for its
+pages."""
 
 import pytest
 import torch
@@ -45,17 +46,32 @@ def test_the_waits_for_the_device_do_not_grow_with_the_layers(name, copy_task_di
 
 
 @pytest.mark.parametrize("page_counts", [(3, 1, 4, 2), (4, 4, 4, 4)], ids=["padding pages", "every page real"])
-def test_pagesum_reads_back_once_for_its_pages_and_once_where_fairseq_asks_about_the_summarys_padding(
-        page_counts, copy_task_dir):
+def test_pagesum_reads_back_once_for_its_pages_and_never_for_the_summarys_padding(page_counts, copy_task_dir):
     """One read-back tells the encoder how many pages to pack, the columns to keep, whether any
-    page holds padding, and the decoder's page layout the fewest and most pages of an example."""
+    page holds padding, and the decoder's page layout the fewest and most pages of an example;
+    the summaries are padded (``SUMMARIES`` differ in length), and nothing asks about it."""
     _, task, model = build_tiny(copy_task_dir)
     src, (_, prev) = pages(task, page_counts), decoder_input(SUMMARIES, task.dictionary)
+    assert prev.eq(task.dictionary.pad()).any()
     with HostSyncs() as syncs:
         model.train()(src, None, prev)
-    assert syncs.seen == [("tolist", syncs.seen[0][1]),
-                          ("_local_scalar_dense", "fairseq/models/transformer/transformer_decoder.py:328")]
+    assert [operator for operator, _ in syncs.seen] == ["tolist"]
     assert syncs.seen[0][1].startswith("pagesum_plugin/systems/pagesum/model.py:")
+
+
+@pytest.mark.parametrize("name", ["pagesum", "hepos", "awesome"])
+def test_a_decoders_training_pass_over_padded_summaries_never_waits_for_the_device(name, copy_task_dir):
+    """Where the encoder's output already says all a decoder needs (HED's decoder reads its
+    documents' shapes back), the decoder's pass runs without a wait, padding or not."""
+    _, task, model = BUILDERS[name](copy_task_dir)
+    src = TRAINED_SYSTEMS[name][1](task)
+    _, prev = decoder_input(SUMMARIES[: len(src)], task.dictionary)
+    assert prev.eq(task.dictionary.pad()).any()
+    model.train()
+    encoder_out = model.encoder(src)
+    with HostSyncs() as syncs:
+        model.decoder(prev, encoder_out=encoder_out)
+    assert syncs.seen == []
 
 
 def test_the_sync_counter_sees_a_list_read_back_and_a_repeat_of_unknown_size():

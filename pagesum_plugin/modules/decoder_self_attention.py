@@ -32,7 +32,9 @@ A step given its position as a tensor (``modules/decoding_step.py``: a search wh
 run as one captured graph) writes its position there and reads the whole preallocated
 length, the positions after it unreadable in the table: the same shapes at every step, and no
 count kept on the host. The full (training) forward pass runs through
-``scaled_dot_product_attention``. Padding among the new positions makes them unreadable in
+``scaled_dot_product_attention`` told that it is causal, with no mask, which on CUDA is the
+flash kernel: the decoder's mask is causal, and its summaries are padded on the right, where
+no position before the padding reads it. Padding among the new positions makes them unreadable in
 the table; the steps of a search that declared its prefixes free of padding
 (``decoding_step.declare_unpadded_prefixes``) leave aside the padding mask the decoder hands
 them. Steps that fairseq's attention would handle differently (an attention mask, bias or
@@ -144,17 +146,24 @@ class DecoderSelfAttention(MultiheadAttention):
         return heads(self.q_proj(query) * self.scaling), heads(self.k_proj(query)), heads(self.v_proj(query))
 
     def _full_forward(self, query: Tensor, key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor]) -> Tensor:
-        """The whole prefix at once: attn_mask (tgt_len, tgt_len) additive (fairseq's causal mask),
-        key_padding_mask (rows, tgt_len) True at padding."""
+        """The whole prefix at once. attn_mask: the decoder's causal mask (fairseq's
+        ``buffered_future_mask``, (tgt_len, tgt_len)) or None (full context, no mask);
+        key_padding_mask (rows, tgt_len) True at padding, which a summary holds only after its
+        last token (fairseq pads targets on the right)."""
         tgt_len, rows, embed_dim = query.shape
         # the first layer's input is the embeddings transposed: each projection would keep a
         # contiguous copy of its own for backward; one copy serves the three
         q, k, v = self._project(query.contiguous())
-        mask = None if attn_mask is None else attn_mask.to(q.dtype)[None, None]  # (1, 1, tgt_len, tgt_len)
-        if key_padding_mask is not None:
-            padding = key_padding_mask.bool()[:, None, None, :]  # (rows, 1, 1, tgt_len)
-            mask = (q.new_zeros(()) if mask is None else mask).masked_fill(padding, -math.inf)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=attention_dropout(self), scale=1.0)
+        dropout_p = attention_dropout(self)
+        if attn_mask is not None:
+            # causal: a position reads itself and those before it, never the padding that follows
+            # its summary, so the padding mask changes nothing a loss reads (only the outputs at
+            # padding positions); without a mask SDPA runs its flash kernel, causal blocks skipped
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=1.0)
+        else:
+            mask = None if key_padding_mask is None else \
+                q.new_zeros(()).masked_fill(key_padding_mask.bool()[:, None, None, :], -math.inf)  # (rows, 1, 1, tgt_len)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=1.0)
         return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, rows, embed_dim))
 
     # ------------------------------------------------------------------ decoding

@@ -122,6 +122,15 @@ def assert_incremental_equals_full(model, src_tokens, prev_output_tokens, pad: i
                                        atol=1e-5, rtol=0)
 
 
+def at_summary_positions(output, prev_output_tokens, pad: int):
+    """``output`` (batch, tgt_len, ...) of a full forward pass with every padding position zeroed:
+    what a loss reads. What a decoder computes at padding positions is not part of its contract:
+    its causal self-attention leaves the padding after a summary unmasked, which only the
+    padding positions read."""
+    padding = prev_output_tokens.eq(pad)  # (batch, tgt_len)
+    return output.masked_fill(padding.view(*padding.shape, *[1] * (output.dim() - 2)), 0)
+
+
 def log_probs(model, src_tokens, prev_output_tokens):
     """(log-probabilities (batch, tgt_len, vocab) in fp32, the decoder's extra output) of a
     full forward pass."""

@@ -188,7 +188,7 @@ class GatedMemoryUpdate(nn.Module):
             query=memory.transpose(0, 1),  # (m, rows, dim)
             key=states.transpose(0, 1),  # (len, rows, dim)
             value=states.transpose(0, 1),
-            key_padding_mask=padding if padding is not None and bool(padding.any()) else None,
+            key_padding_mask=padding,  # (an all-False mask is an all-zero bias: no need to ask the device)
             need_weights=False,
         )
         s = s.transpose(0, 1)  # (rows, m, dim)

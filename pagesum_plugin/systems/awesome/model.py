@@ -230,11 +230,10 @@ class AwesomeDecoder(TokenWeightsOnRequest, TransformerDecoder):
         x = self.dropout_module(x)
         x = x.transpose(0, 1)  # (tgt_len, rows, dim)
 
-        self_attn_padding_mask = None
-        # a decoding step always passes the mask on (the self-attention keeps it with its cache),
-        # so that it does not wait for the device to say whether there is any padding
-        if incremental_state is not None or prev_output_tokens.eq(self.padding_idx).any():
-            self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)  # (rows, tgt_len)
+        # always passed on, so that no pass waits for the device to say whether there is any padding:
+        # a decoding step's self-attention keeps it with its cache, a full pass's causal self-attention
+        # needs none, and a compressive layer's reads it with the memory's (as SyncFreeDecoder)
+        self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)  # (rows, tgt_len)
 
         attn: Optional[Tensor] = None
         inner_states: List[Optional[Tensor]] = [x]

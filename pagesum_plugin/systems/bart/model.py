@@ -131,18 +131,19 @@ class SyncFreeEncoder:
 
 
 class SyncFreeDecoder:
-    """Put before a fairseq decoder class: a decoding step does not ask the device whether the
-    summary prefix holds padding.
+    """Put before a fairseq decoder class: no pass asks the device whether the summaries hold
+    padding.
 
     fairseq's decoder computes the self-attention padding mask only if
     ``prev_output_tokens.eq(pad).any()``, which makes the host wait for the device at every
-    step; with ``cross_self_attention`` set it computes the mask unconditionally. During a
-    decoding step that flag is set on the decoder alone (the layers keep their own, which is
-    what changes their attention), so the mask of the new position always goes to the
-    self-attention, which keeps it with its cache."""
+    decoding step and every training pass; with ``cross_self_attention`` set it computes the
+    mask unconditionally. During a pass that flag is set on the decoder alone (the layers keep
+    their own, which is what changes their attention), so the mask always goes to the
+    self-attention: a decoding step keeps it with its cache, and a full pass, causal, has no
+    need of it (``modules/decoder_self_attention.py``)."""
 
     def extract_features_scriptable(self, prev_output_tokens, encoder_out, incremental_state=None, *args, **kwargs):
-        if incremental_state is None or self.cross_self_attention:
+        if self.cross_self_attention:
             return super().extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state,
                                                        *args, **kwargs)
         self.cross_self_attention = True
