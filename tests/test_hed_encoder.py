@@ -6,7 +6,7 @@ import torch
 
 from builders.hed import build_hed, dense_reference_encoder, document_sizes, hed_attention_mask
 from builders.models import paged_batch, random_pages, vocab
-from pagesum_plugin.systems.hed.attention import DocumentLayout
+from pagesum_plugin.systems.hed.attention import LENGTH_GROUP_RATIO, DocumentLayout
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +159,28 @@ def test_within_document_scores_cost_at_most_twice_the_sum_of_squared_lengths(he
     assert squares <= layout.within_document_cost() <= 2 * squares
     padded_to_longest = len(lengths) * max(lengths) ** 2
     assert layout.within_document_cost() < padded_to_longest / 4, "documents are not padded to the longest"
+
+
+def test_documents_share_a_length_group_only_with_documents_less_than_the_ratio_apart(hed):
+    """A document of n tokens joins group ceil(log_sqrt2(n)): the groups' bounds are the powers of
+    sqrt(2), and a document as long as a bound (n = 2, 4, 8, 16) closes its group."""
+    _, task, _ = hed
+    low, _ = vocab(task.dictionary)
+    lengths = [2, 3, 4, 5, 6, 8, 9, 16, 17, 23]  # tokens, <s> and </s> included
+    layout = DocumentLayout(paged_batch([[[low] * (n - 2) for n in lengths]], task.dictionary), task.dictionary.pad())
+    groups = [sorted(lengths[d] for d in docs.tolist()) for docs, _, _, _ in layout.groups]
+    assert groups == [[2], [3, 4], [5], [6, 8], [9], [16], [17], [23]]
+    for group in groups:
+        assert max(group) / min(group) < LENGTH_GROUP_RATIO
+
+
+def test_a_document_with_padding_before_its_end_is_refused_with_its_cluster_and_place(hed):
+    _, task, _ = hed
+    pad = task.dictionary.pad()
+    src = paged_batch(clusters_of(task, 9, (2, 3)), task.dictionary)  # (2, 3, doc_len)
+    src[1, 2, 1] = pad
+    with pytest.raises(ValueError, match="document 2 of cluster 1 holds padding before its last token"):
+        DocumentLayout(src, pad)
 
 
 def test_training_gradients_are_finite_with_clusters_of_one_document(hed):

@@ -1,10 +1,9 @@
 """A training forward pass waits for the device a fixed number of times, whatever the depth of
 the model: fairseq's encoder asks the device whether the source holds padding before every
 layer, every system here asks once (``systems/bart/model.SyncFreeEncoder``) and computes what
-fairseq computes (the systems' equivalence tests); HED's layers select each document's tokens
-through indices its layout computed once; AWESOME's memory layers know on the host that their
-slots are filled, and HED's decoder reads the documents' shapes back once for all its
-cross-attentions. No decoder asks whether the summaries hold padding (``SyncFreeDecoder``):
+fairseq computes (the systems' equivalence tests); HED works its documents' layout out on the
+host from one read-back, and its decoder reads the documents' shapes back once for all its
+cross-attentions; AWESOME's memory layers know on the host that their slots are filled. No decoder asks whether the summaries hold padding (``SyncFreeDecoder``):
 its causal self-attention never reads the padding after a summary. PageSum waits once, for its
 pages."""
 
@@ -72,6 +71,18 @@ def test_a_decoders_training_pass_over_padded_summaries_never_waits_for_the_devi
     with HostSyncs() as syncs:
         model.decoder(prev, encoder_out=encoder_out)
     assert syncs.seen == []
+
+
+def test_hed_reads_back_once_for_its_documents_layout_and_once_for_its_decoders_shapes(copy_task_dir):
+    """The encoder's layout is worked out on the host from one list of the documents' lengths;
+    the decoder's cross-attentions lay their keys out by the documents' shapes, one list."""
+    _, task, model = build_hed(copy_task_dir)
+    src = TRAINED_SYSTEMS["hed"][1](task)
+    _, prev = decoder_input(SUMMARIES, task.dictionary)
+    with HostSyncs() as syncs:
+        model.train()(src, None, prev)
+    assert [operator for operator, _ in syncs.seen] == ["tolist", "tolist"]
+    assert all(site.startswith("pagesum_plugin/systems/hed/attention.py:") for _, site in syncs.seen)
 
 
 def test_the_sync_counter_sees_a_list_read_back_and_a_repeat_of_unknown_size():

@@ -10,8 +10,8 @@ of a cluster is therefore block diagonal (one block per document) plus a small
 SOD-to-SOD block, and it is computed that way, never as a dense matrix:
 
 * the tokens of all documents of a batch are *packed*: one row of ``n_tokens`` tokens,
-  without padding (``DocumentLayout``), so projections and feed-forward layers never
-  see padding;
+  without padding (``DocumentLayout``, worked out on the host from one read-back), so
+  projections and feed-forward layers never see padding;
 * within-document attention runs on documents grouped by length (lengths within a
   factor sqrt(2) share a group, padded to the group's longest), so its scores cost at
   most twice sum(document_length^2);
@@ -38,12 +38,12 @@ cross-attention unchanged and reorder it with the states.
 import math
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from ...modules.page_mixing import real_pages
 
 LENGTH_GROUP_RATIO = math.sqrt(2.0)  # documents whose lengths differ less share a padded group
 
@@ -52,63 +52,73 @@ class DocumentLayout:
     """Where every token of a batch of clusters sits; built once per encoder call.
 
     src_tokens: (batch, max_docs, doc_len), every real document ``<s> ... </s>`` padded at
-    its end; a padding document starts with pad. The *packed* order holds the real
+    its end; a padding document is all padding. The *packed* order holds the real
     documents of all clusters, cluster after cluster, each document's tokens in order.
+
+    A layout is a few numbers per document and per token, so it is worked out on the host (in
+    numpy) from one read-back of the documents' lengths, and its index tensors reach the
+    device in one copy that does not wait for it (``to_device``). The shapes the layers take
+    from it (``max_docs``, ``longest``, ``cluster_width``) are numbers on the host: no layer of
+    the encoder asks the device anything.
     """
 
     def __init__(self, src_tokens: Tensor, pad: int):
         device = src_tokens.device
-        real = real_pages(src_tokens, pad)  # (batch, max_docs)
-        self.batch_size = src_tokens.size(0)
-        self.doc_counts = real.sum(dim=1)  # (batch,)
-        if bool((self.doc_counts == 0).any()):
+        self.batch_size, slots, doc_len = src_tokens.shape
+        real = src_tokens.ne(pad)  # (batch, max_docs, doc_len)
+        # the one read-back: every document's tokens, and one past its last token, which is the
+        # same number unless padding sits inside the document
+        ends = (real * torch.arange(1, doc_len + 1, device=device)).amax(dim=2)  # (batch, max_docs)
+        lengths, ends = np.array(torch.stack([real.sum(dim=2), ends]).tolist(), dtype=np.int64)
+        inside = np.argwhere(lengths != ends)
+        if len(inside):
+            cluster, slot = inside[0]
+            raise ValueError(f"document {slot} of cluster {cluster} holds padding before its last token; HED reads "
+                             "each document as <s> ... </s>, padded at its end")
+        doc_counts = (lengths > 0).sum(axis=1)  # (batch,)
+        if (doc_counts == 0).any():
             raise ValueError("every cluster needs at least one document")
-        docs = src_tokens[real]  # (n_docs, doc_len), cluster after cluster
-        keep = docs.ne(pad)  # (n_docs, doc_len)
-        self.doc_lengths = keep.sum(dim=1)  # (n_docs,)
-        self.n_docs = docs.size(0)
-        self.max_docs = int(self.doc_counts.max())
-        self.tokens = docs[keep]  # (n_tokens,)
-        self.n_tokens = self.tokens.numel()
+        row_of_doc = np.flatnonzero(lengths)  # (n_docs,) the row of every document in (batch * max_docs)
+        doc_lengths = lengths.reshape(-1)[row_of_doc]  # (n_docs,)
+        self.n_docs, self.n_tokens = len(row_of_doc), int(doc_lengths.sum())
+        self.max_docs, self.longest = int(doc_counts.max()), int(doc_lengths.max())
+
+        doc_ids = np.arange(self.n_docs)
+        doc_start = np.cumsum(doc_lengths) - doc_lengths  # (n_docs,) packed index of each SOD
+        doc_of_token = np.repeat(doc_ids, doc_lengths)  # (n_tokens,)
         # positions restart at 0 in every document (Section 4.1.1, "position restart")
-        self.positions = keep.long().cumsum(dim=1)[keep] - 1  # (n_tokens,)
+        positions = np.arange(self.n_tokens) - doc_start[doc_of_token]  # (n_tokens,)
+        token_in_source = row_of_doc[doc_of_token] * doc_len + positions  # (n_tokens,) index into src_tokens
+        cluster_of_doc = row_of_doc // slots  # (n_docs,)
+        first_doc = np.cumsum(doc_counts) - doc_counts  # (batch,)
+        slot_of_doc = doc_ids - first_doc[cluster_of_doc]  # (n_docs,) index within its cluster
+        cluster_tokens = np.zeros(self.batch_size, dtype=np.int64)
+        np.add.at(cluster_tokens, cluster_of_doc, doc_lengths)  # (batch,)
+        self.cluster_width = int(cluster_tokens.max())  # the tokens of the longest cluster
+        cluster_of_token = cluster_of_doc[doc_of_token]  # (n_tokens,)
+        cluster_start = np.cumsum(cluster_tokens) - cluster_tokens  # (batch,)
+        offset_in_cluster = np.arange(self.n_tokens) - cluster_start[cluster_of_token]  # (n_tokens,)
 
-        doc_ids = torch.arange(self.n_docs, device=device)
-        self.doc_start = torch.cumsum(self.doc_lengths, 0) - self.doc_lengths  # (n_docs,) packed index of each SOD
-        self.cluster_of_doc = torch.arange(self.batch_size, device=device).repeat_interleave(self.doc_counts)
-        first_doc = torch.cumsum(self.doc_counts, 0) - self.doc_counts  # (batch,)
-        self.slot_of_doc = doc_ids - first_doc[self.cluster_of_doc]  # (n_docs,) index within its cluster
-        self.doc_of_token = doc_ids.repeat_interleave(self.doc_lengths)  # (n_tokens,)
-
-        cluster_tokens = torch.zeros_like(self.doc_counts).index_add_(0, self.cluster_of_doc, self.doc_lengths)
-        self.cluster_tokens = cluster_tokens  # (batch,)
-        self.cluster_of_token = self.cluster_of_doc[self.doc_of_token]  # (n_tokens,)
-        cluster_start = torch.cumsum(cluster_tokens, 0) - cluster_tokens  # (batch,)
-        self.offset_in_cluster = torch.arange(self.n_tokens, device=device) - cluster_start[self.cluster_of_token]
-
-        self.groups = self._length_groups()
+        groups = length_groups(doc_lengths, doc_start)
         # packed index of every row of the groups' outputs, to put them back in order
-        group_tokens = torch.cat([gather[kept] for _, gather, _, kept in self.groups])  # (n_tokens,)
-        self.restore = torch.empty_like(group_tokens)
-        self.restore[group_tokens] = torch.arange(self.n_tokens, device=device)
+        group_tokens = np.concatenate([gather[valid] for _, gather, valid in groups])  # (n_tokens,)
+        restore = np.empty_like(group_tokens)
+        restore[group_tokens] = np.arange(self.n_tokens)
 
-    def _length_groups(self) -> List[Tuple[Tensor, Tensor, Tensor, Tuple[Tensor, Tensor]]]:
-        """Documents grouped by length: [(docs (n_g,), gather (n_g, len_g), valid (n_g, len_g),
-        kept)], ``gather`` indexing the packed tokens (0 where ``valid`` is False), ``kept`` the
-        (row, column) indices of ``valid``'s True entries, in order: every layer selects the real
-        tokens through them without asking the device how many there are."""
-        lengths = self.doc_lengths
-        group = torch.ceil(torch.log(lengths.double()) / math.log(LENGTH_GROUP_RATIO)).long()  # (n_docs,)
-        order = torch.argsort(group, stable=True)
-        _, counts = torch.unique_consecutive(group[order], return_counts=True)
-        groups = []
-        for docs in torch.split(order, counts.tolist()):
-            width = int(lengths[docs].max())
-            offsets = torch.arange(width, device=lengths.device)  # (len_g,)
-            valid = offsets[None, :] < lengths[docs, None]  # (n_g, len_g)
-            gather = torch.where(valid, self.doc_start[docs, None] + offsets[None, :], torch.zeros_like(offsets))
-            groups.append((docs, gather, valid, valid.nonzero(as_tuple=True)))
-        return groups
+        kept = [np.nonzero(valid) for _, _, valid in groups]  # (row, column) of every real token of a group
+        (token_in_source, self.positions, self.doc_counts, self.doc_lengths, self.doc_start, self.cluster_of_doc,
+         self.slot_of_doc, self.doc_of_token, self.cluster_tokens, self.cluster_of_token, self.offset_in_cluster,
+         self.restore, *by_group) = to_device(
+            [token_in_source, positions, doc_counts, doc_lengths, doc_start, cluster_of_doc, slot_of_doc, doc_of_token,
+             cluster_tokens, cluster_of_token, offset_in_cluster, restore,
+             *(a for (docs, gather, valid), (rows, columns) in zip(groups, kept)
+               for a in (docs, gather, valid, rows, columns))], device)
+        self.tokens = src_tokens.reshape(-1)[token_in_source]  # (n_tokens,)
+        # [(docs (n_g,), gather (n_g, len_g), valid (n_g, len_g), kept)]: ``gather`` indexes the packed
+        # tokens (0 where ``valid`` is False), ``kept`` the (row, column) indices of ``valid``'s True
+        # entries, in order: every layer selects the real tokens through them
+        self.groups = [(docs, gather, valid.bool(), (rows, columns))
+                       for docs, gather, valid, rows, columns in zip(*[iter(by_group)] * 5)]
 
     def within_document_cost(self) -> int:
         """Score entries per head that within-document attention computes: sum over groups
@@ -118,21 +128,48 @@ class DocumentLayout:
     def to_clusters(self, packed: Tensor) -> Tensor:
         """(n_tokens, *rest) packed -> (batch, max_cluster_tokens, *rest), each cluster's
         documents concatenated in order, zero-padded."""
-        width = int(self.cluster_tokens.max())
-        dense = packed.new_zeros((self.batch_size, width) + tuple(packed.shape[1:]))
+        dense = packed.new_zeros((self.batch_size, self.cluster_width) + tuple(packed.shape[1:]))
         return dense.index_put((self.cluster_of_token, self.offset_in_cluster), packed)
 
     def document_map(self) -> Tensor:
         """(batch, max_cluster_tokens) long: the document (0, 1, ...) of every token of the
         concatenated clusters, -1 on padding."""
-        width = int(self.cluster_tokens.max())
-        doc_map = torch.full((self.batch_size, width), -1, dtype=torch.long, device=self.tokens.device)
+        doc_map = torch.full((self.batch_size, self.cluster_width), -1, dtype=torch.long, device=self.tokens.device)
         return doc_map.index_put((self.cluster_of_token, self.offset_in_cluster), self.slot_of_doc[self.doc_of_token])
 
     def start_tokens_by_cluster(self, packed: Tensor) -> Tensor:
         """(n_tokens, *rest) -> (batch, max_docs, *rest): every cluster's SOD rows, zero-filled."""
         dense = packed.new_zeros((self.batch_size, self.max_docs) + tuple(packed.shape[1:]))
         return dense.index_put((self.cluster_of_doc, self.slot_of_doc), packed[self.doc_start])
+
+
+def length_groups(lengths: np.ndarray, starts: np.ndarray) -> List[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Documents grouped by length, on the host: [(docs (n_g,), gather (n_g, len_g), valid
+    (n_g, len_g))], ``gather`` indexing the packed tokens (0 where ``valid`` is False). A document
+    of n tokens joins group ceil(log_sqrt2(n)), the least g with n^2 <= 2^g, so that the lengths of
+    a group differ by less than ``LENGTH_GROUP_RATIO``; computed in integers, with no logarithm to round.
+
+    lengths, starts: (n_docs,) every document's tokens and the packed index of its first."""
+    group = np.array([(n * n - 1).bit_length() for n in lengths.tolist()], dtype=np.int64)  # (n_docs,)
+    order = np.argsort(group, kind="stable")
+    groups = []
+    for docs in np.split(order, np.flatnonzero(np.diff(group[order])) + 1):
+        offsets = np.arange(lengths[docs].max())  # (len_g,)
+        valid = offsets[None, :] < lengths[docs, None]  # (n_g, len_g)
+        gather = np.where(valid, starts[docs, None] + offsets[None, :], 0)
+        groups.append((docs, gather, valid))
+    return groups
+
+
+def to_device(arrays: List[np.ndarray], device: torch.device) -> List[Tensor]:
+    """Integer (or bool) host arrays as int64 tensors on ``device``, views of one buffer copied
+    there at once; on CUDA from pinned memory, so that the host goes on without waiting for
+    the device (a copy from pageable memory would wait for it)."""
+    flat = torch.from_numpy(np.concatenate([a.astype(np.int64).ravel() for a in arrays]))
+    if device.type == "cuda":
+        flat = flat.pin_memory()
+    flat = flat.to(device, non_blocking=True)
+    return [piece.view(a.shape) for piece, a in zip(flat.split([a.size for a in arrays]), arrays)]
 
 
 def attention_dropout(module: MultiheadAttention) -> float:
@@ -265,9 +302,13 @@ def hierarchical_softmax(scores: Tensor, document_map: Tensor, lengths: Tensor) 
 def document_shapes(document_map: Tensor) -> Tuple[Tensor, int]:
     """(the tokens of every document (batch, max_docs), the longest document) of a document map
     (batch, src_len): what each cross-attention of a decoder lays its keys out by, read back from
-    the device once for all of them (``HEDDecoder``)."""
-    lengths = document_lengths(document_map)
-    return lengths, int(lengths.max())
+    the device once, in one list, for all of them (``HEDDecoder``)."""
+    batch, src_len = document_map.shape
+    # column d + 1: the tokens of document d, for as many documents as a source could hold (column 0: padding)
+    counts = torch.zeros(batch, src_len + 1, dtype=torch.long, device=document_map.device).scatter_add_(
+        1, document_map + 1, torch.ones_like(document_map))
+    docs, longest = torch.stack([document_map.max() + 1, counts[:, 1:].max()]).tolist()
+    return counts[:, 1: 1 + docs], longest
 
 
 def by_document(k: Tensor, v: Tensor, lengths: Tensor, doc_len: Optional[int] = None) -> Dict[str, Tensor]:

@@ -105,9 +105,8 @@ class HEDEncoder(TransformerEncoder):
         every document: (n_tokens, dim), as BART embeds each document alone."""
         x = self.embed_scale * self.embed_tokens(layout.tokens)  # (n_tokens, dim)
         if self.embed_positions is not None:
-            longest = int(layout.doc_lengths.max())
-            if longest > self.max_positions():
-                raise ValueError(f"a document of {longest} tokens is longer than the {self.max_positions()} "
+            if layout.longest > self.max_positions():
+                raise ValueError(f"a document of {layout.longest} tokens is longer than the {self.max_positions()} "
                                  "encoder positions; cut the cluster shorter (--max-source-tokens)")
             # fairseq's learned positions start after the padding index
             x = x + F.embedding(layout.positions + self.padding_idx + 1, self.embed_positions.weight)
