@@ -3,8 +3,9 @@ same hypotheses (tokens exactly, scores to 1e-4), with beams and examples ending
 trigram blocking, and one training step gives the CPU's loss (1e-5 relative) and every
 parameter's gradient (1e-4 relative to the largest, the parameter named when one differs).
 Decoding captured as a CUDA graph per step (the default on CUDA) finds the step loop's
-hypotheses, also with a graph for each length of the caches it reads, and in half precision
-replays bit for bit what its steps compute op by op.
+hypotheses, also with a graph for each length of the caches it reads and with the batch cut down
+to the examples not done, and in half precision replays bit for bit what its steps compute op by
+op.
 Skipped, with the reason, where torch sees no CUDA device; the GPU kit runs them."""
 
 import pytest
@@ -15,7 +16,7 @@ from builders.models import assert_gradients_close, decoder_input
 from builders.stock import assert_same_hypotheses
 from builders.systems import SEARCHED_SYSTEMS, SUMMARIES, build_system, loss_and_grads, trained_system
 from pagesum_plugin.generation import static_search
-from pagesum_plugin.generation.static_search import CapturedStep
+from pagesum_plugin.generation.static_search import CapturedStep, FixedShapeSearch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none)")
 
@@ -118,6 +119,36 @@ def test_captured_steps_of_several_read_lengths_share_one_pool_and_find_the_step
     # a length's step runs once as it is, is captured at its second call, and replayed from the third
     replayed = [step for step in made if step.graph is not None and step.calls > 2]
     assert len(replayed) > 2, "several lengths read, each a graph replayed"
+    assert len({id(step.pool) for step in made}) == 1 and made[0].pool is not None
+
+
+@pytest.mark.parametrize("name", ["pagesum", "bart"])
+def test_a_captured_search_cut_down_captures_the_smaller_batchs_steps_and_finds_the_step_loops_hypotheses(
+        name, copy_task_dir, monkeypatch):
+    """Once at most half the examples are left, the batch is cut down to them, and the smaller
+    batch's steps are captured and replayed in the search's one pool. (Rehearsed on the CPU with
+    the capture replaced by a counter: two cuts, each followed by a graph replayed.)"""
+    made, cuts, cut_down = [], [], FixedShapeSearch._cut_down
+
+    def recorded(step, pool=None):
+        made.append(CapturedStep(step, pool))
+        return made[-1]
+
+    def cutting(*args, **kwargs):
+        cuts.append(len(made))  # the steps made before the cut
+        return cut_down(*args, **kwargs)
+
+    monkeypatch.setattr(static_search, "CapturedStep", recorded)
+    monkeypatch.setattr(FixedShapeSearch, "_cut_down", cutting)
+    system = build_system(name, copy_task_dir)
+    sample = utils.move_to_cuda(system.make_sample(COUNTS, seed=2))
+    system.model.to(DEVICE)
+    with torch.no_grad():
+        expected = system.generator(decoding="eager", **SEARCHES["lenpen-trigrams"]).generate([system.model], sample)
+        found = system.generator(decoding="graph", **SEARCHES["lenpen-trigrams"]).generate([system.model], sample)
+    assert_same_hypotheses(on_cpu(found), on_cpu(expected), atol=1e-4)
+    assert cuts, "examples ended apart, and the batch was cut down"
+    assert any(step.graph is not None and step.calls > 2 for step in made[cuts[0]:]), "the smaller batch replayed"
     assert len({id(step.pool) for step in made}) == 1 and made[0].pool is not None
 
 

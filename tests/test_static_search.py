@@ -1,7 +1,8 @@
 """Beam search with fixed shapes (``generation/static_search.py``) finds the step loop's
 hypotheses for every system that decodes through the page generator: the same tokens, and
 scores, positional scores and page weights to 1e-5, with beams and examples ending at
-different steps, finished examples kept in the batch, trigram blocking, the length settings,
+different steps, finished examples kept in the batch until the batch is cut down to the
+others, trigram blocking, the length settings,
 --top-pages, and a batch against one document at a time. Its step compiles whole with
 ``torch.compile(fullgraph=True)``: one graph for every step, no graph break, which is what a
 CUDA graph needs (``tests/test_cuda_equals_cpu.py`` captures it on a GPU). Between two steps
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 SYSTEMS = ["pagesum", "hepos", "bart", "hed", "awesome"]  # every system: AWESOME searches each segment so
 COUNTS = (3, 1, 4, 2, 1)  # pages or documents of each example
+CUT_DOWN_SEEDS = {"hepos": 5}  # a sample whose examples end far enough apart for the batch to be cut down
 
 
 @pytest.fixture(scope="module", params=SYSTEMS)
@@ -70,6 +72,46 @@ def test_examples_end_at_different_steps_and_stay_in_the_batch_until_the_end(sys
     assert_same_search(hypos, generate(system, sample, "eager", **BEAM_SETTINGS["beams-end-apart"]))
     longest = [max(len(h["tokens"]) for h in n_best) for n_best in hypos]
     assert len(set(longest)) > 1, "examples ended at different steps"
+
+
+def test_once_half_the_examples_are_done_the_batch_is_cut_down_to_the_others_and_finds_the_same(
+        system, monkeypatch):
+    """Every step decodes the whole batch until at most half its examples are left, then only
+    theirs: each cut at least halves the batch, and the hypotheses, the done examples' among
+    them, are the step loop's."""
+    cuts, cut_down = [], FixedShapeSearch._cut_down
+
+    def recording(self, state, *args, **kwargs):
+        cut = cut_down(self, state, *args, **kwargs)
+        cuts.append((state.done.size(0), cut[0].done.size(0)))  # examples before, after
+        return cut
+
+    monkeypatch.setattr(FixedShapeSearch, "_cut_down", recording)
+    sample = system.make_sample(COUNTS, seed=CUT_DOWN_SEEDS.get(system.name, 2))
+    found = generate(system, sample, "static", **BEAM_SETTINGS["lenpen-trigrams"])
+    monkeypatch.undo()
+    assert_same_search(found, generate(system, sample, "eager", **BEAM_SETTINGS["lenpen-trigrams"]))
+    assert cuts, "examples ended apart, and the batch was cut down"
+    assert all(0 < 2 * after <= before for before, after in cuts)
+
+
+def test_a_kept_search_is_cut_down_on_copies_and_the_next_search_replays_its_steps_on_the_originals(
+        system, monkeypatch):
+    """Captured steps are kept for later searches of the same shapes, with the state they read; a
+    search cuts its batch down on copies of what they read, so that the next search, which
+    replays the kept steps on its own state copied in, finds its own hypotheses. (On the CPU the "capture" runs the step as
+    it is, on the tensors a graph would have recorded.)"""
+    monkeypatch.setattr(static_search, "CapturedStep", lambda step, pool=None: step)
+    generator = system.generator(**BEAM_SETTINGS["lenpen-trigrams"])
+    monkeypatch.setattr(generator, "_fixed_shapes", lambda *args: "graph")
+    sample = system.make_sample(COUNTS, seed=CUT_DOWN_SEEDS.get(system.name, 2))
+    expected = generate(system, sample, "eager", **BEAM_SETTINGS["lenpen-trigrams"])
+    cuts, cut_down = [], FixedShapeSearch._cut_down
+    monkeypatch.setattr(FixedShapeSearch, "_cut_down", lambda *args, **kwargs: cuts.append(1) or cut_down(*args, **kwargs))
+    for _ in range(3):
+        with torch.no_grad():
+            assert_same_search(generator.generate([system.model], sample), expected)
+    assert len(cuts) >= 3, "every search was cut down"
 
 
 def test_a_step_reads_the_caches_a_bucket_of_positions_at_a_time_and_finds_what_reading_all_finds(

@@ -7,8 +7,9 @@ launches about 1,600 operators one by one, and the GPU is busy for a tenth of th
 shape, reads a number back, or keeps a Python count. This search arranges the step loop so:
 
 * the examples that are done stay in the batch, their hypotheses masked, instead of being
-  cut out (which changes every shape); their rows keep being decoded, which costs the GPU
-  what they cost before they were done;
+  cut out at every step (which changes every shape); their rows keep being decoded, until at
+  most half the batch is left (``HeldExamples``): then the search cuts the batch down to the
+  examples not done, as the step loop would, and goes on with a step of that batch;
 * the position is a 0-d tensor that the step advances itself; the decoder is given each
   hypothesis's newest token and that position (``modules/decoding_step.py``), and its
   self-attention writes there and reads its whole preallocated cache, masked past it;
@@ -39,10 +40,16 @@ each such length, the first time a step needs it, all in one memory pool, so tha
 steps do not read the whole cache. A compiled step reads the whole cache: each length would
 compile anew.
 
+A batch cut down is a batch of new shapes: its steps are captured again, by length, the first time
+each is needed (``"graph"``), or run op by op (``"static"``). A compiled step is never cut down:
+each batch would compile anew. A batch cut down at least halves, so a search of E examples makes
+at most log2(E) of them.
+
 A generator keeps the captured steps of its last ``KEPT_SEARCHES`` searches (``KeptSearches``).
 A later search whose state has the same shapes (the batch, beam, pages, source and summary
 lengths) runs its first step as always, copies the state that step built into the kept
-search's tensors, and replays the kept step: no capture, no warm-up and no compilation. The
+search's tensors, and replays the kept step: no capture, no warm-up and no compilation (the
+steps of a batch cut down are not kept). The
 tensors a step reads are walked in a fixed order (``state_leaves``): a state holding anything
 the walk does not know is not reused, and neither is a step whose model's weights moved.
 
@@ -118,6 +125,7 @@ class FixedShapeSearch:
         # anything to save by keeping them)
         self.kept = None if step == "static" else kept
         self.on_cuda = False  # the search's device, known when it starts
+        self.pool = None  # the memory pool of the graphs this search captures, once it captures one
 
     def __call__(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
                  bos_token: Optional[int] = None) -> Hypotheses:
@@ -156,16 +164,23 @@ class FixedShapeSearch:
                            torch.zeros(examples, dtype=torch.bool, device=device), position,
                            torch.tensor([g.min_len, max_len], device=device))
         state.ended.copy_(ended_candidates(candidates, g.eos)[:, :beam] & ~beams.ignored)
-        remaining = examples - self._finish(state, 0, max_len, finalized)
+        batch = HeldExamples(examples)
+        remaining = examples - self._finish(state, 0, max_len, finalized, batch)
         if remaining == 0:
             return best_first(finalized)
 
-        step_fn, state = self._step_function(state, encoder_outs, states, suppressed, max_len)
+        # the step, and the state, encoder output and decoder state it reads: a kept search's, where one is kept
+        step_fn, (state, encoder_outs, states) = self._step_function(state, encoder_outs, states, suppressed, max_len)
+        kept = self.kept is not None  # they may be a kept search's: cutting the batch down leaves them as they are
         for step in range(1, max_len + 1):  # the last step can only add </s>
             step_fn(step)
-            remaining -= self._finish(state, step, max_len, finalized)
+            remaining -= self._finish(state, step, max_len, finalized, batch)
             if remaining == 0 or (g.search.stop_on_max_len and step >= max_len):
                 break
+            if self.runner in ("graph", "static") and batch.worth_cutting():
+                state, encoder_outs, states = self._cut_down(state, batch, encoder_outs, states, copy=kept)
+                step_fn, _ = self._step_function(state, encoder_outs, states, suppressed, max_len, keep=False)
+                kept = False
         return best_first(finalized)
 
     # ---- one step, every shape fixed ---------------------------------------------------------------
@@ -234,7 +249,7 @@ class FixedShapeSearch:
 
     # ---- between steps, on the host ---------------------------------------------------------------
 
-    def _finish(self, s: FixedState, step: int, max_len: int, finalized: Hypotheses) -> int:
+    def _finish(self, s: FixedState, step: int, max_len: int, finalized: Hypotheses, batch: "HeldExamples") -> int:
         """Finish the hypotheses that ended at ``step`` (the one read-back of a step) as fairseq
         does, and mark the examples that are now done; returns how many are."""
         g, beam = self.generator, self.generator.beam_size
@@ -243,39 +258,60 @@ class FixedShapeSearch:
             return 0
         beams, candidates = s.beams, s.candidates
         rows = candidates.beams[example, rank] + beams.offsets[example, 0]  # (ended,)
-        # fairseq's finalize_hypos, told that no example was dropped: its rows are the batch's own
+        # fairseq's finalize_hypos, told which examples left the batch: it maps the batch's examples to
+        # the sample's (a copy: it marks those it finishes, which stay in the batch)
         done = g.finalize_hypos(step, rows, candidates.scores[example, rank], beams.tokens, beams.scores, finalized,
-                                [False] * len(finalized), beam, beams.attention, beams.src_lengths, max_len)
+                                list(batch.dropped), beam, beams.attention, beams.src_lengths, max_len)
         if done:
             s.done[torch.tensor(done, device=s.done.device)] = True
+            batch.finish(done)
         return len(done)
 
+    def _cut_down(self, s: FixedState, batch: "HeldExamples", encoder_outs, states, copy: bool):
+        """The search's state, encoder output and decoder state for the examples of the batch that
+        are not done, as the step loop drops them (``copy``: the decoder state's dictionaries are
+        copied first, where a kept search's step reads the originals)."""
+        g = self.generator
+        keep = torch.tensor(batch.cut_down(), device=s.done.device)  # (kept,) the examples' places in the batch
+        rows = (keep[:, None] * g.beam_size + torch.arange(g.beam_size, device=keep.device)).view(-1)  # (kept * beam,)
+        if copy:
+            # (a module's buffer is a dictionary it updates; anything else is replaced, never changed)
+            states = [{name: dict(entry) if isinstance(entry, dict) else entry for name, entry in state.items()}
+                      for state in states]
+        g.model.reorder_incremental_state(states, rows)
+        encoder_outs = g.model.reorder_encoder_out(encoder_outs, rows)
+        state = FixedState(s.beams.select(keep), s.candidates.select(keep), s.ended[keep], s.done[keep], s.position,
+                           s.lengths)
+        return state, encoder_outs, states
+
     def _step_function(self, state: FixedState, encoder_outs, states, suppressed: Optional[Tensor],
-                       max_len: int) -> Tuple["ReadLengthSteps", FixedState]:
+                       max_len: int, keep: bool = True) -> Tuple["ReadLengthSteps", Tuple[FixedState, object, object]]:
         """The step of this search (``ReadLengthSteps``, called with the position it decodes), and
-        the state it reads: a kept search's step and state, this search's state copied in, where
-        one of the same shapes is kept; else a new step."""
+        what it reads (the search's state, encoder output and decoder state): a kept search's step
+        and tensors, this search's copied in, where one of the same shapes is kept; else a new step
+        (kept for later searches, if ``keep``)."""
         def step() -> None:
             self._step(state, encoder_outs, states, suppressed)
 
         def new_steps() -> ReadLengthSteps:
-            # graphs captured op by op take a read length each, in one memory pool (they never run at once,
-            # and a step keeps nothing it allocates); a compiled step would compile once for each
+            # graphs captured op by op take a read length each, all the search's in one memory pool (they
+            # never run at once, and a step keeps nothing it allocates); a compiled step would compile once for each
             bucket = READ_BUCKET if self.runner in ("graph", "static") else None
-            pool = torch.cuda.graph_pool_handle() if self.on_cuda and self.runner == "graph" else None
-            return ReadLengthSteps(step, lambda each: self._runner(each, pool), self.generator.model.single_model,
+            if self.on_cuda and self.runner == "graph" and self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+            return ReadLengthSteps(step, lambda each: self._runner(each, self.pool), self.generator.model.single_model,
                                    max_len + 1, bucket)
 
-        if self.kept is None:
-            return new_steps(), state
+        if self.kept is None or not keep:
+            return new_steps(), (state, encoder_outs, states)
         leaves = state_leaves((state, encoder_outs, states, suppressed))
         key = signature(leaves, self.generator.model.single_model)
         kept = self.kept.take(key, leaves)
         if kept is not None:
             return kept
         steps = new_steps()
-        self.kept.keep(key, leaves, (steps, state))
-        return steps, state
+        self.kept.keep(key, leaves, (steps, (state, encoder_outs, states)))
+        return steps, (state, encoder_outs, states)
 
     def _runner(self, step: Callable[[], None], pool=None) -> Callable[[], None]:
         if callable(self.runner):
@@ -285,6 +321,33 @@ class FixedShapeSearch:
         if self.runner == "graph" or (self.runner == "fused" and self.on_cuda):
             return CapturedStep(step, pool)
         return step
+
+
+class HeldExamples:
+    """Which of a search's examples its batch holds, in order (those not dropped), and which of
+    those are done, known on the host from the hypotheses it finished. The batch is worth cutting
+    down to the examples not done once they are at most half of it."""
+
+    def __init__(self, examples: int):
+        self.dropped = [False] * examples  # by the sample's examples: no longer in the batch
+        self.done = [False] * examples  # by the batch's examples: all their hypotheses found
+
+    def finish(self, done: List[int]) -> None:
+        for i in done:
+            self.done[i] = True
+
+    def worth_cutting(self) -> bool:
+        left = self.done.count(False)
+        return 0 < left <= len(self.done) // 2
+
+    def cut_down(self) -> List[int]:
+        """Drop the examples that are done; returns the places in the batch of those kept."""
+        held = [i for i, dropped in enumerate(self.dropped) if not dropped]  # the batch's examples in the sample
+        for example, done in zip(held, self.done):
+            self.dropped[example] = done
+        kept = [i for i, done in enumerate(self.done) if not done]
+        self.done = [False] * len(kept)
+        return kept
 
 
 def state_leaves(tree) -> Optional[List[object]]:
