@@ -260,7 +260,10 @@ def test_every_step_writes_its_state_in_place_where_a_captured_graph_reads_it(sy
             assert snapshot == snapshots[0]
 
 
-def test_between_two_steps_the_host_dispatches_only_the_read_back_of_the_ended_hypotheses(copy_task_dir):
+def test_before_the_minimum_length_the_host_dispatches_nothing_between_two_steps(copy_task_dir):
+    """</s> is banned before the minimum length, so no hypothesis can end there: the host reads
+    nothing back and launches the next step at once (8 steps more, all before the minimum
+    length, and not one operator more outside the steps)."""
     system = build_system("pagesum", copy_task_dir)
     sample = system.make_sample((2, 3), seed=4)
 
@@ -271,8 +274,21 @@ def test_between_two_steps_the_host_dispatches_only_the_read_back_of_the_ended_h
         return counter
 
     short, long = operators(6), operators(14)
-    assert (long.outside - short.outside) / 8 <= 4  # the ended mask's nonzero, and its size read back
+    assert long.outside == short.outside
     assert (long.inside - short.inside) / 8 > 100  # the whole step ran inside
+
+
+def test_the_ended_hypotheses_are_read_back_at_every_step_from_the_minimum_length_on(copy_task_dir, monkeypatch):
+    system = build_system("pagesum", copy_task_dir)
+    sample = system.make_sample(COUNTS, seed=1)
+    read, finish = [], FixedShapeSearch._finish
+    monkeypatch.setattr(FixedShapeSearch, "_finish", lambda self, s, step, *args: read.append(step) or
+                        finish(self, s, step, *args))
+    found = generate(system, sample, "static", **BEAM_SETTINGS["min-len"])
+    monkeypatch.undo()
+    assert_same_search(found, generate(system, sample, "eager", **BEAM_SETTINGS["min-len"]))
+    # step 0 forces <s>; the summary's first token is step 1, and min_len counts summary tokens
+    assert read == [0, *range(BEAM_SETTINGS["min-len"]["min_len"] + 1, read[-1] + 1)]
 
 
 def test_a_step_neither_copies_a_number_from_the_host_nor_reads_one_back(system):

@@ -22,7 +22,8 @@ A step then runs: continue every example with its best candidates of the last st
 loop's ``_extend``), move the decoder state with the beams, decode, apply the rules, propose
 the next candidates and mark those that end a hypothesis. Between two steps the host reads
 back which hypotheses ended (the loop's one wait), finishes them, and stops when every
-example is done or the longest summary is reached. The first step, which forces the
+example is done or the longest summary is reached; before the minimum length, where no
+hypothesis can end, it reads nothing back and launches the next step at once. The first step, which forces the
 summary's ``<s>``, builds the decoder's state and allocates the caches, runs as in the loop.
 
 ``step`` says how the step runs: ``"graph"`` captures it on CUDA (``torch.cuda.CUDAGraph``)
@@ -174,6 +175,8 @@ class FixedShapeSearch:
         kept = self.kept is not None  # they may be a kept search's: cutting the batch down leaves them as they are
         for step in range(1, max_len + 1):  # the last step can only add </s>
             step_fn(step)
+            if step < g.min_len:  # </s> is banned before the minimum length: nothing ended, nothing to read back
+                continue
             remaining -= self._finish(state, step, max_len, finalized, batch)
             if remaining == 0 or (g.search.stop_on_max_len and step >= max_len):
                 break
