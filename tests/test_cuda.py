@@ -73,7 +73,7 @@ def test_the_decoders_training_self_attention_runs_on_the_flash_kernel_and_equal
     x = torch.randn(64, 3, 128, device="cuda", dtype=torch.bfloat16)  # (tgt_len, rows, dim)
     padding = torch.zeros(3, 64, dtype=torch.bool, device="cuda")
     padding[1, 40:] = True  # a shorter summary, right-padded
-    causal = torch.triu(torch.full((64, 64), -math.inf, device="cuda"), 1)
+    causal = torch.triu(torch.full((64, 64), -math.inf, device="cuda", dtype=torch.bfloat16), 1)  # as fairseq's
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
         out = ours(x, x, x, key_padding_mask=padding, attn_mask=causal, need_weights=False)[0]
     expected = stock(x, x, x, key_padding_mask=padding, attn_mask=causal, need_weights=False)[0]
