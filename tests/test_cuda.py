@@ -1,7 +1,8 @@
-"""What only a GPU can show: decoding and page masking in half precision, the decoder's
-training self-attention on the flash kernel, the n-gram blocker on CUDA tensors, and the scale benchmark's CUDA paths at a tiny size (the GPU kit runs these
-tests before the bart.large row groups). Every test here is skipped, with the reason, where torch sees no
-CUDA device; docs/benchmarks/gpu.md says where they last ran."""
+"""What only a GPU can show: decoding and page masking in half precision, the decoder's training
+self-attention on the flash kernel, the n-gram blocker on CUDA tensors, and the scale
+benchmark's CUDA paths at a tiny size (the GPU kit runs these tests before the bart.large row
+groups). Every test here is skipped, with the reason, where torch sees no CUDA device;
+docs/benchmarks/gpu.md says where they last ran."""
 
 import math
 

@@ -99,15 +99,16 @@ def test_a_kept_search_is_cut_down_on_copies_and_the_next_search_replays_its_ste
         system, monkeypatch):
     """Captured steps are kept for later searches of the same shapes, with the state they read; a
     search cuts its batch down on copies of what they read, so that the next search, which
-    replays the kept steps on its own state copied in, finds its own hypotheses. (On the CPU the "capture" runs the step as
-    it is, on the tensors a graph would have recorded.)"""
+    replays the kept steps on its own state copied in, finds its own hypotheses. (On the CPU the
+    "capture" runs the step as it is, on the tensors a graph would have recorded.)"""
     monkeypatch.setattr(static_search, "CapturedStep", lambda step, pool=None: step)
     generator = system.generator(**BEAM_SETTINGS["lenpen-trigrams"])
     monkeypatch.setattr(generator, "_fixed_shapes", lambda *args: "graph")
     sample = system.make_sample(COUNTS, seed=CUT_DOWN_SEEDS.get(system.name, 2))
     expected = generate(system, sample, "eager", **BEAM_SETTINGS["lenpen-trigrams"])
     cuts, cut_down = [], FixedShapeSearch._cut_down
-    monkeypatch.setattr(FixedShapeSearch, "_cut_down", lambda *args, **kwargs: cuts.append(1) or cut_down(*args, **kwargs))
+    monkeypatch.setattr(FixedShapeSearch, "_cut_down",
+                        lambda *args, **kwargs: cuts.append(1) or cut_down(*args, **kwargs))
     for _ in range(3):
         with torch.no_grad():
             assert_same_search(generator.generate([system.model], sample), expected)

@@ -1,11 +1,11 @@
-"""A training forward pass waits for the device a fixed number of times, whatever the depth of
-the model: fairseq's encoder asks the device whether the source holds padding before every
-layer, every system here asks once (``systems/bart/model.SyncFreeEncoder``) and computes what
-fairseq computes (the systems' equivalence tests); HED works its documents' layout out on the
-host from one read-back, and its decoder reads the documents' shapes back once for all its
-cross-attentions; AWESOME's memory layers know on the host that their slots are filled. No decoder asks whether the summaries hold padding (``SyncFreeDecoder``):
-its causal self-attention never reads the padding after a summary. PageSum waits once, for its
-pages."""
+"""A training forward pass waits for the device a fixed number of times, whatever the depth of the
+model: fairseq's encoder asks the device whether the source holds padding before every layer,
+every system here asks once (``systems/bart/model.SyncFreeEncoder``) and computes what fairseq
+computes (the systems' equivalence tests); HED works its documents' layout out on the host from
+one read-back, and its decoder reads the documents' shapes back once for all its
+cross-attentions; AWESOME's memory layers know on the host that their slots are filled. No decoder
+asks whether the summaries hold padding (``SyncFreeDecoder``): its causal self-attention never
+reads the padding after a summary. PageSum waits once, for its pages."""
 
 import pytest
 import torch
