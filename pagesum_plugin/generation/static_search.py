@@ -149,7 +149,8 @@ class FixedShapeSearch:
         order = torch.arange(examples, device=device)[:, None].expand(examples, beam).reshape(-1)
         # Each example's rows expanded to its beams once (a no-op where the beams share them). No
         # step reorders the encoder output: beam search moves a hypothesis only among its own
-        # example's beams, whose rows are the same, and no example leaves the batch.
+        # example's beams, whose rows are the same, and examples leave the batch only when it is
+        # cut down, which reorders it (``_cut_down``).
         encoder_outs = g.model.reorder_encoder_out(g.model.forward_encoder(sample["net_input"]), order)
         states: List[Dict[str, Dict[str, Optional[Tensor]]]] = [{}]
         position = torch.zeros((), dtype=torch.long, device=device)
