@@ -31,6 +31,7 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
                                                                "+ bool dropout masks", "The same, against before",
                                                                "one encoder + decoder layer", "cross-attention",
                                                                "Step time at 2 layers"]),
+    "causal_attention": (["--device", "cpu", "--quick"], ["masked ms", "causal ms", "where a loss reads"]),
     "compiled_training": (["--device", "cpu", "--layers", "2", "--repeats", "1"],
                           ["eager: operators / step", "compiled: operators outside", "gradient error"]),
     "search_memory": (["--pages", "1", "--page-len", "16", "--tokens", "4", "--repeats", "1"],

@@ -152,10 +152,11 @@ def test_the_device_command_rehearsed_on_the_cpu_leaves_its_logs_and_results_whe
         "the groups after the failed tests still ran"
     assert record["group_status"] == {group: "done" for group in groups}
     assert steps["one-page"]["status"] == "passed" and "transformers generate" in (out / "one-page.md").read_text()
+    assert steps["causal"]["status"] == "passed" and "causal ms" in (out / "causal.md").read_text()
     assert steps["report"]["status"] == "passed"
     names = [step["name"] for step in record["steps"]]
-    assert names.index("tests") < names.index("scale 3") < names.index("one-page") < names.index("scale 1") \
-        < names.index("scale 2"), "the plan's order"
+    assert names.index("tests") < names.index("scale 3") < names.index("causal") < names.index("one-page") \
+        < names.index("scale 1") < names.index("scale 2"), "the plan's order"
     assert "Every step's estimate against its real time" in (out / "kit.log").read_text()
 
     assert (out / "scale.jsonl").read_text() == results.read_text()
