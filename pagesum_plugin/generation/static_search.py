@@ -125,6 +125,9 @@ class FixedShapeSearch:
         # the generator's captured steps, for searches of the same shapes; None: none kept (nor, op by op,
         # anything to save by keeping them)
         self.kept = None if step == "static" else kept
+        # a step of new shapes (a read length, a batch cut down) is captured or run as it is, not
+        # compiled anew: only then does the search make such steps
+        self.reshapes = step in ("graph", "static")
         self.on_cuda = False  # the search's device, known when it starts
         self.pool = None  # the memory pool of the graphs this search captures, once it captures one
 
@@ -181,7 +184,7 @@ class FixedShapeSearch:
             remaining -= self._finish(state, step, max_len, finalized, batch)
             if remaining == 0 or (g.search.stop_on_max_len and step >= max_len):
                 break
-            if self.runner in ("graph", "static") and batch.worth_cutting():
+            if self.reshapes and batch.worth_cutting():
                 state, encoder_outs, states = self._cut_down(state, batch, encoder_outs, states, copy=kept)
                 step_fn, _ = self._step_function(state, encoder_outs, states, suppressed, max_len, keep=False)
                 kept = False
@@ -300,7 +303,7 @@ class FixedShapeSearch:
         def new_steps() -> ReadLengthSteps:
             # graphs captured op by op take a read length each, all the search's in one memory pool (they
             # never run at once, and a step keeps nothing it allocates); a compiled step would compile once for each
-            bucket = READ_BUCKET if self.runner in ("graph", "static") else None
+            bucket = READ_BUCKET if self.reshapes else None
             if self.on_cuda and self.runner == "graph" and self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
             return ReadLengthSteps(step, lambda each: self._runner(each, self.pool), self.generator.model.single_model,

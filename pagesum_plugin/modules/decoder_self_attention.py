@@ -161,8 +161,9 @@ class DecoderSelfAttention(MultiheadAttention):
             # padding positions); without a mask SDPA runs its flash kernel, causal blocks skipped
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=1.0)
         else:
-            padding = None if key_padding_mask is None else key_padding_mask.bool()[:, None, None, :]
-            mask = None if padding is None else q.new_zeros(()).masked_fill(padding, -math.inf)  # (rows, 1, 1, tgt_len)
+            mask = None  # full context: only the padding is masked, (rows, 1, 1, tgt_len)
+            if key_padding_mask is not None:
+                mask = q.new_zeros(()).masked_fill(key_padding_mask.bool()[:, None, None, :], -math.inf)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=1.0)
         return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, rows, embed_dim))
 

@@ -165,7 +165,7 @@ def to_device(arrays: List[np.ndarray], device: torch.device) -> List[Tensor]:
     """Integer (or bool) host arrays as int64 tensors on ``device``, views of one buffer copied
     there at once; on CUDA from pinned memory, so that the host goes on without waiting for
     the device (a copy from pageable memory would wait for it)."""
-    flat = torch.from_numpy(np.concatenate([a.astype(np.int64).ravel() for a in arrays]))
+    flat = torch.from_numpy(np.concatenate([a.ravel() for a in arrays], dtype=np.int64))  # (total,), one copy
     if device.type == "cuda":
         flat = flat.pin_memory()
     flat = flat.to(device, non_blocking=True)
@@ -262,13 +262,6 @@ class DocumentSelfAttention(MultiheadAttention):
 # --------------------------------------------------------------------------- decoder
 
 
-def document_lengths(document_map: Tensor) -> Tensor:
-    """(batch, src_len) document map -> (batch, max_docs) tokens of every document (0: none)."""
-    width = int(document_map.max()) + 1
-    one_hot = document_map.unsqueeze(-1) == torch.arange(width, device=document_map.device)  # (batch, src_len, docs)
-    return one_hot.sum(dim=1)
-
-
 def hierarchical_softmax(scores: Tensor, document_map: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
     """Eq. 3-5 for many queries at once.
 
@@ -309,6 +302,11 @@ def document_shapes(document_map: Tensor) -> Tuple[Tensor, int]:
         1, document_map + 1, torch.ones_like(document_map))
     docs, longest = torch.stack([document_map.max() + 1, counts[:, 1:].max()]).tolist()
     return counts[:, 1: 1 + docs], longest
+
+
+def document_lengths(document_map: Tensor) -> Tensor:
+    """(batch, src_len) document map -> (batch, max_docs) tokens of every document (0: none)."""
+    return document_shapes(document_map)[0]
 
 
 def by_document(k: Tensor, v: Tensor, lengths: Tensor, doc_len: Optional[int] = None) -> Dict[str, Tensor]:
