@@ -18,9 +18,8 @@ from torch.nn.attention import sdpa_kernel
 
 from benchmarks import memory_scaling
 from benchmarks.beam_cache import tensor_bytes
-from benchmarks.common import (ATTENTION_KERNELS, ModelSize, best_seconds, cuda_peaks, free_memory,
-                               label_smoothed_loss,
-                               make_dictionary, paged_source, summary_io)
+from benchmarks.common import (ATTENTION_KERNELS, ModelSize, best_seconds, criterion_and_sample, cuda_peaks,
+                               free_memory, make_dictionary, paged_source, summary_io)
 from benchmarks.scale import costs
 from benchmarks.scale.group import Context, Group
 from benchmarks.scale.kernels import (KERNEL_KINDS, KIND_HEADER, AttentionKernels, kernel_record, kernel_seconds,
@@ -28,6 +27,7 @@ from benchmarks.scale.kernels import (KERNEL_KINDS, KIND_HEADER, AttentionKernel
 from benchmarks.scale.oom import unless_oom
 from benchmarks.scale.search import unless_profiler_fails
 from benchmarks.scale.tables import GB, gigabytes, keyed, not_run, number, peak_text, section, verdict
+from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS
 from pagesum_plugin.checkpoints import builder
 from pagesum_plugin.memory.model import Step, predict
 from pagesum_plugin.modules.compiled_layers import compile_model_layers
@@ -36,6 +36,10 @@ from pagesum_recipes.profiling import PeakMemory, peak_memory, synchronize
 MEMORY_GOAL = 12 * GB  # reserved by one update of PageSum-large at 20 x 1024 + 1,024 summary tokens
 LINEAR_SLACK = 1.25  # PageSum's growth counts as linear up to 1.25x the page ratio
 MFU_GOAL = 0.40
+# the loss of rows 1 and 3, as records name it; the first four visits' records have none: they took it on the
+# whole summary's logits at once
+LOSS = f"the recipes' criterion, {LOSS_CHUNK_TOKENS} summary tokens at a time"
+EARLIER_LOSS = "fp32 cross entropy on the whole summary's logits"
 PROFILED_BATCHES = (1, 8)  # row 3: the batches of the MFU goals, where one update's kernels are profiled
 PROFILE_SECONDS = 2.0  # the profiler's start and its processing of an update's events (a guess: not yet timed)
 
@@ -44,7 +48,7 @@ PROFILE_SECONDS = 2.0  # the profiler's start and its processing of an update's 
 
 
 def build_trainable(size: ModelSize, page_len: int, device: torch.device, dtype: torch.dtype, *flags: str):
-    """(dictionary, model, optimizer): PageSum of ``size`` in ``dtype``, in training mode, and
+    """(task, model, optimizer): PageSum of ``size`` in ``dtype``, in training mode, and
     the optimizer fairseq-train builds for ``--bf16 --optimizer adam`` (``flags`` may name
     another, and ``--memory-efficient-bf16``): ``FP16Optimizer`` (fp32 master weights and
     gradients) around ``FairseqAdam``, or ``MemoryEfficientFP16Optimizer`` (none). The
@@ -62,18 +66,20 @@ def build_trainable(size: ModelSize, page_len: int, device: torch.device, dtype:
         cfg = convert_namespace_to_omegaconf(fairseq_args)
     wrapper = MemoryEfficientFP16Optimizer if "--memory-efficient-bf16" in flags else FP16Optimizer
     optimizer = wrapper.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
-    return task.dictionary, model, optimizer
+    return task, model, optimizer
 
 
-def update_step(model, optimizer, src_tokens, target, prev_output_tokens, pad: int) -> Callable[[], None]:
-    """One update as fairseq's trainer makes it: zero the gradients, forward, label-smoothed
-    loss, backward through the optimizer, step. src_tokens (batch, pages, page_len); target
-    and prev_output_tokens (batch, tgt_len)."""
+def update_step(model, optimizer, task, src_tokens, target, prev_output_tokens) -> Callable[[], None]:
+    """One update as fairseq's trainer makes it with the recipes' criterion: zero the gradients,
+    forward, the plugin's label-smoothed loss ``LOSS_CHUNK_TOKENS`` summary tokens at a time,
+    backward through the optimizer, step. src_tokens (batch, pages, page_len); target and
+    prev_output_tokens (batch, tgt_len)."""
+    criterion, sample = criterion_and_sample(task, src_tokens, target, prev_output_tokens, LOSS_CHUNK_TOKENS)
 
     def step():
         optimizer.zero_grad()
-        logits, _ = model(src_tokens, None, prev_output_tokens)  # (batch, tgt_len, vocab)
-        optimizer.backward(label_smoothed_loss(logits, target, pad))
+        loss, _, _ = criterion(model, sample)
+        optimizer.backward(loss)
         optimizer.step()
 
     return step
@@ -188,17 +194,17 @@ def predicted_peak(size: ModelSize, dtype: torch.dtype, s: Dict, name: str) -> f
 def measure_memory(s: Dict, ctx: Context) -> List[Dict]:
     records = []
     for name, (flags, goal) in OPTIMIZERS.items():
-        dictionary, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype,
-                                                       "--checkpoint-activations", *flags)
-        inputs = training_batch(dictionary, 1, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
+        task, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype,
+                                                 "--checkpoint-activations", *flags)
+        inputs = training_batch(task.dictionary, 1, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
         kernels = AttentionKernels(model)
-        measured = measure_update(update_step(model, optimizer, *inputs, dictionary.pad()), model, optimizer,
-                                  ctx.device, s["repeats"], kernels)
+        measured = measure_update(update_step(model, optimizer, task, *inputs), model, optimizer, ctx.device,
+                                  s["repeats"], kernels)
         print(f"row 1: {s['pages']} pages, {' '.join(flags)}: {measured}", file=sys.stderr, flush=True)
         records.append({"system": "PageSum", "point": [s["pages"]], "status": "oom" if measured is None else "ok",
                         "held": optimizer_bytes(model, optimizer), "kernels": kernels.describe(),
                         "optimizer": f"{type(optimizer).__name__} ({type(optimizer.optimizer).__name__})",
-                        "flags": " ".join(flags), "goal": goal,
+                        "flags": " ".join(flags), "goal": goal, "loss": LOSS,
                         "predicted": predicted_peak(ctx.size, ctx.dtype, s, name), **(measured or {})})
         del model, optimizer, inputs
         free_memory(ctx.device)
@@ -225,8 +231,8 @@ def render_memory(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
         flags = f" ({m['flags']})" if "flags" in m else ""
         caption = (
             f"Row 1, training peak memory: PageSum, batch 1, {runs[m['run']]['dtype']} model, activation "
-            f"checkpointing (fairseq's checkpoint_wrapper on every layer), one update: forward, loss, backward, "
-            f"{m['optimizer']} step{flags}. Held before the update: "
+            f"checkpointing (fairseq's checkpoint_wrapper on every layer), one update: forward, loss "
+            f"({m.get('loss', EARLIER_LOSS)}), backward, {m['optimizer']} step{flags}. Held before the update: "
             + ", ".join(f"{name} {gigabytes(value)} GB" for name, value in m["held"].items())
             + ". Predicted: the memory model's peak (pagesum-plan), before the run. Peaks: allocated = tensors; "
             f"reserved = the caching allocator's hold; on the GPU = reserved plus the CUDA context and library "
@@ -363,23 +369,24 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
     leftovers decide where the compiled one stops."""
     records = []
     for compiled in (True, False):
-        dictionary, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype)
+        task, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype)
         counts, layers = costs.matmul_weights(model), len(model.encoder.layers)
         d = model.encoder.embed_tokens.embedding_dim
         formula = costs.flops_formula(counts, layers, d, s["pages"], s["page_len"], s["tgt_len"])
         compile_s = None
         if compiled:
             compile_model_layers(model, "inductor" if ctx.device.type == "cuda" else "aot_eager")
-            inputs = training_batch(dictionary, 1, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
+            inputs = training_batch(task.dictionary, 1, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
             started = time.perf_counter()
-            unless_oom(update_step(model, optimizer, *inputs, dictionary.pad()), ctx.device)
+            unless_oom(update_step(model, optimizer, task, *inputs), ctx.device)
             synchronize(ctx.device)
             compile_s = time.perf_counter() - started
             optimizer.zero_grad()
             del inputs
         for batch in doubling(s["max_batch"]):
-            inputs = training_batch(dictionary, batch, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
-            update = update_step(model, optimizer, *inputs, dictionary.pad())
+            inputs = training_batch(task.dictionary, batch, s["pages"], s["page_len"], s["tgt_len"], s["seed"],
+                                    ctx.device)
+            update = update_step(model, optimizer, task, *inputs)
             measured = measure_update(update, model, optimizer, ctx.device, s["repeats"])
             if measured is not None and batch in PROFILED_BATCHES:
                 measured["kernels"] = unless_profiler_fails(kernel_times, update, ctx.device)
@@ -388,7 +395,7 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
             variant = "compiled" if compiled else "eager"
             print(f"row 3: {variant} layers, batch {batch}: {measured}", file=sys.stderr, flush=True)
             record = {"system": f"PageSum, {variant} layers", "point": [batch], "batch": batch, "formula": formula,
-                      "layers": variant, "compile_s": compile_s,
+                      "layers": variant, "compile_s": compile_s, "loss": LOSS,
                       "source_tokens": batch * s["pages"] * s["page_len"], "status": "oom" if measured is None else "ok"}
             records.append(record)
             if measured is None:
@@ -443,7 +450,8 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
     peak = run["peaks"]["flops"]
     caption = (
         f"Row 3, training throughput: PageSum, {s['pages']} pages of {s['page_len']} tokens, {s['tgt_len']}-token "
-        f"summary, {run['dtype']}, no checkpointing, the update of row 1, with the layers eager and with every layer "
+        f"summary, {run['dtype']}, no checkpointing, the update of row 1 (loss: "
+        f"{measurements[0].get('loss', EARLIER_LOSS)}), with the layers eager and with every layer "
         f"compiled (--compile-layers); batches doubled up to the first OOM or --max-batch {s['max_batch']}; MFU at "
         f"every batch. {measurements[0]['formula']}. MFU = FLOPs / update s / {peak_text(peak, 'TFLOP/s', 'peak')}. "
         f"Update s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included. At batches "
