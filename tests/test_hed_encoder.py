@@ -6,7 +6,7 @@ import torch
 
 from builders.hed import build_hed, dense_reference_encoder, document_sizes, hed_attention_mask
 from builders.models import paged_batch, random_pages, vocab
-from pagesum_plugin.systems.hed.attention import LENGTH_GROUP_RATIO, DocumentLayout
+from pagesum_plugin.systems.hed.attention import LENGTH_GROUP_RATIO, DocumentLayout, document_shapes
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +181,20 @@ def test_a_document_with_padding_before_its_end_is_refused_with_its_cluster_and_
     src[1, 2, 1] = pad
     with pytest.raises(ValueError, match="document 2 of cluster 1 holds padding before its last token"):
         DocumentLayout(src, pad)
+
+
+def test_the_layout_knows_on_the_host_the_document_shapes_that_its_map_gives(hed):
+    """The decoder lays its keys out by every document's length and the longest; the encoder's
+    layout hands them over without asking the device, so they must be what its document map
+    gives, a padding document between two real ones included."""
+    _, task, _ = hed
+    pad = task.dictionary.pad()
+    src = paged_batch(clusters_of(task, 9, (3, 3, 1)), task.dictionary)  # (3, 3, doc_len)
+    src[1, 1] = pad  # the second cluster's middle document is padding
+    layout = DocumentLayout(src, pad)
+    lengths, longest = document_shapes(layout.document_map())
+    assert torch.equal(layout.lengths_by_slot, lengths) and layout.longest == longest
+    assert lengths[1].ne(0).tolist() == [True, True, False]  # its third document is its second now
 
 
 def test_training_gradients_are_finite_with_clusters_of_one_document(hed):

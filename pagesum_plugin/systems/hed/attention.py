@@ -59,7 +59,9 @@ class DocumentLayout:
     numpy) from one read-back of the documents' lengths, and its index tensors reach the
     device in one copy that does not wait for it (``to_device``). The shapes the layers take
     from it (``max_docs``, ``longest``, ``cluster_width``) are numbers on the host: no layer of
-    the encoder asks the device anything.
+    the encoder asks the device anything. ``lengths_by_slot`` and ``longest`` are what
+    ``document_shapes`` gives of its ``document_map``: the decoder's cross-attentions take them
+    from here.
     """
 
     def __init__(self, src_tokens: Tensor, pad: int):
@@ -92,6 +94,8 @@ class DocumentLayout:
         cluster_of_doc = row_of_doc // slots  # (n_docs,)
         first_doc = np.cumsum(doc_counts) - doc_counts  # (batch,)
         slot_of_doc = doc_ids - first_doc[cluster_of_doc]  # (n_docs,) index within its cluster
+        lengths_by_slot = np.zeros((self.batch_size, self.max_docs), dtype=np.int64)  # (batch, max_docs), 0: none
+        lengths_by_slot[cluster_of_doc, slot_of_doc] = doc_lengths
         cluster_tokens = np.zeros(self.batch_size, dtype=np.int64)
         np.add.at(cluster_tokens, cluster_of_doc, doc_lengths)  # (batch,)
         self.cluster_width = int(cluster_tokens.max())  # the tokens of the longest cluster
@@ -108,9 +112,9 @@ class DocumentLayout:
         kept = [np.nonzero(valid) for _, _, valid in groups]  # (row, column) of every real token of a group
         (token_in_source, self.positions, self.doc_counts, self.doc_lengths, self.doc_start, self.cluster_of_doc,
          self.slot_of_doc, self.doc_of_token, self.cluster_tokens, self.cluster_of_token, self.offset_in_cluster,
-         self.restore, *by_group) = to_device(
+         self.restore, self.lengths_by_slot, *by_group) = to_device(
             [token_in_source, positions, doc_counts, doc_lengths, doc_start, cluster_of_doc, slot_of_doc, doc_of_token,
-             cluster_tokens, cluster_of_token, offset_in_cluster, restore,
+             cluster_tokens, cluster_of_token, offset_in_cluster, restore, lengths_by_slot,
              *(a for (docs, gather, valid), (rows, columns) in zip(groups, kept)
                for a in (docs, gather, valid, rows, columns))], device)
         self.tokens = src_tokens.reshape(-1)[token_in_source]  # (n_tokens,)

@@ -53,6 +53,10 @@ from .attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossA
 logger = logging.getLogger(__name__)
 
 HED_SOURCE_POSITIONS = 4096  # Section 5.3: 4,096 source tokens, BART's 1,024 positions tiled
+# [document map, its document_shapes]: what the encoder's layout knows on the host, so that a decoder
+# reading this very map need not ask the device; only the encoder's own output has it (fairseq's
+# reorder_encoder_out keeps its own keys)
+DOCUMENT_SHAPES = "document_shapes"
 POSITIONS_KEY = "encoder.embed_positions.weight"
 
 
@@ -140,13 +144,15 @@ class HEDEncoder(TransformerEncoder):
         def to_clusters(packed: Tensor) -> Tensor:  # (n_tokens, 1, dim) -> (src_len, batch, dim)
             return layout.to_clusters(packed.squeeze(1)).transpose(0, 1)
 
+        document_map = layout.document_map()  # (batch, src_len): document index, -1 = padding
         return {
             "encoder_out": [to_clusters(x)],  # (src_len, batch, dim)
-            "encoder_padding_mask": [layout.document_map()],  # (batch, src_len): document index, -1 = padding
+            "encoder_padding_mask": [document_map],
             "encoder_embedding": [],
             "encoder_states": [to_clusters(s) for s in states],  # List[(src_len, batch, dim)]
             "src_tokens": [],
             "src_lengths": [layout.cluster_tokens.unsqueeze(1)],  # (batch, 1)
+            DOCUMENT_SHAPES: [document_map, layout.lengths_by_slot, layout.longest],  # (batch, max_docs), int
         }
 
 
@@ -159,22 +165,27 @@ class HEDDecoder(SyncFreeDecoder, TransformerDecoder):
     def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None, **kwargs):
         """fairseq's decoder; the documents' weights (Eq. 4) also come back as "page_weights"."""
-        with self._document_shapes_read_once(encoder_out, incremental_state):
+        with self._shared_document_shapes(encoder_out, incremental_state):
             x, extra = super().forward(prev_output_tokens, encoder_out, incremental_state, **kwargs)
         document_weights = extra["attn"][0]  # (rows, tgt_len, max_docs), last layer, mean over heads
         extra["page_weights"] = None if document_weights is None else document_weights.transpose(1, 2)
         return x, extra
 
     @contextlib.contextmanager
-    def _document_shapes_read_once(self, encoder_out, incremental_state) -> Iterator[None]:
+    def _shared_document_shapes(self, encoder_out, incremental_state) -> Iterator[None]:
         """While the layers run, every cross-attention that lays out its keys in this call (a full
-        pass, or a search's first step) finds the documents' shapes, read back once for all."""
+        pass, or a search's first step) finds the documents' shapes: the encoder's, where its
+        output is the encoder's own, else read back once for all."""
         attentions = [layer.encoder_attn for layer in self.layers
                       if isinstance(getattr(layer, "encoder_attn", None), HierarchicalCrossAttention)]
         maps = (encoder_out or {}).get("encoder_padding_mask") or []  # [(batch, src_len)] the document map
         laying_out = len(attentions) > 0 and len(maps) > 0 and (  # (torch 2.11's compiler takes no bool(list))
             incremental_state is None or "document_map" not in attentions[0]._get_input_buffer(incremental_state))
-        known = (maps[0], document_shapes(maps[0])) if laying_out else None
+        known = None
+        if laying_out:
+            encoders = encoder_out.get(DOCUMENT_SHAPES)  # [document map, lengths (batch, max_docs), longest]
+            known = (maps[0], (encoders[1], encoders[2]) if encoders and encoders[0] is maps[0]
+                     else document_shapes(maps[0]))
         for attention in attentions:
             attention.known_shapes = known
         try:
