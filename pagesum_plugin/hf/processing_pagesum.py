@@ -20,8 +20,7 @@ from ..corpus.options import ViewConfig
 from ..corpus.readers import example_from_raw
 from ..corpus.units import encode_examples
 from ..corpus.views import assemble_pages, raw_document_view
-
-IGNORE_INDEX = -100  # transformers' label for positions without a target
+from .modeling_pagesum import IGNORE_INDEX
 
 
 class PageSumProcessor:
