@@ -54,7 +54,7 @@ def rows_for(args, size, pages: int, device, dtype) -> List[List[object]]:
     task, model = build_model("pagesum_bart_base", size, dropout=0.0)
     with torch.no_grad():  # confidences that tell the pages apart
         model.decoder.page_confidence.weight.normal_(0, 1.0)
-    hf = pagesum_hf_model(model.args, model.state_dict(), label_smoothing=0.1)
+    hf = pagesum_hf_model(model.args, model.state_dict(), {"label_smoothing": 0.1})
     for each in (model, hf):
         each.to(device=device, dtype=dtype).eval()
     dictionary = task.dictionary
@@ -69,7 +69,7 @@ def rows_for(args, size, pages: int, device, dtype) -> List[List[object]]:
             "transformers generate": lambda: hf.generate(input_ids=src, **search)[0, 1:]}
     if device.type == "cuda":
         captured = PageSumSequenceGenerator([model], dictionary, decoding="graph", **settings)
-        compiled = pagesum_hf_model(model.args, model.state_dict(), label_smoothing=0.1).to(device, dtype).eval()
+        compiled = pagesum_hf_model(model.args, model.state_dict(), {"label_smoothing": 0.1}).to(device, dtype).eval()
         compiled.forward = torch.compile(compiled.forward, dynamic=True)
         runs["plugin's generator, captured steps"] = lambda: captured.generate([model], sample)[0][0]["tokens"]
         runs["transformers generate, compiled forward"] = lambda: compiled.generate(input_ids=src, **search)[0, 1:]

@@ -24,7 +24,7 @@ def twins(copy_task_dir):
     """(fairseq PageSum model, the transformers model with its weights, the task's dictionary), eval mode."""
     args, task, model = build_tiny(copy_task_dir, "--label-smoothing", "0.1")
     model = make_source_sensitive(model, task.dictionary)  # summaries of different lengths
-    hf = pagesum_hf_model(args, model.state_dict(), label_smoothing=0.1).eval()
+    hf = pagesum_hf_model(args, model.state_dict(), {"label_smoothing": 0.1}).eval()
     return model, hf, task.dictionary
 
 
@@ -123,10 +123,14 @@ def test_generate_gives_the_plugins_summaries_and_page_weights(twins, batches, s
 
 # ---- training -------------------------------------------------------------------------------------------------
 
-def test_the_loss_and_its_gradients_are_the_fairseq_criterions(copy_task_dir):
+@pytest.mark.parametrize("chunk", [0, 2], ids=["whole logits", "two summary tokens at a time"])
+def test_the_loss_and_its_gradients_are_the_fairseq_criterions(copy_task_dir, monkeypatch, chunk):
+    """In training mode the loss is taken ``loss_chunk_tokens`` summary tokens at a time, as the
+    plugin's criterion takes it: no projection onto the vocabulary sees more rows, and no logits
+    come back; 0 takes the whole logits."""
     args, task, model = build_tiny(copy_task_dir, "--label-smoothing", "0.1")
     criterion = task.build_criterion(args)
-    hf = pagesum_hf_model(args, model.state_dict(), label_smoothing=0.1)
+    hf = pagesum_hf_model(args, model.state_dict(), {"label_smoothing": 0.1, "loss_chunk_tokens": chunk})
     model.train(), hf.train()  # dropout 0: the same computation as in eval mode, with training's code paths
     dictionary = task.dictionary
     src = paged_batch(documents(dictionary, 3, 7, seed=2), dictionary)
@@ -136,15 +140,37 @@ def test_the_loss_and_its_gradients_are_the_fairseq_criterions(copy_task_dir):
               "target": target, "ntokens": ntokens}
     loss, sample_size, _ = criterion(model, sample)
     loss.backward()
+    projected, linear = [], torch.nn.functional.linear  # the token rows of every projection onto the vocabulary
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda x, w, *rest: (
+        projected.append(x.shape[:-1].numel()) if w is hf.lm_head.weight else None) or linear(x, w, *rest))
     out = hf(input_ids=src, attention_mask=src.ne(PAD), labels=target.masked_fill(target.eq(PAD), -100))
     out.loss.backward()
 
+    assert (out.logits is None) == (chunk > 0)
+    assert max(projected) == (chunk or target.numel()) and sum(projected) == target.numel()
     assert sample_size == ntokens
     torch.testing.assert_close(out.loss * ntokens, loss, atol=1e-4, rtol=1e-6)
     # fairseq's trainer divides the summed loss's gradients by the sample size; the model's loss is a mean
     fairseq_grads = fairseq_state_to_pagesum_hf({name: p.grad / ntokens for name, p in model.named_parameters()})
     hf_grads = {name: p.grad for name, p in hf.named_parameters()}
     assert_gradients_close(hf_grads, {name: fairseq_grads[name] for name in hf_grads})
+
+
+def test_evaluation_and_fp16_take_the_whole_logits_and_return_them(twins):
+    """Chunks are for training: an evaluation pass returns the logits its metrics read, and under
+    an fp16 autocast the chunks' gradients, taken before the loss is scaled, would underflow."""
+    _, hf, dictionary = twins
+    src = paged_batch(documents(dictionary, 2, 3, seed=3), dictionary)
+    labels, _ = decoder_input([[5, 6, 7], [8, 9]], dictionary)
+    labels = labels.masked_fill(labels.eq(PAD), -100)
+    assert hf.config.loss_chunk_tokens > 0
+    try:
+        assert hf.eval()(input_ids=src, labels=labels).logits is not None
+        assert hf.train()(input_ids=src, labels=labels).logits is None
+        with torch.autocast("cpu", dtype=torch.float16):
+            assert hf(input_ids=src, labels=labels).logits is not None
+    finally:
+        hf.eval()
 
 
 def test_label_smoothing_comes_from_the_config(twins):

@@ -54,12 +54,12 @@ def test_to_hf_writes_a_pagesum_model_that_from_hf_reads_back_whole(copy_task_di
     assert {k: again[k] for k in fields if k in config} == {k: config[k] for k in fields if k in config}
 
 
-# every field that the converter converts, at a value other than its default, and the label smoothing
+# every field that the converter converts, at a value other than its default, and the criterion's settings
 CONFIG_VALUES = dict(vocab_size=72, d_model=24, encoder_layers=3, decoder_layers=1, encoder_attention_heads=3,
                      decoder_attention_heads=6, encoder_ffn_dim=40, decoder_ffn_dim=48, max_position_embeddings=40,
                      activation_function="relu", dropout=0.3, attention_dropout=0.2, activation_dropout=0.1,
                      encoder_layerdrop=0.05, decoder_layerdrop=0.15, scale_embedding=True, tie_word_embeddings=True,
-                     label_smoothing=0.25)
+                     label_smoothing=0.25, loss_chunk_tokens=16)
 
 
 def test_every_field_of_a_pagesum_directory_round_trips(tmp_path):

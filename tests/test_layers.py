@@ -27,7 +27,8 @@ PACKAGES = {"pagesum_plugin": "pagesum_plugin", "pagesum_preprocess": "preproces
 # The library's layers, lowest first: a module imports from its own package and lower layers only.
 LIBRARY_LAYERS = [
     ("architectures",),  # the models' dimensions and the systems' shapes: pure data
-    ("atomic", "memory", "errors"),  # files written whole; memory predicted; the user's mistakes
+    ("atomic", "memory", "errors", "chunked_loss"),  # files written whole; memory predicted; the user's mistakes;
+    #                                                 the training loss a chunk of summary tokens at a time
     ("corpus",),  # the stored corpus
     ("evaluation", "hf"),  # ROUGE, baselines, analyses: text in, numbers out; PageSum as a transformers model
     #                       (torch, transformers, numpy, never fairseq)

@@ -42,8 +42,9 @@ from .builder import build_model, save_checkpoint
 from .errors import ConversionError
 from ..generation.defaults import DATASETS
 from ..hf import PageSumConfig, PageSumForConditionalGeneration, summary_lengths
-from .hf_config import (HF_GENERATION, architecture_for, bart_config_from_args, check_bart_config, fairseq_flags,
-                        fairseq_settings, label_smoothing_of, model_args, pagesum_config_from_args)
+from .hf_config import (HF_GENERATION, PAGESUM_CONFIG_FIELDS, architecture_for, bart_config_from_args,
+                        check_bart_config, criterion_settings, fairseq_flags, fairseq_settings, model_args,
+                        pagesum_config_from_args)
 from .hf_vocab import (gpt2_id_vocabulary, hf_id_vocabulary, read_hf_vocab, write_bpe_files, write_dictionary,
                        write_hf_tokenizer)
 from .hf_weights import (LIN_KEYS, fairseq_state_to_hf, fairseq_state_to_pagesum_hf, fill_model, hf_state_to_fairseq,
@@ -63,8 +64,9 @@ def convert_from_hf(hf_dir: str, out_dir: str, state_dict: Optional[str] = None,
         raise ConversionError(f"{hf_dir / 'config.json'}: not found (need a transformers BART directory)")
     config = transformers.AutoConfig.from_pretrained(str(hf_dir))  # BART's, or PageSum's (registered by ..hf)
     check_bart_config(config, str(hf_dir / "config.json"))
-    # a PageSum directory's label smoothing is the training criterion's
-    criterion = (["--criterion", "paged_label_smoothed_cross_entropy", "--label-smoothing", str(config.label_smoothing)]
+    # a PageSum directory's own fields are the training criterion's settings
+    criterion = (["--criterion", "paged_label_smoothed_cross_entropy",
+                  *(a for name, option in PAGESUM_CONFIG_FIELDS.items() for a in (option, str(getattr(config, name))))]
                  if isinstance(config, PageSumConfig) else [])
 
     source = state_dict or str(hf_dir)
@@ -114,8 +116,7 @@ def convert_to_hf(checkpoint: str, out_dir: str, data_dir: Optional[str] = None)
         if getattr(args, "page_decoding", "page") != "page":
             raise ConversionError(f"{checkpoint}: --page-decoding {args.page_decoding} has no transformers model "
                                   "(PageSumForConditionalGeneration decodes every page)")
-        smoothing = label_smoothing_of(state)
-        model = pagesum_hf_model(args, state["model"], PageSumConfig.label_smoothing if smoothing is None else smoothing)
+        model = pagesum_hf_model(args, state["model"], criterion_settings(state))
         model.generation_config = pagesum_generation_config(model.config)
     elif system == "hepos" and (args.encoder_attention, args.cross_attention) == ("full", "full"):
         hf_state, _ = fairseq_state_to_hf(state["model"])
@@ -160,11 +161,12 @@ def pagesum_generation_config(config: PageSumConfig) -> transformers.GenerationC
         **lengths)
 
 
-def pagesum_hf_model(args, state: dict, label_smoothing: float) -> PageSumForConditionalGeneration:
+def pagesum_hf_model(args, state: dict, criterion: dict) -> PageSumForConditionalGeneration:
     """The ``PageSumForConditionalGeneration`` of a PageSum model's arguments and state dict: the same weights,
-    loaded strictly."""
+    loaded strictly; ``criterion``: the training criterion's settings that the config keeps (``criterion_settings``,
+    its defaults where absent)."""
     converted = fairseq_state_to_pagesum_hf(state)
-    config = pagesum_config_from_args(args, converted["model.shared.weight"].size(0), label_smoothing)
+    config = pagesum_config_from_args(args, converted["model.shared.weight"].size(0), criterion)
     model = PageSumForConditionalGeneration(config)
     model.load_state_dict(converted, strict=True)
     return model

@@ -37,8 +37,8 @@ BART_CONFIG_FIELDS = {
                   "output_hidden_states", "problem_type", "return_dict", "transformers_version", "use_cache"},
 }
 
-# The fields PageSumConfig adds to BartConfig's, and where the fairseq checkpoint keeps them.
-PAGESUM_CONFIG_FIELDS = {"label_smoothing": "the criterion's --label-smoothing"}
+# The fields PageSumConfig adds to BartConfig's, and the criterion option that keeps each in a fairseq checkpoint.
+PAGESUM_CONFIG_FIELDS = {"label_smoothing": "--label-smoothing", "loss_chunk_tokens": "--loss-chunk-tokens"}
 
 # What to-hf writes as the generation configuration: this plugin's decoding rules (the
 # summary starts with the forced <s>, which never comes again, and has at least one token;
@@ -125,10 +125,13 @@ def bart_config_from_args(args, vocab_size: int):
     return transformers.BartConfig(**bart_fields_from_args(args, vocab_size))
 
 
-def pagesum_config_from_args(args, vocab_size: int, label_smoothing: float) -> PageSumConfig:
-    """The ``PageSumConfig`` of a PageSum model's arguments and its criterion's label smoothing."""
+def pagesum_config_from_args(args, vocab_size: int, criterion: dict) -> PageSumConfig:
+    """The ``PageSumConfig`` of a PageSum model's arguments and its criterion's settings
+    (``criterion_settings``: the fields of ``PAGESUM_CONFIG_FIELDS`` it names; the others keep
+    their defaults)."""
     fields = {**bart_fields_from_args(args, vocab_size), "forced_eos_token_id": None}
-    return PageSumConfig(**fields, label_smoothing=float(label_smoothing))
+    kinds = {"label_smoothing": float, "loss_chunk_tokens": int}  # fairseq may hold 0 for 0.0
+    return PageSumConfig(**fields, **{name: kinds[name](value) for name, value in criterion.items()})
 
 
 def bart_fields_from_args(args, vocab_size: int) -> dict:
@@ -170,14 +173,18 @@ def bart_fields_from_args(args, vocab_size: int) -> dict:
     )
 
 
-def label_smoothing_of(state: dict):
-    """The label smoothing of a fairseq checkpoint's criterion, None if it names none."""
+def criterion_settings(state: dict) -> dict:
+    """The fields of ``PAGESUM_CONFIG_FIELDS`` that a fairseq checkpoint's criterion names, with
+    their values."""
     criterion = (state.get("cfg") or {}).get("criterion") or {}
-    smoothing = criterion.get("label_smoothing") if isinstance(criterion, dict) else getattr(criterion,
-                                                                                               "label_smoothing", None)
-    if smoothing is None and state.get("args") is not None:
-        smoothing = getattr(state["args"], "label_smoothing", None)
-    return smoothing
+    found = {}
+    for name in PAGESUM_CONFIG_FIELDS:
+        value = criterion.get(name) if isinstance(criterion, dict) else getattr(criterion, name, None)
+        if value is None and state.get("args") is not None:
+            value = getattr(state["args"], name, None)
+        if value is not None:
+            found[name] = value
+    return found
 
 
 def model_args(state: dict, source: str) -> argparse.Namespace:

@@ -15,8 +15,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.models.transformer import TransformerDecoderBase
 from torch import Tensor, nn
 
-from .chunked_loss import chunked_label_smoothed_nll_loss
 from ..architectures import LOSS_CHUNK_TOKENS
+from ..chunked_loss import chunked_label_smoothed_nll_loss, fp16_logits
 
 
 @dataclass
@@ -122,13 +122,9 @@ def projects_features(model) -> bool:
 
 
 def in_fp16(model) -> bool:
-    """Whether the model's logits would be fp16: fp16 weights (``--fp16``) or an fp16 autocast
-    (``--amp``) on CUDA or CPU. The chunked loss takes its gradients before the loss scale is
-    known; cast to fp16 unscaled, a probability of 1/50,000 would underflow. bf16, weights or
-    autocast, has fp32's range and takes the chunks."""
-    fp16_autocast = any(torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.float16
-                        for device in ("cuda", "cpu"))
-    return fp16_autocast or model.decoder.output_projection.weight.dtype == torch.float16
+    """Whether the model's logits would be fp16 (``--fp16``, or ``--amp``'s fp16 autocast), where
+    the chunks' gradients would underflow (``chunked_loss.fp16_logits``)."""
+    return fp16_logits(model.decoder.output_projection.weight)
 
 
 @torch.no_grad()

@@ -34,6 +34,9 @@ from transformers.modeling_outputs import BaseModelOutput, ModelOutput
 from transformers.models.bart.modeling_bart import (BartAttention, BartDecoder, BartEncoder, BartScaledWordEmbedding,
                                                     shift_tokens_right)
 
+# absolute: transformers copies a saved model's code with its sibling imports only
+from pagesum_plugin.chunked_loss import chunked_label_smoothed_nll_loss, fp16_logits, label_smoothed_nll_sums
+
 from .configuration_pagesum import PageSumConfig
 
 IGNORE_INDEX = -100  # transformers' label for positions without a target
@@ -82,8 +85,9 @@ class PageSumSeq2SeqLMOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*):
         The paper's label-smoothed cross entropy per target token, returned when `labels` are given.
-    logits (`torch.FloatTensor` of shape `(hypotheses, tgt_len, vocab)`):
-        The output projection of the page-mixed states.
+    logits (`torch.FloatTensor` of shape `(hypotheses, tgt_len, vocab)`, *optional*):
+        The output projection of the page-mixed states; `None` where a training pass took the loss a chunk at a
+        time (`PageSumConfig.loss_chunk_tokens`).
     page_weights, cache, encoder_outputs:
         As in [`PageSumModelOutput`].
     """
@@ -346,11 +350,18 @@ class PageSumForConditionalGeneration(PageSumPreTrainedModel, GenerationMixin):
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                              decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
                              cache=cache, use_cache=use_cache, output_page_weights=output_page_weights, **kwargs)
-        logits = self.lm_head(outputs.last_hidden_state)  # (hypotheses, tgt_len, vocab)
-        loss = None
-        if labels is not None:
-            loss = label_smoothed_loss(logits, labels, self.config.label_smoothing, self.config.pad_token_id,
-                                       num_items_in_batch)
+        hidden, config = outputs.last_hidden_state, self.config  # (hypotheses, tgt_len, dim)
+        if labels is not None and self.training and config.loss_chunk_tokens > 0 and not fp16_logits(
+                self.lm_head.weight):  # one chunk's logits at a time, their gradients taken at once
+            target = scored_target(labels, config.pad_token_id)  # (batch, tgt_len)
+            loss, _, _ = chunked_label_smoothed_nll_loss(
+                hidden.reshape(-1, hidden.size(-1)), self.lm_head.weight, self.lm_head.bias, target.view(-1),
+                config.label_smoothing, config.pad_token_id, config.loss_chunk_tokens, count_correct=False)
+            logits, loss = None, loss / target_count(target, config.pad_token_id, num_items_in_batch)
+        else:
+            logits = self.lm_head(hidden)  # (hypotheses, tgt_len, vocab)
+            loss = None if labels is None else label_smoothed_loss(logits, labels, config.label_smoothing,
+                                                                   config.pad_token_id, num_items_in_batch)
         return PageSumSeq2SeqLMOutput(loss=loss, logits=logits, page_weights=outputs.page_weights,
                                       cache=outputs.cache, encoder_outputs=outputs.encoder_outputs)
 
@@ -395,15 +406,20 @@ def label_smoothed_loss(logits: torch.Tensor, labels: torch.LongTensor, epsilon:
     number (or `num_items`): the smoothing mass epsilon is spread over the vocabulary's other tokens.
 
     logits: (batch, tgt_len, vocab); labels: (batch, tgt_len), -100 or padding where there is no target."""
+    target = scored_target(labels, pad_token_id)  # (batch, tgt_len)
     lprobs = logits.float().log_softmax(dim=-1)  # (batch, tgt_len, vocab)
-    scored = labels.ne(IGNORE_INDEX) & labels.ne(pad_token_id)  # (batch, tgt_len)
-    target = labels.masked_fill(~scored, 0)
-    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (batch, tgt_len)
-    smooth = -lprobs.sum(dim=-1)  # (batch, tgt_len)
-    nll, smooth = nll[scored].sum(), smooth[scored].sum()
-    eps_i = epsilon / (lprobs.size(-1) - 1)
-    loss = (1.0 - epsilon - eps_i) * nll + eps_i * smooth
-    return loss / (scored.sum() if num_items is None else num_items)
+    loss, _ = label_smoothed_nll_sums(lprobs.view(-1, lprobs.size(-1)), target.view(-1), epsilon, pad_token_id)
+    return loss / target_count(target, pad_token_id, num_items)
+
+
+def scored_target(labels: torch.LongTensor, pad_token_id: int) -> torch.LongTensor:
+    """`labels` (batch, tgt_len) with padding where there is no target (-100 or padding)."""
+    return labels.masked_fill(labels.eq(IGNORE_INDEX), pad_token_id)
+
+
+def target_count(target: torch.LongTensor, pad_token_id: int, num_items: int | torch.Tensor | None) -> torch.Tensor:
+    """What the summed loss is divided by: `num_items` (the Trainer's count), else the target's tokens."""
+    return target.ne(pad_token_id).sum() if num_items is None else num_items
 
 
 # ---- summaries ----------------------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """The output projection and label-smoothed NLL of a batch's summary tokens, a chunk of tokens
-at a time, so that the (tokens, vocabulary) logits of the whole batch never exist.
+at a time, so that the (tokens, vocabulary) logits of the whole batch never exist. The plugin's
+criterion trains every system with it, and so does ``hf.PageSumForConditionalGeneration`` in
+training mode: torch only, no fairseq.
 
 For each chunk of ``chunk_tokens`` token rows, forward projects the features onto the
-vocabulary, takes the log-softmax in fp32 and fairseq's ``label_smoothed_nll_loss``, and, when
+vocabulary, takes the log-softmax in fp32 and fairseq's label-smoothed NLL
+(``label_smoothed_nll_sums``), and, when
 a backward pass will follow, the loss's gradient with respect to that chunk's logits in closed
 form (``logit_gradient``), which it turns at once into the chunk's share of the gradients of
 the features, the projection's weight and its bias. Only one chunk's logits exist at a time;
@@ -25,9 +28,29 @@ from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+
+def label_smoothed_nll_sums(lprobs: Tensor, target: Tensor, epsilon: float, pad: int) -> Tuple[Tensor, Tensor]:
+    """(loss, nll_loss) summed over the rows whose target is not ``pad``: fairseq's
+    ``label_smoothed_nll_loss`` (the paper's loss), the smoothing mass epsilon spread over the
+    vocabulary's other words. lprobs (tokens, vocab), log-probabilities; target (tokens,)."""
+    real = target.ne(pad)  # (tokens,)
+    nll = -lprobs.gather(1, target.unsqueeze(1)).squeeze(1).masked_fill(~real, 0.0).sum()
+    smooth = -lprobs.sum(dim=1).masked_fill(~real, 0.0).sum()
+    eps_i = epsilon / (lprobs.size(-1) - 1)
+    return (1.0 - epsilon - eps_i) * nll + eps_i * smooth, nll
+
+
+def fp16_logits(weight: Tensor) -> bool:
+    """Whether the logits of the output projection ``weight`` would be fp16: fp16 weights or an
+    fp16 autocast on CUDA or CPU. The chunked loss takes its gradients before a loss scale is
+    known; cast to fp16 unscaled, a probability of 1/50,000 would underflow, so a caller takes
+    the whole logits then. bf16, weights or autocast, has fp32's range and takes the chunks."""
+    fp16_autocast = any(torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.float16
+                        for device in ("cuda", "cpu"))
+    return fp16_autocast or weight.dtype == torch.float16
 
 
 def chunked_label_smoothed_nll_loss(features: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor,
@@ -82,7 +105,7 @@ def chunk_sums(features: Tensor, weight: Tensor, bias: Optional[Tensor], target:
         logits = F.linear(x, weight, bias)  # (chunk, vocab)
         lprobs = F.log_softmax(logits.float(), dim=-1)  # (chunk, vocab), as fairseq's get_normalized_probs
         del logits
-        loss, nll_loss = label_smoothed_nll_loss(lprobs, t, epsilon, ignore_index=pad, reduce=True)
+        loss, nll_loss = label_smoothed_nll_sums(lprobs, t, epsilon, pad)
         sums[:2] += torch.stack([loss, nll_loss])
         if count_correct:
             sums[2] += (lprobs.argmax(dim=-1).eq(t) & t.ne(pad)).sum()
@@ -96,7 +119,7 @@ def chunk_sums(features: Tensor, weight: Tensor, bias: Optional[Tensor], target:
 
 
 def logit_gradient(lprobs: Tensor, target: Tensor, epsilon: float, pad: int) -> Tensor:
-    """d loss / d logits of ``label_smoothed_nll_loss``, (chunk, vocab), written over ``lprobs``.
+    """d loss / d logits of ``label_smoothed_nll_sums``, (chunk, vocab), written over ``lprobs``.
 
     A row's loss is (1 - eps - eps_i)(-lp_t) + eps_i sum_v(-lp_v), with eps_i = eps / (V - 1)
     and lp = log_softmax(z); its gradient is p - (1 - eps - eps_i) onehot(t) - eps_i, since the
