@@ -130,8 +130,9 @@ def pagesum_config_from_args(args, vocab_size: int, criterion: dict) -> PageSumC
     (``criterion_settings``: the fields of ``PAGESUM_CONFIG_FIELDS`` it names; the others keep
     their defaults)."""
     fields = {**bart_fields_from_args(args, vocab_size), "forced_eos_token_id": None}
-    kinds = {"label_smoothing": float, "loss_chunk_tokens": int}  # fairseq may hold 0 for 0.0
-    return PageSumConfig(**fields, **{name: kinds[name](value) for name, value in criterion.items()})
+    # each of its default's type: transformers' config checks types strictly, and fairseq may hold 0 for 0.0
+    settings = {name: type(getattr(PageSumConfig, name))(value) for name, value in criterion.items()}
+    return PageSumConfig(**fields, **settings)
 
 
 def bart_fields_from_args(args, vocab_size: int) -> dict:
