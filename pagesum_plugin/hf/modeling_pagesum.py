@@ -351,8 +351,9 @@ class PageSumForConditionalGeneration(PageSumPreTrainedModel, GenerationMixin):
                              decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
                              cache=cache, use_cache=use_cache, output_page_weights=output_page_weights, **kwargs)
         hidden, config = outputs.last_hidden_state, self.config  # (hypotheses, tgt_len, dim)
-        if labels is not None and self.training and config.loss_chunk_tokens > 0 and not fp16_logits(
-                self.lm_head.weight):  # one chunk's logits at a time, their gradients taken at once
+        chunked = (labels is not None and self.training and config.loss_chunk_tokens > 0
+                   and not fp16_logits(self.lm_head.weight))
+        if chunked:  # one chunk's logits at a time, their gradients taken at once
             target = scored_target(labels, config.pad_token_id)  # (batch, tgt_len)
             loss, _, _ = chunked_label_smoothed_nll_loss(
                 hidden.reshape(-1, hidden.size(-1)), self.lm_head.weight, self.lm_head.bias, target.view(-1),
