@@ -36,10 +36,17 @@ def label_smoothed_nll_sums(lprobs: Tensor, target: Tensor, epsilon: float, pad:
     """(loss, nll_loss) summed over the rows whose target is not ``pad``: fairseq's
     ``label_smoothed_nll_loss`` (the paper's loss), the smoothing mass epsilon spread over the
     vocabulary's other words. lprobs (tokens, vocab), log-probabilities; target (tokens,)."""
-    real = target.ne(pad)  # (tokens,)
-    nll = -lprobs.gather(1, target.unsqueeze(1)).squeeze(1).masked_fill(~real, 0.0).sum()
-    smooth = -lprobs.sum(dim=1).masked_fill(~real, 0.0).sum()
-    eps_i = epsilon / (lprobs.size(-1) - 1)
+    picked = lprobs.gather(1, target.unsqueeze(1)).squeeze(1)  # (tokens,) each row's log-probability of its target
+    return smoothed_sums(picked, lprobs.sum(dim=1), target.ne(pad), epsilon, lprobs.size(-1))
+
+
+def smoothed_sums(picked: Tensor, total: Tensor, real: Tensor, epsilon: float, vocab: int) -> Tuple[Tensor, Tensor]:
+    """``label_smoothed_nll_sums`` from what it needs of each row: the log-probability of its
+    target (``picked``), its log-probabilities summed over the vocabulary (``total``) and whether
+    it is a real token (``real``), all (tokens,)."""
+    nll = -picked.masked_fill(~real, 0.0).sum()
+    smooth = -total.masked_fill(~real, 0.0).sum()
+    eps_i = epsilon / (vocab - 1)
     return (1.0 - epsilon - eps_i) * nll + eps_i * smooth, nll
 
 
@@ -94,37 +101,45 @@ class ChunkedLabelSmoothedNLL(torch.autograd.Function):
 def chunk_sums(features: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, epsilon: float, pad: int,
                chunk_tokens: int, count_correct: bool, gradients: bool):
     """(sums (3,): loss, nll_loss, correct, in fp32; (features, weight, bias) gradients of the
-    loss, or None) over ``chunk_tokens`` rows at a time."""
-    sums = features.new_zeros(3, dtype=torch.float32)
+    loss, or None) over ``chunk_tokens`` rows at a time.
+
+    A chunk writes what the sums need of each of its rows (the log-probability of its target, its
+    log-probabilities summed over the vocabulary, whether its arg-max is its target) into
+    buffers of the whole target, summed once after the last chunk, and takes its logits'
+    gradient in closed form: a chunk launches a fixed handful of operators, whatever the batch.
+
+    The gradient. A row's loss is (1 - eps - eps_i)(-lp_t) + eps_i sum_v(-lp_v), with
+    eps_i = eps / (V - 1) and lp = log_softmax(z); its gradient is
+    p - (1 - eps - eps_i) onehot(t) - eps_i, since the weights of p add up to
+    (1 - eps - eps_i) + V eps_i = 1; a padding row's is 0."""
+    tokens, vocab = target.size(0), weight.size(0)
+    eps_i = epsilon / (vocab - 1)
+    real = target.ne(pad)  # (tokens,)
+    targets = target.unsqueeze(1)  # (tokens, 1)
+    picked = features.new_empty((tokens, 1), dtype=torch.float32)  # each row's log-probability of its target
+    total = features.new_empty(tokens, dtype=torch.float32)  # each row's log-probabilities, summed
+    hits = features.new_empty(tokens, dtype=torch.bool) if count_correct else None  # arg-max == target
     grads = None
     if gradients:
         grads = (torch.empty_like(features), torch.zeros_like(weight), None if bias is None else torch.zeros_like(bias))
-    for start in range(0, target.size(0), chunk_tokens):
+        target_step = features.new_full((tokens, 1), -(1.0 - epsilon - eps_i), dtype=torch.float32)
+        padding = (~real).unsqueeze(1)  # (tokens, 1)
+    for start in range(0, tokens, chunk_tokens):
         rows = slice(start, start + chunk_tokens)
-        x, t = features[rows], target[rows]  # (chunk, dim), (chunk,)
-        logits = F.linear(x, weight, bias)  # (chunk, vocab)
-        lprobs = F.log_softmax(logits.float(), dim=-1)  # (chunk, vocab), as fairseq's get_normalized_probs
-        del logits
-        loss, nll_loss = label_smoothed_nll_sums(lprobs, t, epsilon, pad)
-        sums[:2] += torch.stack([loss, nll_loss])
-        if count_correct:
-            sums[2] += (lprobs.argmax(dim=-1).eq(t) & t.ne(pad)).sum()
-        if grads is not None:
-            g = logit_gradient(lprobs, t, epsilon, pad).to(weight.dtype)  # (chunk, vocab); lprobs reused
+        x = features[rows]  # (chunk, dim)
+        # (chunk, vocab), as fairseq's get_normalized_probs: the log-softmax in fp32
+        lprobs = F.log_softmax(F.linear(x, weight, bias).float(), dim=-1)
+        torch.gather(lprobs, 1, targets[rows], out=picked[rows])
+        torch.sum(lprobs, dim=1, out=total[rows])
+        if hits is not None:
+            torch.eq(lprobs.argmax(dim=1), target[rows], out=hits[rows])
+        if grads is not None:  # d loss / d logits, written over lprobs
+            g = lprobs.exp_().sub_(eps_i).scatter_add_(1, targets[rows], target_step[rows])
+            g = g.masked_fill_(padding[rows], 0.0).to(weight.dtype)  # (chunk, vocab)
             grads[0][rows] = g @ weight  # (chunk, dim), in autocast's dtype where it is on
             grads[1].addmm_(g.t(), x.to(weight.dtype))  # (vocab, dim), in the weight's dtype (see above)
             if bias is not None:
                 grads[2] += g.sum(dim=0)
-    return sums, grads
-
-
-def logit_gradient(lprobs: Tensor, target: Tensor, epsilon: float, pad: int) -> Tensor:
-    """d loss / d logits of ``label_smoothed_nll_sums``, (chunk, vocab), written over ``lprobs``.
-
-    A row's loss is (1 - eps - eps_i)(-lp_t) + eps_i sum_v(-lp_v), with eps_i = eps / (V - 1)
-    and lp = log_softmax(z); its gradient is p - (1 - eps - eps_i) onehot(t) - eps_i, since the
-    weights of p add up to (1 - eps - eps_i) + V eps_i = 1; a padding row's is 0."""
-    eps_i = epsilon / (lprobs.size(-1) - 1)
-    g = lprobs.exp_().sub_(eps_i)  # (chunk, vocab)
-    g.scatter_add_(1, target.unsqueeze(1), g.new_full((target.size(0), 1), -(1.0 - epsilon - eps_i)))
-    return g.masked_fill_(target.eq(pad).unsqueeze(1), 0.0)
+    loss, nll_loss = smoothed_sums(picked.squeeze(1), total, real, epsilon, vocab)
+    correct = (hits & real).sum() if hits is not None else loss.new_zeros(())
+    return torch.stack([loss, nll_loss, correct.float()]), grads
