@@ -2,8 +2,8 @@
 ``modules/compiled_layers.py``) against the eager one: the operators the host still launches
 outside the compiled graphs, the graphs a stack shares, the loss and gradients, and the time.
 
-A step is forward, a cross-entropy loss over the summary and backward, of PageSum at each
-depth of ``--layers`` (tiny widths on the CPU, ``bart.large``'s on CUDA in bf16). Operators
+A step is forward, the recipes' loss (the plugin's criterion, ``LOSS_CHUNK_TOKENS`` summary
+tokens at a time) and backward, of PageSum at each depth of ``--layers`` (tiny widths on the CPU, ``bart.large``'s on CUDA in bf16). Operators
 launched: the top-level ATen operators torch's profiler records outside every compiled region
 (in backward too), after two warm-up steps; on the CPU the layers compile through
 ``aot_eager`` (no code is generated, so the times say nothing), on CUDA through inductor.
@@ -18,7 +18,8 @@ from typing import Callable, Dict
 import torch
 
 from benchmarks.common import (BART_LARGE, CPU_TINY, ModelSize, add_device_args, best_seconds, build_model,
-                               describe_device, markdown_table, paged_source, start, summary_io)
+                               criterion_and_sample, describe_device, markdown_table, paged_source, start, summary_io)
+from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS
 from pagesum_plugin.modules.compiled_layers import compile_model_layers
 from pagesum_recipes.profiling import CountedGraphs
 
@@ -40,13 +41,14 @@ def launched_outside_compiled(step: Callable[[], None]) -> int:
     return count
 
 
-def training_step(model, src_tokens, target, prev_output_tokens, pad: int) -> Callable[[], torch.Tensor]:
-    """Forward, the summary's cross entropy (fp32), backward; returns the loss."""
+def training_step(model, task, src_tokens, target, prev_output_tokens) -> Callable[[], torch.Tensor]:
+    """Forward, the recipes' loss (``LOSS_CHUNK_TOKENS`` summary tokens at a time), backward;
+    returns the loss."""
+    criterion, sample = criterion_and_sample(task, src_tokens, target, prev_output_tokens, LOSS_CHUNK_TOKENS)
 
     def step():
         model.zero_grad(set_to_none=True)
-        logits, _ = model(src_tokens, None, prev_output_tokens)  # (batch, tgt_len, vocab)
-        loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), target, ignore_index=pad)
+        loss, _, _ = criterion(model, sample)
         loss.backward()
         return loss.detach()
 
@@ -62,7 +64,7 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     generator = torch.Generator().manual_seed(args.seed)
     src = paged_source(task.dictionary, args.batch, args.pages, args.page_len, generator).to(device)
     target, prev = (t.to(device) for t in summary_io(task.dictionary, args.batch, args.tgt_len, generator))
-    step = training_step(model, src, target, prev, task.dictionary.pad())
+    step = training_step(model, task, src, target, prev)
     eager_loss = step()
     eager_grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     eager_ops = launched_outside_compiled(step)
@@ -106,7 +108,7 @@ def main(argv=None):
     device, dtype = start(args)
     print(f"Machine: {describe_device(device)}. PageSum in {str(dtype).split('.')[-1]}, batch {args.batch}, "
           f"{args.pages} pages of {args.page_len} tokens, {args.tgt_len}-token summaries; a training step: forward, "
-          f"loss, backward. Operators: top-level ATen operators outside compiled regions; errors relative (the "
+          f"the recipes' loss ({LOSS_CHUNK_TOKENS} summary tokens at a time), backward. Operators: top-level ATen operators outside compiled regions; errors relative (the "
           f"gradients' to the largest); times: best of {args.repeats}.\n")
     rows = []
     for layers in args.layers:

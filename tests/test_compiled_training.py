@@ -76,6 +76,8 @@ def settings(layers):
 
 @pytest.mark.slow  # three depths, each compiled (about 25 s)
 def test_every_stack_shares_one_set_of_graphs_and_at_bart_large_depth_the_host_launches_5x_fewer_operators():
+    """With a summary of one loss chunk; the loss's chunks are launched outside the compiled graphs,
+    so long summaries launch more (docs/benchmarks/compiled_training.md)."""
     cpu = torch.device("cpu")
     shallow, deep = (measure(settings(n), n, cpu, torch.float32) for n in (2, 12))
     assert shallow["graphs"] == deep["graphs"] == 4  # forward and backward of an encoder and a decoder layer
