@@ -3,10 +3,11 @@
 outside the compiled graphs, the graphs a stack shares, the loss and gradients, and the time.
 
 A step is forward, the recipes' loss (the plugin's criterion, ``LOSS_CHUNK_TOKENS`` summary
-tokens at a time) and backward, of PageSum at each depth of ``--layers`` (tiny widths on the CPU, ``bart.large``'s on CUDA in bf16). Operators
-launched: the top-level ATen operators torch's profiler records outside every compiled region
-(in backward too), after two warm-up steps; on the CPU the layers compile through
-``aot_eager`` (no code is generated, so the times say nothing), on CUDA through inductor.
+tokens at a time) and backward, of PageSum at each depth of ``--layers`` (tiny widths on the
+CPU, ``bart.large``'s on CUDA in bf16). Operators launched: the top-level ATen operators
+torch's profiler records outside every compiled region (in backward too), after two warm-up
+steps; on the CPU the layers compile through ``aot_eager`` (no code is generated, so the times
+say nothing), on CUDA through inductor.
 
     python -m benchmarks.compiled_training --device cpu
 """
@@ -108,8 +109,9 @@ def main(argv=None):
     device, dtype = start(args)
     print(f"Machine: {describe_device(device)}. PageSum in {str(dtype).split('.')[-1]}, batch {args.batch}, "
           f"{args.pages} pages of {args.page_len} tokens, {args.tgt_len}-token summaries; a training step: forward, "
-          f"the recipes' loss ({LOSS_CHUNK_TOKENS} summary tokens at a time), backward. Operators: top-level ATen operators outside compiled regions; errors relative (the "
-          f"gradients' to the largest); times: best of {args.repeats}.\n")
+          f"the recipes' loss ({LOSS_CHUNK_TOKENS} summary tokens at a time), backward. Operators: top-level ATen "
+          f"operators outside compiled regions; errors relative (the gradients' to the largest); times: best of "
+          f"{args.repeats}.\n")
     rows = []
     for layers in args.layers:
         m = measure(args, layers, device, dtype)

@@ -41,8 +41,8 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     every model of the plugin, and fairseq's BART), the model returns its final (page-mixed)
     features and the criterion projects and scores them N tokens at a time, the gradients
     taken chunk by chunk as it goes (``chunked_loss``): no more than one chunk's logits ever
-    exist. Otherwise, for an unreduced loss, and in fp16 (``in_fp16``: fp16 weights or an fp16
-    autocast; bf16 chunks), it is fairseq's criterion on the full logits.
+    exist. Otherwise, for an unreduced loss, and in fp16 (``chunked_loss.fp16_logits``: fp16
+    weights or an fp16 autocast; bf16 chunks), it is fairseq's criterion on the full logits.
     """
 
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
@@ -53,7 +53,8 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
         self.loss_chunk_tokens = loss_chunk_tokens
 
     def forward(self, model, sample, reduce=True):
-        chunked = reduce and self.loss_chunk_tokens > 0 and projects_features(model) and not in_fp16(model)
+        chunked = (reduce and self.loss_chunk_tokens > 0 and projects_features(model)
+                   and not fp16_logits(model.decoder.output_projection.weight))
         net_output = model(**sample["net_input"], **({"features_only": True} if chunked else {}))
         accuracy: Optional[Tuple[Tensor, Tensor]] = None
         if chunked:
@@ -119,12 +120,6 @@ def projects_features(model) -> bool:
     decoder = getattr(model, "decoder", None)
     return (isinstance(decoder, TransformerDecoderBase) and decoder.adaptive_softmax is None
             and isinstance(decoder.output_projection, nn.Linear))
-
-
-def in_fp16(model) -> bool:
-    """Whether the model's logits would be fp16 (``--fp16``, or ``--amp``'s fp16 autocast), where
-    the chunks' gradients would underflow (``chunked_loss.fp16_logits``)."""
-    return fp16_logits(model.decoder.output_projection.weight)
 
 
 @torch.no_grad()

@@ -32,8 +32,8 @@ at the second step and replays it after; ``"fused"`` first compiles it whole wit
 first search pays the compilation; later searches of the same batch, beam and length reuse
 it: the buffers are sized to the search's length); ``"static"``
 runs it op by op; a callable compiles it (``lambda step: torch.compile(step, fullgraph=True,
-backend=...)``: the proof, on any device, that a step has no graph break). Each gives the step loop's hypotheses: the same tokens, scores to
-rounding (``tests/test_static_search.py``).
+backend=...)``: the proof, on any device, that a step has no graph break). Each gives the step
+loop's hypotheses: the same tokens, scores to rounding (``tests/test_static_search.py``).
 
 A fixed-shape step reads the self-attention caches only as far as its position needs, rounded up
 to a multiple of ``READ_BUCKET`` positions (``ReadLengthSteps``): a search captures a graph for

@@ -101,7 +101,7 @@ class Step:
         criterion (``LOSS_CHUNK_TOKENS``) for the systems it trains (``SystemShape.chunked_loss``),
         fairseq's (all) otherwise. In fp16 the plugin's criterion takes the whole logits too: its
         chunks' gradients, taken before the loss scale is known, would underflow
-        (``criterions.paged_cross_entropy.in_fp16``)."""
+        (``chunked_loss.fp16_logits``)."""
         chunk = self.loss_chunk_tokens
         if chunk is None:
             chunk = LOSS_CHUNK_TOKENS if SYSTEMS[self.system].chunked_loss else 0
