@@ -1,6 +1,7 @@
-"""A training step with every encoder and decoder layer compiled (``--compile-layers``,
-``modules/compiled_layers.py``) against the eager one: the operators the host still launches
-outside the compiled graphs, the graphs a stack shares, the loss and gradients, and the time.
+"""A training step with every encoder and decoder layer and the loss's chunk compiled
+(``--compile-layers``, ``modules/compiled_layers.py``, ``PagedLabelSmoothedCrossEntropy.compile_chunks``)
+against the eager one: the operators the host still launches outside the compiled graphs, the
+graphs a stack shares, the loss and gradients, and the time.
 
 A step is forward, the recipes' loss (the plugin's criterion, ``LOSS_CHUNK_TOKENS`` summary
 tokens at a time) and backward, of PageSum at each depth of ``--layers`` (tiny widths on the
@@ -42,9 +43,9 @@ def launched_outside_compiled(step: Callable[[], None]) -> int:
     return count
 
 
-def training_step(model, task, src_tokens, target, prev_output_tokens) -> Callable[[], torch.Tensor]:
-    """Forward, the recipes' loss (``LOSS_CHUNK_TOKENS`` summary tokens at a time), backward;
-    returns the loss."""
+def training_step(model, task, src_tokens, target, prev_output_tokens):
+    """(criterion, step): forward, the recipes' loss (``LOSS_CHUNK_TOKENS`` summary tokens at a
+    time), backward; the step returns the loss."""
     criterion, sample = criterion_and_sample(task, src_tokens, target, prev_output_tokens, LOSS_CHUNK_TOKENS)
 
     def step():
@@ -53,7 +54,7 @@ def training_step(model, task, src_tokens, target, prev_output_tokens) -> Callab
         loss.backward()
         return loss.detach()
 
-    return step
+    return criterion, step
 
 
 def measure(args, layers: int, device, dtype) -> Dict[str, object]:
@@ -65,7 +66,7 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     generator = torch.Generator().manual_seed(args.seed)
     src = paged_source(task.dictionary, args.batch, args.pages, args.page_len, generator).to(device)
     target, prev = (t.to(device) for t in summary_io(task.dictionary, args.batch, args.tgt_len, generator))
-    step = training_step(model, task, src, target, prev)
+    criterion, step = training_step(model, task, src, target, prev)
     eager_loss = step()
     eager_grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     eager_ops = launched_outside_compiled(step)
@@ -74,6 +75,7 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     counted = CountedGraphs("inductor" if device.type == "cuda" else "aot_eager")
     torch._dynamo.reset()
     compile_model_layers(model, counted)
+    criterion.compile_chunks(counted)
     started = time.perf_counter()
     step()  # compiles the graphs
     compile_s = time.perf_counter() - started

@@ -24,7 +24,7 @@ its products too: autocast leaves an in-place product alone, and a bf16 product 
 (vocabulary, dim) temporary to add to the fp32 accumulator.
 """
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -61,19 +61,22 @@ def fp16_logits(weight: Tensor) -> bool:
 
 
 def chunked_label_smoothed_nll_loss(features: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor,
-                                    epsilon: float, pad: int, chunk_tokens: int,
-                                    count_correct: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
+                                    epsilon: float, pad: int, chunk_tokens: int, count_correct: bool = True,
+                                    step: Optional[Callable] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """(loss, nll_loss, correct predictions), each summed over the non-padding rows of
     ``target``, of the logits ``F.linear(features, weight, bias)``: what fairseq's
     ``label_smoothed_nll_loss(log_softmax(logits.float()), target, epsilon, pad)`` gives.
     Without ``count_correct`` the correct predictions are not counted (0), saving an arg-max
-    over the vocabulary per token.
+    over the vocabulary per token. ``step``: ``chunk_step`` compiled (``torch.compile`` of it
+    with static shapes), which then sees every chunk at one shape, the last one padded; None:
+    ``chunk_step`` as it is.
 
     features (tokens, dim) in the model's dtype; weight (vocab, dim); bias (vocab,) or None;
     target (tokens,). Only the loss carries a gradient."""
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (features, weight, bias)):
-        return ChunkedLabelSmoothedNLL.apply(features, weight, bias, target, epsilon, pad, chunk_tokens, count_correct)
-    sums, _ = chunk_sums(features, weight, bias, target, epsilon, pad, chunk_tokens, count_correct, gradients=False)
+        return ChunkedLabelSmoothedNLL.apply(features, weight, bias, target, epsilon, pad, chunk_tokens,
+                                             count_correct, step)
+    sums, _ = chunk_sums(features, weight, bias, target, epsilon, pad, chunk_tokens, count_correct, False, step)
     return tuple(total.clone() for total in sums.unbind())
 
 
@@ -81,9 +84,9 @@ class ChunkedLabelSmoothedNLL(torch.autograd.Function):
     """``chunked_label_smoothed_nll_loss`` with its gradients computed in forward."""
 
     @staticmethod
-    def forward(ctx, features, weight, bias, target, epsilon, pad, chunk_tokens, count_correct):
+    def forward(ctx, features, weight, bias, target, epsilon, pad, chunk_tokens, count_correct, step):
         sums, ctx.gradients = chunk_sums(features, weight, bias, target, epsilon, pad, chunk_tokens, count_correct,
-                                         gradients=True)
+                                         True, step)
         # separate tensors, not views of ``sums``: fairseq's trainer zeroes a dummy batch's loss
         # in place (``loss *= 0``), which autograd refuses on a view returned by a Function
         loss, nll_loss, correct = (total.clone() for total in sums.unbind())
@@ -95,51 +98,74 @@ class ChunkedLabelSmoothedNLL(torch.autograd.Function):
     def backward(ctx, grad_loss, _grad_nll, _grad_correct):
         gradients, ctx.gradients = ctx.gradients, None  # released as soon as they are handed on
         scaled = [None if g is None else g.mul_(grad_loss.to(g.dtype)) for g in gradients]
-        return (*scaled, None, None, None, None, None)
+        return (*scaled, None, None, None, None, None, None)
 
 
 def chunk_sums(features: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, epsilon: float, pad: int,
-               chunk_tokens: int, count_correct: bool, gradients: bool):
+               chunk_tokens: int, count_correct: bool, gradients: bool, step: Optional[Callable] = None):
     """(sums (3,): loss, nll_loss, correct, in fp32; (features, weight, bias) gradients of the
-    loss, or None) over ``chunk_tokens`` rows at a time.
+    loss, or None) over ``chunk_tokens`` rows at a time, each chunk's arithmetic in one call of
+    ``step`` (``chunk_step`` where None). A compiled ``step`` sees every chunk at one shape: the
+    rows are padded to a whole number of chunks, as padding tokens, which add nothing.
 
-    A chunk writes what the sums need of each of its rows (the log-probability of its target, its
-    log-probabilities summed over the vocabulary, whether its arg-max is its target) into
-    buffers of the whole target, summed once after the last chunk, and takes its logits'
-    gradient in closed form: a chunk launches a fixed handful of operators, whatever the batch.
+    Outside ``step``, a chunk launches one operator more, or two with a bias: its share of the
+    weight's gradient, accumulated in place (``chunk_step`` says why); what the sums need of
+    every row is concatenated and summed once, after the last chunk."""
+    tokens, vocab = target.size(0), weight.size(0)
+    if step is None:
+        step = chunk_step
+    else:
+        padding = -tokens % chunk_tokens
+        features, target = F.pad(features, (0, 0, 0, padding)), F.pad(target, (0, padding), value=pad)
+    rows = features.to(weight.dtype) if gradients else features  # (tokens, dim): the weight's gradient's dtype
+    outputs = []
+    grad_weight = torch.zeros_like(weight) if gradients else None
+    grad_bias = torch.zeros_like(bias) if gradients and bias is not None else None
+    for x, t in zip(rows.split(chunk_tokens), target.split(chunk_tokens)):
+        picked, total, hits, grad_x, grad_logits = step(x, weight, bias, t, epsilon, pad, count_correct, gradients)
+        outputs.append((picked, total, hits, grad_x))
+        if grad_logits is not None:
+            grad_weight.addmm_(grad_logits.t(), x)  # (vocab, dim)
+            if grad_bias is not None:
+                grad_bias += grad_logits.sum(dim=0)
+    picked, total, hits, grad_x = (None if column[0] is None else torch.cat(column) for column in zip(*outputs))
+    real = target.ne(pad)  # (tokens,)
+    loss, nll_loss = smoothed_sums(picked, total, real, epsilon, vocab)
+    correct = (hits & real).sum() if hits is not None else loss.new_zeros(())
+    grads = None
+    if gradients:  # the features' gradient in their own dtype, without the padding rows
+        grads = (grad_x[:tokens].to(features.dtype), grad_weight, grad_bias)
+    return torch.stack([loss, nll_loss, correct.float()]), grads
+
+
+def chunk_step(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, epsilon: float, pad: int,
+               count_correct: bool, gradients: bool):
+    """One chunk's arithmetic: (picked, total, hits, grad_x, grad_logits). For each row of x
+    (chunk, dim) and target (chunk,): its log-probability of its target (``picked``), its
+    log-probabilities summed over the vocabulary (``total``), and whether its arg-max is its
+    target (``hits``, or None without ``count_correct``), each (chunk,); with ``gradients``,
+    the loss's gradient with respect to the chunk's logits (``grad_logits``, (chunk, vocab) in
+    the weight's dtype) and to x (``grad_x``, (chunk, dim)); else None.
 
     The gradient. A row's loss is (1 - eps - eps_i)(-lp_t) + eps_i sum_v(-lp_v), with
     eps_i = eps / (V - 1) and lp = log_softmax(z); its gradient is
     p - (1 - eps - eps_i) onehot(t) - eps_i, since the weights of p add up to
-    (1 - eps - eps_i) + V eps_i = 1; a padding row's is 0."""
-    tokens, vocab = target.size(0), weight.size(0)
-    eps_i = epsilon / (vocab - 1)
-    real = target.ne(pad)  # (tokens,)
-    targets = target.unsqueeze(1)  # (tokens, 1)
-    picked = features.new_empty((tokens, 1), dtype=torch.float32)  # each row's log-probability of its target
-    total = features.new_empty(tokens, dtype=torch.float32)  # each row's log-probabilities, summed
-    hits = features.new_empty(tokens, dtype=torch.bool) if count_correct else None  # arg-max == target
-    grads = None
-    if gradients:
-        grads = (torch.empty_like(features), torch.zeros_like(weight), None if bias is None else torch.zeros_like(bias))
-        target_step = features.new_full((tokens, 1), -(1.0 - epsilon - eps_i), dtype=torch.float32)
-        padding = (~real).unsqueeze(1)  # (tokens, 1)
-    for start in range(0, tokens, chunk_tokens):
-        rows = slice(start, start + chunk_tokens)
-        x = features[rows]  # (chunk, dim)
-        # (chunk, vocab), as fairseq's get_normalized_probs: the log-softmax in fp32
-        lprobs = F.log_softmax(F.linear(x, weight, bias).float(), dim=-1)
-        torch.gather(lprobs, 1, targets[rows], out=picked[rows])
-        torch.sum(lprobs, dim=1, out=total[rows])
-        if hits is not None:
-            torch.eq(lprobs.argmax(dim=1), target[rows], out=hits[rows])
-        if grads is not None:  # d loss / d logits, written over lprobs
-            g = lprobs.exp_().sub_(eps_i).scatter_add_(1, targets[rows], target_step[rows])
-            g = g.masked_fill_(padding[rows], 0.0).to(weight.dtype)  # (chunk, vocab)
-            grads[0][rows] = g @ weight  # (chunk, dim), in autocast's dtype where it is on
-            grads[1].addmm_(g.t(), x.to(weight.dtype))  # (vocab, dim), in the weight's dtype (see above)
-            if bias is not None:
-                grads[2] += g.sum(dim=0)
-    loss, nll_loss = smoothed_sums(picked.squeeze(1), total, real, epsilon, vocab)
-    correct = (hits & real).sum() if hits is not None else loss.new_zeros(())
-    return torch.stack([loss, nll_loss, correct.float()]), grads
+    (1 - eps - eps_i) + V eps_i = 1; a padding row's is 0.
+
+    The weight's gradient, grad_logits^T x, is left to the caller: it is accumulated across
+    chunks in place, in the weight's dtype (fp32 under a bf16 autocast: autocast leaves an
+    in-place product alone, and a bf16 product would need a (vocabulary, dim) temporary to add
+    to the fp32 accumulator), which a compiled step could only do through such a temporary."""
+    # (chunk, vocab), as fairseq's get_normalized_probs: the log-softmax in fp32
+    lprobs = F.log_softmax(F.linear(x, weight, bias).float(), dim=-1)
+    targets = target.unsqueeze(1)  # (chunk, 1)
+    picked = lprobs.gather(1, targets).squeeze(1)
+    total = lprobs.sum(dim=1)
+    hits = lprobs.argmax(dim=1).eq(target) if count_correct else None
+    if not gradients:
+        return picked, total, hits, None, None
+    eps_i = epsilon / (weight.size(0) - 1)
+    on_target = lprobs.new_full(targets.shape, -(1.0 - epsilon - eps_i))  # (chunk, 1)
+    g = lprobs.exp_().sub_(eps_i).scatter_add_(1, targets, on_target)  # d loss / d logits, written over lprobs
+    g = g.masked_fill_(targets.eq(pad), 0.0).to(weight.dtype)  # (chunk, vocab)
+    return picked, total, hits, g @ weight, g  # (chunk, dim) in autocast's dtype where it is on

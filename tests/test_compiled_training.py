@@ -1,11 +1,13 @@
-"""Training with every encoder and decoder layer compiled (``--compile-layers``): the loss and
-every gradient of the eager step, for every system; one set of graphs per stack whatever its
-depth; at bart.large's depth, at least 5 times fewer operators launched from the host. On
+"""Training with every encoder and decoder layer compiled (``--compile-layers``), and the loss's
+chunk: the loss and every gradient of the eager step, for every system; one set of graphs per
+stack whatever its depth; at bart.large's depth, at least 5 times fewer operators launched from
+the host, with short summaries and long ones. On
 the CPU the layers compile through ``aot_eager``: the same graphs inductor compiles on CUDA,
 run without generated code."""
 
 import argparse
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,7 +15,9 @@ import torch
 from benchmarks.compiled_training import measure
 from builders.models import assert_gradients_close, build_tiny, decoder_input
 from builders.systems import SUMMARIES, loss_and_grads, pages, trained_system
+from pagesum_plugin.criterions import paged_cross_entropy
 from pagesum_plugin.modules.compiled_layers import compile_model_layers
+from pagesum_plugin.tasks import paged_summarization
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -70,19 +74,22 @@ def test_the_floats_a_layer_reads_are_constants_of_its_graphs_not_inputs_made_at
     assert scalars == []
 
 
-def settings(layers):
-    return argparse.Namespace(seed=0, batch=2, pages=3, page_len=16, tgt_len=6, repeats=1, layers=layers)
+def settings(layers, tgt_len=6):
+    return argparse.Namespace(seed=0, batch=2, pages=3, page_len=16, tgt_len=tgt_len, repeats=1, layers=layers)
 
 
-@pytest.mark.slow  # three depths, each compiled (about 25 s)
+@pytest.mark.slow  # three steps compiled (about 25 s)
 def test_every_stack_shares_one_set_of_graphs_and_at_bart_large_depth_the_host_launches_5x_fewer_operators():
-    """With a summary of one loss chunk; the loss's chunks are launched outside the compiled graphs,
-    so long summaries launch more (docs/benchmarks/compiled_training.md)."""
+    """With a summary of one loss chunk, and with summaries of 512 tokens (16 chunks of
+    ``LOSS_CHUNK_TOKENS``), whose chunks all run one compiled graph."""
     cpu = torch.device("cpu")
-    shallow, deep = (measure(settings(n), n, cpu, torch.float32) for n in (2, 12))
-    assert shallow["graphs"] == deep["graphs"] == 4  # forward and backward of an encoder and a decoder layer
-    assert deep["eager ops"] >= 5 * deep["compiled ops"]
-    assert deep["loss error"] < 1e-6 and deep["grad error"] < 1e-5
+    shallow, deep, long = (measure(settings(n, tgt_len), n, cpu, torch.float32) for n, tgt_len in
+                           ((2, 6), (12, 6), (12, 512)))
+    # forward and backward of an encoder and a decoder layer, and the loss's chunk
+    assert shallow["graphs"] == deep["graphs"] == long["graphs"] == 5
+    for step in (deep, long):
+        assert step["eager ops"] >= 5 * step["compiled ops"]
+        assert step["loss error"] < 1e-6 and step["grad error"] < 1e-5
 
 
 @pytest.mark.parametrize("setting, compiled", [("on", True), ("off", False), ("auto", False)])
@@ -94,6 +101,28 @@ def test_compile_layers_compiles_before_the_first_update_where_it_says_so(settin
     layers = [*model.encoder.layers, *model.decoder.layers]
     assert all((getattr(layer, "_compiled_call_impl", None) is not None) == compiled for layer in layers)
     assert ("layers compiled by torch.compile" in caplog.text) == compiled
+
+
+def test_the_first_compiled_update_compiles_the_loss_chunk_too_and_updates_as_eager(copy_task_dir, monkeypatch):
+    """fairseq-train's update, through the task, with ``--compile-layers on``: the criterion's
+    chunks compile in the first update (here through ``aot_eager``), with the eager loss."""
+    compile_layers, compile_chunk = compile_model_layers, paged_cross_entropy.compiled_chunk_step
+    monkeypatch.setattr(paged_summarization, "compile_model_layers", lambda model: compile_layers(model, "aot_eager"))
+    monkeypatch.setattr(paged_cross_entropy, "compiled_chunk_step", lambda backend: compile_chunk("aot_eager"))
+    args, task, model = build_tiny(copy_task_dir, "--compile-layers", "on", "--loss-chunk-tokens", "3")
+    target, prev = decoder_input(SUMMARIES, task.dictionary)
+    src = pages(task, (3, 1, 4, 2))
+    sample = {"net_input": {"src_tokens": src, "src_lengths": None, "prev_output_tokens": prev}, "target": target,
+              "ntokens": int(target.ne(task.dictionary.pad()).sum())}
+    optimizer = SimpleNamespace(backward=lambda loss: loss.backward())
+    eager = task.build_criterion(args)
+    expected, _, _ = task.train_step(sample, model, eager, optimizer, 0)
+    torch._dynamo.reset()
+    task.begin_epoch(1, model)
+    criterion = task.build_criterion(args)
+    loss, _, _ = task.train_step(sample, model, criterion, optimizer, 0)
+    assert criterion.chunk_step is not None and eager.chunk_step is None
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-6)
 
 
 def test_compiled_layers_train_as_eager_ones_with_activation_checkpointing_too(copy_task_dir):

@@ -69,12 +69,16 @@ def build_trainable(size: ModelSize, page_len: int, device: torch.device, dtype:
     return task, model, optimizer
 
 
-def update_step(model, optimizer, task, src_tokens, target, prev_output_tokens) -> Callable[[], None]:
+def update_step(model, optimizer, task, src_tokens, target, prev_output_tokens,
+                chunk_backend: Optional[str] = None) -> Callable[[], None]:
     """One update as fairseq's trainer makes it with the recipes' criterion: zero the gradients,
-    forward, the plugin's label-smoothed loss ``LOSS_CHUNK_TOKENS`` summary tokens at a time,
-    backward through the optimizer, step. src_tokens (batch, pages, page_len); target and
+    forward, the plugin's label-smoothed loss ``LOSS_CHUNK_TOKENS`` summary tokens at a time
+    (each chunk compiled by ``chunk_backend`` where given, as ``--compile-layers`` does), backward
+    through the optimizer, step. src_tokens (batch, pages, page_len); target and
     prev_output_tokens (batch, tgt_len)."""
     criterion, sample = criterion_and_sample(task, src_tokens, target, prev_output_tokens, LOSS_CHUNK_TOKENS)
+    if chunk_backend is not None:
+        criterion.compile_chunks(chunk_backend)
 
     def step():
         optimizer.zero_grad()
@@ -373,12 +377,12 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
         counts, layers = costs.matmul_weights(model), len(model.encoder.layers)
         d = model.encoder.embed_tokens.embedding_dim
         formula = costs.flops_formula(counts, layers, d, s["pages"], s["page_len"], s["tgt_len"])
-        compile_s = None
+        compile_s, backend = None, ("inductor" if ctx.device.type == "cuda" else "aot_eager") if compiled else None
         if compiled:
-            compile_model_layers(model, "inductor" if ctx.device.type == "cuda" else "aot_eager")
+            compile_model_layers(model, backend)
             inputs = training_batch(task.dictionary, 1, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
             started = time.perf_counter()
-            unless_oom(update_step(model, optimizer, task, *inputs), ctx.device)
+            unless_oom(update_step(model, optimizer, task, *inputs, chunk_backend=backend), ctx.device)
             synchronize(ctx.device)
             compile_s = time.perf_counter() - started
             optimizer.zero_grad()
@@ -386,7 +390,7 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
         for batch in doubling(s["max_batch"]):
             inputs = training_batch(task.dictionary, batch, s["pages"], s["page_len"], s["tgt_len"], s["seed"],
                                     ctx.device)
-            update = update_step(model, optimizer, task, *inputs)
+            update = update_step(model, optimizer, task, *inputs, chunk_backend=backend)
             measured = measure_update(update, model, optimizer, ctx.device, s["repeats"])
             if measured is not None and batch in PROFILED_BATCHES:
                 measured["kernels"] = unless_profiler_fails(kernel_times, update, ctx.device)
@@ -395,7 +399,7 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
             variant = "compiled" if compiled else "eager"
             print(f"row 3: {variant} layers, batch {batch}: {measured}", file=sys.stderr, flush=True)
             record = {"system": f"PageSum, {variant} layers", "point": [batch], "batch": batch, "formula": formula,
-                      "layers": variant, "compile_s": compile_s, "loss": LOSS,
+                      "layers": variant, "compile_s": compile_s, "loss": LOSS, "compiled_loss": compiled,
                       "source_tokens": batch * s["pages"] * s["page_len"], "status": "oom" if measured is None else "ok"}
             records.append(record)
             if measured is None:
@@ -413,6 +417,11 @@ def kernel_cells(measurement: Dict) -> List[str]:
     if not kernels or not kernels["busy_s"]:
         return ["-", "-"]
     return [f"{kernels['busy_s'] / measurement['update_s']:.0%}", kind_shares(kernels)]
+
+
+def compiled_loss_note(measurements: List[Dict]) -> str:
+    """What --compile-layers compiled beside the layers: since the fifth visit, the loss's chunk."""
+    return ", and the loss's chunk" if any(m.get("compiled_loss") for m in measurements) else ", the loss eager"
 
 
 def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[str]:
@@ -452,7 +461,7 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         f"Row 3, training throughput: PageSum, {s['pages']} pages of {s['page_len']} tokens, {s['tgt_len']}-token "
         f"summary, {run['dtype']}, no checkpointing, the update of row 1 (loss: "
         f"{measurements[0].get('loss', EARLIER_LOSS)}), with the layers eager and with every layer "
-        f"compiled (--compile-layers); batches doubled up to the first OOM or --max-batch {s['max_batch']}; MFU at "
+        f"compiled (--compile-layers{compiled_loss_note(measurements)}); batches doubled up to the first OOM or --max-batch {s['max_batch']}; MFU at "
         f"every batch. {measurements[0]['formula']}. MFU = FLOPs / update s / {peak_text(peak, 'TFLOP/s', 'peak')}. "
         f"Update s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included. At batches "
         f"{' and '.join(map(str, PROFILED_BATCHES))}, one more update under torch's profiler: GPU busy = its kernels' "

@@ -20,6 +20,7 @@ from fairseq.tasks import register_task
 from omegaconf import II
 
 from ..corpus.codec import TextCodec
+from ..criterions.paged_cross_entropy import PagedLabelSmoothedCrossEntropy
 from ..corpus.format import CorpusMeta
 from ..corpus.storage import CorpusSplit, load_dictionary
 from ..corpus.readers import PLACEHOLDER_PAGE
@@ -118,8 +119,9 @@ class PagedSummarizationConfig(OneDictionaryConfig):
     compile_layers: COMPILE_LAYERS_CHOICES = field(
         default="auto",
         metadata={"help": "train with every encoder and decoder layer compiled by torch.compile, each stack sharing "
-                  "one set of graphs (modules/compiled_layers.py): on, off, or auto (on when the model is on CUDA); "
-                  "the first update pays the compilation, and its time is logged"},
+                  "one set of graphs (modules/compiled_layers.py), and the loss's chunk too (one graph for every "
+                  "chunk): on, off, or auto (on when the model is on CUDA); the first update pays the compilation, "
+                  "and its time is logged"},
     )
     checkpoint_paths: Optional[str] = II("common_eval.path")  # fairseq-generate's --path, checked before loading
     seed: int = II("common.seed")
@@ -198,7 +200,8 @@ class PagedSummarizationTask(OneDictionaryTask):
 
     def begin_epoch(self, epoch, model):
         """Before the first epoch, compile the model's layers for training where
-        ``--compile-layers`` says so (the model fairseq-train built, before its first update)."""
+        ``--compile-layers`` says so (the model fairseq-train built, before its first update);
+        ``train_step`` compiles the criterion's loss chunk then."""
         super().begin_epoch(epoch, model)
         setting = str(self.cfg.compile_layers)
         on_cuda = next(model.parameters()).is_cuda
@@ -210,6 +213,8 @@ class PagedSummarizationTask(OneDictionaryTask):
                 self._first_update = 0.0
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if self._first_update == 0.0 and isinstance(criterion, PagedLabelSmoothedCrossEntropy):
+            criterion.compile_chunks()  # the loss's chunks compile with the layers, in the first update
         with self.first_update_timed():
             return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
