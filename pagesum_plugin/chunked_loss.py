@@ -3,14 +3,15 @@ at a time, so that the (tokens, vocabulary) logits of the whole batch never exis
 criterion trains every system with it, and so does ``hf.PageSumForConditionalGeneration`` in
 training mode: torch only, no fairseq.
 
-For each chunk of ``chunk_tokens`` token rows, forward projects the features onto the
-vocabulary, takes the log-softmax in fp32 and what fairseq's label-smoothed NLL needs of each
-row (``smoothed_sums`` adds it up once, after the last chunk), and, when a backward pass will
-follow, the loss's gradient with respect to that chunk's logits in closed form (``chunk_sums``),
-which it turns at once into the chunk's share of the gradients of the features, the
-projection's weight and its bias. Only one chunk's logits exist at a time; backward multiplies
-the gradients kept by the gradient of the loss. A (vocabulary, dim) gradient of the weight is
-accumulated in place across chunks.
+For each chunk of ``chunk_tokens`` token rows (``chunk_sums``), forward projects the features
+onto the vocabulary, takes the log-softmax in fp32 and what fairseq's label-smoothed NLL needs
+of each row (``smoothed_sums`` adds it up once, after the last chunk), and, when a backward pass
+will follow, the loss's gradient with respect to that chunk's logits in closed form, which it
+turns at once into the chunk's share of the gradients of the features, the projection's weight
+and its bias (``chunk_step``: one chunk's arithmetic, which a caller may compile, one graph for
+every chunk). Only one chunk's logits exist at a time; backward multiplies the gradients kept by
+the gradient of the loss. A (vocabulary, dim) gradient of the weight is accumulated in place
+across chunks.
 
 Why not activation checkpointing per chunk (recomputing each chunk's logits in backward):
 autograd then hands every chunk's own (vocabulary, dim) weight gradient to the weight's

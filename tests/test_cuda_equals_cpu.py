@@ -2,7 +2,9 @@
 same hypotheses (tokens exactly, scores to 1e-4), with beams and examples ending apart and
 trigram blocking, and one training step gives the CPU's loss (1e-5 relative) and every
 parameter's gradient (1e-4 relative to the largest, the parameter named when one differs).
-Decoding captured as a CUDA graph per step (the default on CUDA) finds the step loop's
+With every layer and the loss's chunk compiled by inductor (``--compile-layers``, the default
+on CUDA), a training step through the plugin's criterion gives the eager one's loss and
+gradients. Decoding captured as a CUDA graph per step (the default on CUDA) finds the step loop's
 hypotheses, also with a graph for each length of the caches it reads and with the batch cut down
 to the examples not done, and in half precision replays bit for bit what its steps compute op by
 op.
@@ -15,8 +17,10 @@ from fairseq import utils
 from builders.models import assert_gradients_close, decoder_input
 from builders.stock import assert_same_hypotheses
 from builders.systems import SEARCHED_SYSTEMS, SUMMARIES, build_system, loss_and_grads, trained_system
+from pagesum_plugin.criterions.paged_cross_entropy import PagedLabelSmoothedCrossEntropy
 from pagesum_plugin.generation import static_search
 from pagesum_plugin.generation.static_search import CapturedStep, FixedShapeSearch
+from pagesum_plugin.modules.compiled_layers import compile_model_layers
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none)")
 
@@ -65,6 +69,31 @@ def test_a_training_step_on_cuda_gives_the_cpus_loss_and_every_gradient(name, co
     loss, grads = loss_and_grads(model.to(DEVICE), src.to(DEVICE), prev.to(DEVICE), target.to(DEVICE), pad)
     torch.testing.assert_close(loss.cpu(), expected_loss, atol=0, rtol=1e-5)
     assert_gradients_close({key: grad.cpu() for key, grad in grads.items()}, expected_grads)
+
+
+def test_a_training_step_with_the_layers_and_the_loss_chunk_compiled_by_inductor_gives_the_eager_one(copy_task_dir):
+    """The plugin's criterion, 3 summary tokens a chunk (the last chunk padded); fp32."""
+    task, model, src = trained_system("pagesum", copy_task_dir)
+    target, prev = (t.to(DEVICE) for t in decoder_input(SUMMARIES, task.dictionary))
+    sample = {"net_input": {"src_tokens": src.to(DEVICE), "src_lengths": None, "prev_output_tokens": prev},
+              "target": target, "ntokens": int(target.ne(task.dictionary.pad()).sum())}
+    criterion = PagedLabelSmoothedCrossEntropy(task, sentence_avg=False, label_smoothing=0.1, loss_chunk_tokens=3)
+    model = model.to(DEVICE).train()
+
+    def step():
+        torch.manual_seed(0)
+        model.zero_grad(set_to_none=True)
+        loss, _, _ = criterion(model, sample)
+        loss.backward()
+        return loss.detach().cpu(), {name: p.grad.cpu() for name, p in model.named_parameters() if p.grad is not None}
+
+    expected_loss, expected_grads = step()
+    torch._dynamo.reset()
+    compile_model_layers(model)
+    criterion.compile_chunks()
+    loss, grads = step()
+    torch.testing.assert_close(loss, expected_loss, atol=0, rtol=1e-5)
+    assert_gradients_close(grads, expected_grads)
 
 
 def captured_search(system, sample, **settings):
