@@ -161,6 +161,17 @@ def test_bf16_wrapper_flattens_the_master_weights_and_updates_them_as_adam(copy_
     assert_same_weights(adamw_weights, {n: w.bfloat16().float() for n, w in adamw_weights.items()}, atol=0)
 
 
+def test_the_moments_are_made_with_the_optimizer_before_any_activation(copy_task_dir):
+    """As torch makes them at the first update (zeros, step 0), but before training allocates its
+    activations; the updates above equal fairseq's adam with them."""
+    model, _, cfg = model_and_config(copy_task_dir, "adamw_torch", "--bf16")
+    optimizer = FP16Optimizer.build_optimizer(cfg, [p for p in model.to(torch.bfloat16).parameters()]).optimizer
+    (flat,) = optimizer.param_groups[0]["params"]
+    state = optimizer.state[flat]
+    assert state["exp_avg"].shape == state["exp_avg_sq"].shape == flat.shape
+    assert not (state["exp_avg"].any() or state["exp_avg_sq"].any() or state["step"])
+
+
 def test_bf16_master_weight_that_once_had_no_gradient_is_updated_as_adam(copy_task_dir, batch):
     """fairseq's wrapper replaces a master's gradient with a fresh tensor when the model parameter
     got none, and copies later gradients into that tensor: the update must still read them."""
