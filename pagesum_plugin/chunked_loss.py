@@ -129,6 +129,7 @@ def chunk_sums(features: Tensor, weight: Tensor, bias: Optional[Tensor], target:
             grad_weight.addmm_(grad_logits.t(), x)  # (vocab, dim)
             if grad_bias is not None:
                 grad_bias += grad_logits.sum(dim=0)
+        del grad_logits  # (chunk, vocab): gone before the next chunk's logits exist
     picked, total, hits, grad_x = (None if column[0] is None else torch.cat(column) for column in zip(*outputs))
     real = target.ne(pad)  # (tokens,)
     loss, nll_loss = smoothed_sums(picked, total, real, epsilon, vocab)

@@ -178,6 +178,7 @@ OPTIMIZERS = {
     "adamw_torch_memory_efficient": (("--optimizer", "adamw_torch", "--memory-efficient-bf16"), 11 * GB),
     "adafactor": (("--optimizer", "adafactor", "--memory-efficient-bf16"), 8 * GB),
 }
+THROUGHPUT_OPTIMIZER = "adamw_torch"  # row 3's: the recipes' optimizer (fairseq's Adam before the fifth visit)
 
 
 def memory_cost(s: Dict, size: ModelSize, element: int) -> costs.Cost:
@@ -373,7 +374,8 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
     leftovers decide where the compiled one stops."""
     records = []
     for compiled in (True, False):
-        task, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype)
+        task, model, optimizer = build_trainable(ctx.size, s["page_len"], ctx.device, ctx.dtype,
+                                                 *OPTIMIZERS[THROUGHPUT_OPTIMIZER][0])
         counts, layers = costs.matmul_weights(model), len(model.encoder.layers)
         d = model.encoder.embed_tokens.embedding_dim
         formula = costs.flops_formula(counts, layers, d, s["pages"], s["page_len"], s["tgt_len"])
@@ -400,6 +402,7 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
             print(f"row 3: {variant} layers, batch {batch}: {measured}", file=sys.stderr, flush=True)
             record = {"system": f"PageSum, {variant} layers", "point": [batch], "batch": batch, "formula": formula,
                       "layers": variant, "compile_s": compile_s, "loss": LOSS, "compiled_loss": compiled,
+                      "optimizer": THROUGHPUT_OPTIMIZER,
                       "source_tokens": batch * s["pages"] * s["page_len"], "status": "oom" if measured is None else "ok"}
             records.append(record)
             if measured is None:
@@ -460,7 +463,8 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
     caption = (
         f"Row 3, training throughput: PageSum, {s['pages']} pages of {s['page_len']} tokens, {s['tgt_len']}-token "
         f"summary, {run['dtype']}, no checkpointing, the update of row 1 (loss: "
-        f"{measurements[0].get('loss', EARLIER_LOSS)}), with the layers eager and with every layer "
+        f"{measurements[0].get('loss', EARLIER_LOSS)}; optimizer: {measurements[0].get('optimizer', 'adam')}, a step "
+        f"every update), with the layers eager and with every layer "
         f"compiled (--compile-layers{compiled_loss_note(measurements)}); batches doubled up to the first OOM or --max-batch {s['max_batch']}; MFU at "
         f"every batch. {measurements[0]['formula']}. MFU = FLOPs / update s / {peak_text(peak, 'TFLOP/s', 'peak')}. "
         f"Update s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included. At batches "

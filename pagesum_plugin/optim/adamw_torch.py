@@ -129,22 +129,19 @@ def build_adamw(params, **config) -> torch.optim.Optimizer:
     if any(p.dtype in (torch.bfloat16, torch.float16) for p in params):
         logger.info("adamw_torch: fp32 master weights kept in the optimizer's state")
         return MasterWeightAdamW(params, fused=fused, **config)
-    kernel = {"fused": True} if fused else {"foreach": True}
-    return with_state_made(torch.optim.AdamW(params, **kernel, **config))
+    return torch.optim.AdamW(params, fused=True, **config) if fused else torch.optim.AdamW(params, foreach=True,
+                                                                                            **config)
 
 
-def with_state_made(optimizer: torch.optim.AdamW) -> torch.optim.AdamW:
-    """``optimizer`` with every parameter's state made now, as torch would make it at the first
-    update (step 0, zero moments): before training allocates its activations, as
-    ``MasterWeightAdamW`` makes its own. Made at the first update, the moments of the flat master
-    weights (two fp32 tensors of 1.6 GB at ``bart.large``'s size) would come after a step's
-    activations had been cached, in memory the allocator reserves on top of theirs."""
+def make_state(optimizer: torch.optim.AdamW) -> None:
+    """Makes every parameter's state now, as torch would make it at the first update (step 0,
+    zero moments), for parameters that all get a gradient at every update: a parameter that
+    gets none never has state in torch's AdamW."""
     for group in optimizer.param_groups:
         for p in group["params"]:
             # torch keeps the step count on the parameter's device for the fused kernel, else on the host
             step = torch.zeros((), dtype=torch.float32, device=p.device if group["fused"] else "cpu")
             optimizer.state[p] = {"step": step, "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
-    return optimizer
 
 
 def buckets(params: List[torch.Tensor], bucket_bytes: int) -> Iterator[List[torch.Tensor]]:
@@ -243,6 +240,11 @@ class AdamWTorch(FairseqOptimizer):
             self._masters, self._flat = params, flatten_master_weights(params)
             params = [self._flat]
         self._optimizer = build_adamw(params, **self.optimizer_config)
+        if self._flat is not None:
+            # before training allocates its activations, as MasterWeightAdamW makes its own: made at the
+            # first update, the flat masters' two moments (1.6 GB each at bart.large's size) would come
+            # after a step's activations had been cached, in memory reserved on top of theirs
+            make_state(self._optimizer)
 
     def _regather(self):
         if self._flat is not None:
