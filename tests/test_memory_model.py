@@ -89,14 +89,16 @@ def test_the_gpu_benchmarks_row_1_measures_the_update_that_the_model_predicts():
     """Row 1 of benchmarks.scale (PageSum at 20 x 1024 on the GPU) trains as the recipes do, the
     loss 64 summary tokens at a time, which is what ``pagesum-plan`` prices. At BART's
     vocabulary and a 1,024-token summary, a loss on the whole summary's logits would hold
-    several (tokens, vocabulary) fp32 tensors more: here 4x the predicted peak."""
+    several (tokens, vocabulary) fp32 tensors more: here 4x the predicted peak. With
+    checkpointing, the peak is the optimizer's update (fairseq's Adam: one weight's
+    sqrt(v) + eps at a time), not backward with the loss's chunk on top: within 5%."""
     size, cpu = ModelSize(embed_dim=128, ffn_dim=512, layers=2, heads=4, vocab_words=50260), torch.device("cpu")
     shapes = dict(pages=2, page_len=128, tgt_len=1024, seed=0)
     task, model, optimizer = build_trainable(size, 128, cpu, torch.bfloat16, "--checkpoint-activations",
                                              "--optimizer", "adam")
     inputs = training_batch(task.dictionary, 1, 2, 128, 1024, 0, cpu)
     measured = measure_update(update_step(model, optimizer, task, *inputs), model, optimizer, cpu, 1)["allocated"]
-    assert predicted_peak(size, torch.bfloat16, shapes, "adam") == pytest.approx(measured, rel=0.10)
+    assert predicted_peak(size, torch.bfloat16, shapes, "adam") == pytest.approx(measured, rel=0.05)
 
 
 def test_the_memory_efficient_wrapper_holds_no_fp32_copy_of_the_weights_or_their_gradients():

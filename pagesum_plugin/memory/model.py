@@ -4,6 +4,8 @@
            + max(activations kept for backward + the first gradients of backward,
                  every gradient + the optimizer's scratch)
 
+(docs/benchmarks/memory_plan.md has its error, at small vocabularies and at BART's).
+
 Activations are counted as tensors of the model's dtype per token and layer, in four kinds:
 ``d``-wide tensors (layer inputs, projections, residuals, normalisations), ``ffn``-wide ones
 (the feed-forward hidden layer before and after its activation), attention score matrices
@@ -23,7 +25,9 @@ SDPA; ``decoder_kernel`` is the decoder's self- and cross-attention.
 
 With activation checkpointing (``--checkpoint-activations``) every layer keeps only its
 input, and backward recomputes one layer at a time: the activations are the layer inputs plus
-the largest single layer's, with the temporaries of its backward (a fitted multiple of it).
+the larger of the loss's logits (at the end of forward) and the largest single layer's, with
+the temporaries of its backward (a fitted multiple of it), which backward recomputes after
+the loss's temporaries are gone.
 
 The dimensions of an architecture, how each system lays an example out, and the criterion's loss
 chunk are read from ``pagesum_plugin.architectures``. Pure arithmetic: no torch, so that
@@ -205,7 +209,7 @@ def activation_bytes(step: Step, counts: Counts = COUNTS) -> float:
     logits = logit_rows * a.vocab * counts.logits * 4  # fp32 log-probabilities
     if step.checkpointing:
         kept = size * (source + target) * counts.checkpointed_d * d * a.layers
-        return kept + counts.recomputed_layer * max(encoder_layer, decoder_layer) + logits
+        return kept + max(counts.recomputed_layer * max(encoder_layer, decoder_layer), logits)
     return a.layers * (encoder_layer + decoder_layer) + logits
 
 
@@ -216,7 +220,8 @@ def predict(step: Step, counts: Counts = COUNTS) -> Prediction:
     static, gradients = static_bytes(step)
     activations = activation_bytes(step, counts)
     first_gradients = backward_gradients(step)
-    optimizer_scratch = {"adam": 2, "adamw_torch": 0, "adafactor": 1}[step.optimizer] * max_tensor_bytes(step)
+    # fairseq's adam: each weight's sqrt(v) + eps; adafactor: its update
+    optimizer_scratch = {"adam": 1, "adamw_torch": 0, "adafactor": 1}[step.optimizer] * max_tensor_bytes(step)
     if step.optimizer == "adamw_torch" and not step.master_weights and DTYPE_BYTES[step.dtype] < 4:
         optimizer_scratch = max(MASTER_BUCKET_BYTES, max_tensor_bytes(step))  # a bucket of fp32 gradients
     peak = static + max(activations + first_gradients, gradients + optimizer_scratch)
