@@ -115,8 +115,8 @@ def chunk_sums(features: Tensor, weight: Tensor, bias: Optional[Tensor], target:
     tokens, vocab = target.size(0), weight.size(0)
     if step is None:
         step = chunk_step
-    else:
-        padding = -tokens % chunk_tokens
+    elif tokens % chunk_tokens:  # the last chunk padded to the others' shape
+        padding = chunk_tokens - tokens % chunk_tokens
         features, target = F.pad(features, (0, 0, 0, padding)), F.pad(target, (0, padding), value=pad)
     rows = features.to(weight.dtype) if gradients else features  # (tokens, dim): the weight's gradient's dtype
     outputs = []

@@ -103,6 +103,7 @@ def test_compile_layers_compiles_before_the_first_update_where_it_says_so(settin
     assert ("layers compiled by torch.compile" in caplog.text) == compiled
 
 
+@pytest.mark.filterwarnings("ignore:`torch.cuda.amp.autocast")  # fairseq's train_step asks for it by its old name
 def test_the_first_compiled_update_compiles_the_loss_chunk_too_and_updates_as_eager(copy_task_dir, monkeypatch):
     """fairseq-train's update, through the task, with ``--compile-layers on``: the criterion's
     chunks compile in the first update (here through ``aot_eager``), with the eager loss."""
