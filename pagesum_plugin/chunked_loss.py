@@ -47,8 +47,15 @@ def smoothed_sums(picked: Tensor, total: Tensor, real: Tensor, epsilon: float, v
     it is a real token (``real``), all (tokens,)."""
     nll = -picked.masked_fill(~real, 0.0).sum()
     smooth = -total.masked_fill(~real, 0.0).sum()
+    on_target, eps_i = smoothing_weights(epsilon, vocab)
+    return on_target * nll + eps_i * smooth, nll
+
+
+def smoothing_weights(epsilon: float, vocab: int) -> Tuple[float, float]:
+    """(the weight of a row's target word, eps_i: that of every word) in its smoothed loss,
+    (1 - eps - eps_i)(-lp_t) + eps_i sum_v(-lp_v), with eps_i = eps / (V - 1)."""
     eps_i = epsilon / (vocab - 1)
-    return (1.0 - epsilon - eps_i) * nll + eps_i * smooth, nll
+    return 1.0 - epsilon - eps_i, eps_i
 
 
 def fp16_logits(weight: Tensor) -> bool:
@@ -149,8 +156,8 @@ def chunk_step(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor
     the loss's gradient with respect to the chunk's logits (``grad_logits``, (chunk, vocab) in
     the weight's dtype) and to x (``grad_x``, (chunk, dim)); else None.
 
-    The gradient. A row's loss is (1 - eps - eps_i)(-lp_t) + eps_i sum_v(-lp_v), with
-    eps_i = eps / (V - 1) and lp = log_softmax(z); its gradient is
+    The gradient. A row's loss is (1 - eps - eps_i)(-lp_t) + eps_i sum_v(-lp_v)
+    (``smoothing_weights``), with lp = log_softmax(z); its gradient is
     p - (1 - eps - eps_i) onehot(t) - eps_i, since the weights of p add up to
     (1 - eps - eps_i) + V eps_i = 1; a padding row's is 0.
 
@@ -166,8 +173,8 @@ def chunk_step(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor
     hits = lprobs.argmax(dim=1).eq(target) if count_correct else None
     if not gradients:
         return picked, total, hits, None, None
-    eps_i = epsilon / (weight.size(0) - 1)
-    on_target = lprobs.new_full(targets.shape, -(1.0 - epsilon - eps_i))  # (chunk, 1)
-    g = lprobs.exp_().sub_(eps_i).scatter_add_(1, targets, on_target)  # d loss / d logits, written over lprobs
+    on_target, eps_i = smoothing_weights(epsilon, weight.size(0))
+    target_step = lprobs.new_full(targets.shape, -on_target)  # (chunk, 1)
+    g = lprobs.exp_().sub_(eps_i).scatter_add_(1, targets, target_step)  # d loss / d logits, written over lprobs
     g = g.masked_fill_(targets.eq(pad), 0.0).to(weight.dtype)  # (chunk, vocab)
     return picked, total, hits, g @ weight, g  # (chunk, dim) in autocast's dtype where it is on

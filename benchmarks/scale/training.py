@@ -379,8 +379,9 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
         counts, layers = costs.matmul_weights(model), len(model.encoder.layers)
         d = model.encoder.embed_tokens.embedding_dim
         formula = costs.flops_formula(counts, layers, d, s["pages"], s["page_len"], s["tgt_len"])
-        compile_s, backend = None, ("inductor" if ctx.device.type == "cuda" else "aot_eager") if compiled else None
+        compile_s, backend = None, None  # the layers' and the loss chunk's backend where they are compiled
         if compiled:
+            backend = "inductor" if ctx.device.type == "cuda" else "aot_eager"
             compile_model_layers(model, backend)
             inputs = training_batch(task.dictionary, 1, s["pages"], s["page_len"], s["tgt_len"], s["seed"], ctx.device)
             started = time.perf_counter()
