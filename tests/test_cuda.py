@@ -10,10 +10,13 @@ import pytest
 import torch
 from fairseq import utils
 from fairseq.modules import MultiheadAttention
+from torch._C._autograd import DeviceType
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.scale import results
 from benchmarks.scale.cli import main as scale
+from benchmarks.scale.cli import parse_args
+from benchmarks.scale.kernels import durations
 from builders.models import build_tiny, decoder_input, log_probs, make_source_sensitive, paged_batch
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
@@ -104,13 +107,37 @@ SCALE_TINY = ["--device", "cuda", "--tiny", "--pages", "2", "--page-len", "32", 
               "--train-updates", "5", "--fidelity-docs", "8"]
 
 
-def test_every_scale_row_group_runs_on_cuda_and_reads_the_gpus_memory(tmp_path):
+# One test per group, so that the GPU kit's test processes share them (one test of all 11 took
+# 164 s of the fifth visit's 193)
+SCALE_GROUPS = [group.id for group in parse_args(SCALE_TINY).groups]
+
+
+@pytest.mark.parametrize("group", SCALE_GROUPS)
+def test_every_scale_row_group_runs_on_cuda_and_reads_the_gpus_memory(tmp_path, group):
     path = str(tmp_path / "scale.jsonl")
-    assert scale([*SCALE_TINY, "--results", path]) == 0
+    assert scale([*SCALE_TINY, "--rows", group, "--results", path]) == 0
     records = results.read(path)
-    runs = [r for r in records if r["type"] == "run"]
-    assert len(runs) == 11 and {r["status"] for r in runs} == {"done"} and runs[0]["gpu"]
-    update = next(r for r in records if r["type"] == "measurement" and r["row"] == "1")
-    assert update["status"] == "ok" and update["device"] >= update["reserved"] >= update["allocated"] > 0
-    searches = [r for r in records if r["type"] == "measurement" and r["row"] == "4"]
-    assert all(r["status"] == "ok" and r["reserved"] >= r["allocated"] for r in searches)
+    (run,) = [r for r in records if r["type"] == "run"]
+    assert run["group"] == group and run["status"] == "done" and run["gpu"]
+    measured = [r for r in records if r["type"] == "measurement"]
+    assert measured and all(r["status"] == "ok" for r in measured)
+    if run["row"] == "1":
+        update = measured[0]
+        assert update["device"] >= update["reserved"] >= update["allocated"] > 0
+    if run["row"] == "4":
+        assert all(r["reserved"] >= r["allocated"] > 0 for r in measured)
+
+
+def test_the_raw_events_kernel_seconds_are_the_profilers_own_device_times():
+    """Rows 3 and 4 read a profile's kernel times from its raw events (``kernels.durations``), not
+    from ``key_averages``: the same seconds, kernel by kernel."""
+    x = torch.randn(512, 512, device="cuda")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        (x @ x).relu().softmax(-1).sum()
+        torch.cuda.synchronize()
+    own = {event.key: event.self_device_time_total * 1e-6 for event in profile.key_averages()
+           if event.self_device_time_total > 0}
+    seconds = durations(profile, DeviceType.CUDA)
+    assert len(own) >= 3 and set(seconds) == set(own)
+    for name, total in own.items():
+        assert seconds[name] == pytest.approx(total, rel=1e-3, abs=2e-6), name

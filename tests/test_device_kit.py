@@ -111,6 +111,17 @@ def test_a_step_past_its_time_box_is_killed_and_recorded_as_timed_out(tmp_path, 
     assert json.loads((box.out / "kit.json").read_text())["steps"][-1]["status"] == "timed out"
 
 
+def test_a_step_far_past_its_estimate_is_stopped_and_the_next_one_still_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(kit, "MIN_STEP_SECONDS", 0)
+    box = quick_kit(tmp_path, budget=kit.RESERVE_SECONDS + 60)
+    assert box.time_box(0.4) == pytest.approx(kit.OVERRUN * 0.4)
+    slow = box.step("slow", [sys.executable, "-c", "import time; time.sleep(60)"], "kit.log", box.time_box(0.4),
+                    estimate=0.4)
+    after = box.step("after", [sys.executable, "-c", "pass"], "kit.log", box.time_box(30), estimate=30)
+    assert slow["status"] == "timed out" and slow["seconds"] < 10 and after["status"] == "passed"
+    assert box.time_box(1000) == pytest.approx(box.time_left(), abs=1)  # never more than the call has left
+
+
 def test_a_step_without_time_left_is_skipped_not_started(tmp_path):
     box = quick_kit(tmp_path, budget=kit.RESERVE_SECONDS + 5)
     entry = box.step("late", [sys.executable, "-c", "raise SystemExit(3)"], "kit.log", box.time_left())

@@ -4,9 +4,14 @@ renders the tables from it, each group from its latest finished run, without run
 import json
 
 import pytest
+import torch
 
+from benchmarks.common import CPU_TINY
 from benchmarks.scale import results
 from benchmarks.scale.cli import main
+from benchmarks.scale.decoding import measure_throughput
+from benchmarks.scale.group import Context
+from benchmarks.scale.hardware import Peaks
 from benchmarks.scale.report import report
 
 H100 = {"flops": 989e12, "bandwidth": 3.35e12, "source": "GPU_PEAKS[NVIDIA H100 80GB HBM3]"}
@@ -89,3 +94,19 @@ def test_report_prints_the_tables_of_a_results_file_without_running_anything(tmp
     results.append(path, [batch("a", 1, 0.2), run("3", "a")])
     assert main(["--report", "--results", path]) == 0
     assert "Row 3, training throughput" in capsys.readouterr().out
+
+
+def test_a_decoding_group_logs_each_searchs_numbers_as_soon_as_it_has_them(capsys):
+    """A group's records reach the results file only when it ends; one cut off by its time box
+    still leaves, in the log, the numbers of every search it finished."""
+    settings = dict(batches=[1, 2], beam=2, pages=2, page_len=16, repeats=1, seed=0, out_len=4)
+    records = measure_throughput(settings, Context(torch.device("cpu"), torch.float32, CPU_TINY,
+                                                   Peaks(None, None, "test")))
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("row 4: ")]
+    assert len(lines) == len(records) == 6  # 2 batches x (per beam, shared, shared and captured)
+    for line, record in zip(lines, records):
+        assert line.startswith(f"row 4: 4 tokens, batch {record['batch']}, {record['system']}: ")
+        assert f"search {record['search_s']:.3f} s" in line
+        assert f"{record['step_s'] * 1e3:.2f} ms/step" in line
+        assert f"busy {record['busy_step_s'] * 1e3:.2f} ms/step" in line
+        assert line.endswith(" s into the group")

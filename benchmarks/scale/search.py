@@ -188,6 +188,7 @@ def measure_searches(s: Dict, ctx: Context, row: str, length: int, variants: Lis
     order, the record of a timed search of summaries of at most ``length`` tokens (exactly
     ``forced``, where given) and the bytes a step must read (``busy``: and the GPU's busy time
     per step); each record also names the attention kernels that ran in a two-token search."""
+    started = time.perf_counter()
     dictionary, model = build_decoder_model(ctx.size, s["page_len"], length + 2, s["seed"], ctx)
     samples = decoding_samples(dictionary, s["batches"], s["pages"], s["page_len"], s["seed"], ctx.device)
     kernels = AttentionKernels(model)
@@ -208,9 +209,21 @@ def measure_searches(s: Dict, ctx: Context, row: str, length: int, variants: Lis
             if record["status"] == "ok" and variant.shared is not None:
                 record["read"] = read_per_step(model, s, batch, record["calls"], variant.shared)
             records.append(record)
-            print(f"row {row}: {length} tokens, batch {batch}, {variant.system}: {record['status']}",
-                  file=sys.stderr, flush=True)
+            print(f"row {row}: {length} tokens, batch {batch}, {variant.system}: {progress(record)}, "
+                  f"{time.perf_counter() - started:.0f} s into the group", file=sys.stderr, flush=True)
     return records
+
+
+def progress(record: Dict) -> str:
+    """A search's numbers for the log as soon as it has them: a group's records reach the results
+    file only when it ends, and a group cut off by its time box must not lose what it measured."""
+    if record["status"] != "ok":
+        return record["status"]
+    busy, first, reserved = record["busy_step_s"], record["first_search_s"], record["reserved"]
+    return ", ".join([f"search {record['search_s']:.3f} s", f"{record['step_s'] * 1e3:.2f} ms/step",
+                      "busy -" if busy is None else f"busy {busy * 1e3:.2f} ms/step",
+                      "first search -" if first is None else f"first search {first:.2f} s",
+                      "reserved -" if reserved is None else f"reserved {reserved / 1e9:.2f} GB"])
 
 
 def decoding_settings(args: argparse.Namespace, **extra) -> Dict:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from fairseq import utils
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 
 def _gelu_gradient(grad: Tensor, h: Tensor) -> Tensor:
@@ -60,7 +61,14 @@ class ActivationLinear(nn.Linear):
         needs_grad = torch.is_grad_enabled() and (h.requires_grad or self.weight.requires_grad)
         if not needs_grad or torch.is_autocast_enabled(h.device.type):
             return F.linear(self.activation_fn(h), self.weight, self.bias)
+        if torch.compiler.is_compiling():
+            # A compiled layer's partitioner would keep act(h) too, since fc2's weight gradient must
+            # materialise it: a checkpointed region keeps only its inputs and computes act(h) again
+            return checkpoint(self._unfolded, h, use_reentrant=False)
         return _ActivationLinear.apply(h, self.weight, self.bias, self.activation)
+
+    def _unfolded(self, h: Tensor) -> Tensor:
+        return F.linear(self.activation_fn(h), self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, activation={self.activation}"
