@@ -43,6 +43,26 @@ def launched_outside_compiled(step: Callable[[], None]) -> int:
     return count
 
 
+def ffn_wide_kept(step: Callable[[], None], model, tokens_per_layer: int) -> float:
+    """ffn-wide tensors that autograd keeps for backward while ``step`` runs, per token and
+    layer: the elements of every kept ffn-wide storage (parameters aside), each counted once,
+    over ffn x the tokens every layer reads. The folded feed-forward keeps one
+    (``modules/feed_forward.py``); fairseq's two."""
+    ffn = model.encoder.layers[0].fc1.out_features
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if tensor.dim() and tensor.size(-1) == ffn and storage.data_ptr() not in parameters:
+            kept[storage.data_ptr()] = storage.nbytes() // tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        step()
+    return sum(kept.values()) / (ffn * tokens_per_layer)
+
+
 def training_step(model, task, src_tokens, target, prev_output_tokens):
     """(criterion, step): forward, the recipes' loss (``LOSS_CHUNK_TOKENS`` summary tokens at a
     time), backward; the step returns the loss."""
@@ -71,6 +91,8 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     eager_grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     eager_ops = launched_outside_compiled(step)
     eager_s = best_seconds(step, device, args.repeats)
+    tokens_per_layer = args.batch * args.pages * (args.page_len + args.tgt_len) * layers  # encoder + page decoders
+    eager_kept = ffn_wide_kept(step, model, tokens_per_layer)
 
     counted = CountedGraphs("inductor" if device.type == "cuda" else "aot_eager")
     torch._dynamo.reset()
@@ -85,7 +107,10 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     grad_error = max(float((grads[name] - g).abs().max()) for name, g in eager_grads.items()) / scale
     compiled_ops = launched_outside_compiled(step)
     compiled_s = best_seconds(step, device, args.repeats)
-    return {"layers": layers, "eager ops": eager_ops, "compiled ops": compiled_ops, "graphs": len(counted.calls),
+    graphs = len(counted.calls)
+    compiled_kept = ffn_wide_kept(step, model, tokens_per_layer)
+    return {"layers": layers, "eager ops": eager_ops, "compiled ops": compiled_ops, "graphs": graphs,
+            "eager kept": eager_kept, "compiled kept": compiled_kept,
             "loss error": abs(float(compiled_loss) - float(eager_loss)) / abs(float(eager_loss)),
             "grad error": grad_error, "compile s": compile_s, "eager s": eager_s, "compiled s": compiled_s}
 
@@ -113,16 +138,18 @@ def main(argv=None):
           f"{args.pages} pages of {args.page_len} tokens, {args.tgt_len}-token summaries; a training step: forward, "
           f"the recipes' loss ({LOSS_CHUNK_TOKENS} summary tokens at a time), backward. Operators: top-level ATen "
           f"operators outside compiled regions; errors relative (the gradients' to the largest); times: best of "
-          f"{args.repeats}.\n")
+          f"{args.repeats}; ffn-wide kept: the feed-forward's ffn-wide tensors autograd keeps for backward, per "
+          f"token and layer.\n")
     rows = []
     for layers in args.layers:
         m = measure(args, layers, device, dtype)
         rows.append([layers, m["eager ops"], m["compiled ops"], f"{m['eager ops'] / m['compiled ops']:.1f}x",
                      m["graphs"], f"{m['loss error']:.1e}", f"{m['grad error']:.1e}", f"{m['compile s']:.1f}",
-                     f"{m['eager s']:.4f}", f"{m['compiled s']:.4f}"])
+                     f"{m['eager s']:.4f}", f"{m['compiled s']:.4f}",
+                     f"{m['eager kept']:.2f} / {m['compiled kept']:.2f}"])
     print(markdown_table(["layers", "eager: operators / step", "compiled: operators outside", "fewer", "graphs",
                           "loss error", "gradient error", "first compiled step s", "eager step s",
-                          "compiled step s"], rows))
+                          "compiled step s", "ffn-wide kept per token and layer: eager / compiled"], rows))
 
 
 if __name__ == "__main__":

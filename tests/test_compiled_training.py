@@ -81,7 +81,8 @@ def settings(layers, tgt_len=6):
 @pytest.mark.slow  # three steps compiled (about 25 s)
 def test_every_stack_shares_one_set_of_graphs_and_at_bart_large_depth_the_host_launches_5x_fewer_operators():
     """With a summary of one loss chunk, and with summaries of 512 tokens (16 chunks of
-    ``LOSS_CHUNK_TOKENS``), whose chunks all run one compiled graph."""
+    ``LOSS_CHUNK_TOKENS``), whose chunks all run one compiled graph; compiled, a layer keeps for
+    backward what the eager one keeps."""
     cpu = torch.device("cpu")
     shallow, deep, long = (measure(settings(n, tgt_len), n, cpu, torch.float32) for n, tgt_len in
                            ((2, 6), (12, 6), (12, 512)))
@@ -90,6 +91,8 @@ def test_every_stack_shares_one_set_of_graphs_and_at_bart_large_depth_the_host_l
     for step in (deep, long):
         assert step["eager ops"] >= 5 * step["compiled ops"]
         assert step["loss error"] < 1e-6 and step["grad error"] < 1e-5
+    for step in (shallow, deep, long):  # the folded feed-forward keeps one ffn-wide tensor, compiled too
+        assert step["eager kept"] == step["compiled kept"] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("setting, compiled", [("on", True), ("off", False), ("auto", False)])
