@@ -16,7 +16,10 @@ A layer is folded only where that is exact: an activation whose gradient follows
 input alone (``ACTIVATION_GRADIENTS``: fairseq's ``gelu`` and ``relu``), no activation dropout
 (BART's is 0) and no normalisation between the activation and ``fc2`` (NormFormer's
 ``ffn_layernorm``). Without gradients (decoding) and under autocast, ``fc2`` runs the two
-operations as before. The parameters stay ``fc2.weight`` and ``fc2.bias``: checkpoints do not change.
+operations as before. Inside a compiled layer (``--compile-layers``) ``fc2`` is a checkpointed
+region instead: torch's partitioner, given the two operations, would keep ``act(h)`` as well,
+since the weight gradient's matrix product must materialise it anyway. The parameters stay
+``fc2.weight`` and ``fc2.bias``: checkpoints do not change.
 """
 
 from typing import Callable, Dict, Optional
@@ -60,7 +63,7 @@ class ActivationLinear(nn.Linear):
         # h: (len, rows, ffn) -> (len, rows, dim)
         needs_grad = torch.is_grad_enabled() and (h.requires_grad or self.weight.requires_grad)
         if not needs_grad or torch.is_autocast_enabled(h.device.type):
-            return F.linear(self.activation_fn(h), self.weight, self.bias)
+            return self._unfolded(h)
         if torch.compiler.is_compiling():
             # A compiled layer's partitioner would keep act(h) too, since fc2's weight gradient must
             # materialise it: a checkpointed region keeps only its inputs and computes act(h) again
@@ -68,6 +71,7 @@ class ActivationLinear(nn.Linear):
         return _ActivationLinear.apply(h, self.weight, self.bias, self.activation)
 
     def _unfolded(self, h: Tensor) -> Tensor:
+        """act(h) then fc2, as two operations."""
         return F.linear(self.activation_fn(h), self.weight, self.bias)
 
     def extra_repr(self) -> str:
