@@ -43,10 +43,10 @@ def launched_outside_compiled(step: Callable[[], None]) -> int:
     return count
 
 
-def ffn_wide_kept(step: Callable[[], None], model, tokens_per_layer: int) -> float:
+def ffn_wide_kept(step: Callable[[], None], model, layer_tokens: int) -> float:
     """ffn-wide tensors that autograd keeps for backward while ``step`` runs, per token and
     layer: the elements of every kept ffn-wide storage (parameters aside), each counted once,
-    over ffn x the tokens every layer reads. The folded feed-forward keeps one
+    over ffn x ``layer_tokens`` (the tokens each layer reads, summed over the layers). The folded feed-forward keeps one
     (``modules/feed_forward.py``); fairseq's two."""
     ffn = model.encoder.layers[0].fc1.out_features
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -60,7 +60,7 @@ def ffn_wide_kept(step: Callable[[], None], model, tokens_per_layer: int) -> flo
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         step()
-    return sum(kept.values()) / (ffn * tokens_per_layer)
+    return sum(kept.values()) / (ffn * layer_tokens)
 
 
 def training_step(model, task, src_tokens, target, prev_output_tokens):
@@ -91,8 +91,8 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     eager_grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     eager_ops = launched_outside_compiled(step)
     eager_s = best_seconds(step, device, args.repeats)
-    tokens_per_layer = args.batch * args.pages * (args.page_len + args.tgt_len) * layers  # encoder + page decoders
-    eager_kept = ffn_wide_kept(step, model, tokens_per_layer)
+    layer_tokens = args.batch * args.pages * (args.page_len + args.tgt_len) * layers  # encoder + page decoders
+    eager_kept = ffn_wide_kept(step, model, layer_tokens)
 
     counted = CountedGraphs("inductor" if device.type == "cuda" else "aot_eager")
     torch._dynamo.reset()
@@ -107,8 +107,8 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     grad_error = max(float((grads[name] - g).abs().max()) for name, g in eager_grads.items()) / scale
     compiled_ops = launched_outside_compiled(step)
     compiled_s = best_seconds(step, device, args.repeats)
-    graphs = len(counted.calls)
-    compiled_kept = ffn_wide_kept(step, model, tokens_per_layer)
+    graphs = len(counted.calls)  # counted before the hooked step, which could compile anew
+    compiled_kept = ffn_wide_kept(step, model, layer_tokens)
     return {"layers": layers, "eager ops": eager_ops, "compiled ops": compiled_ops, "graphs": graphs,
             "eager kept": eager_kept, "compiled kept": compiled_kept,
             "loss error": abs(float(compiled_loss) - float(eager_loss)) / abs(float(eager_loss)),

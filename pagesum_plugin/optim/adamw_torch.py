@@ -129,8 +129,8 @@ def build_adamw(params, **config) -> torch.optim.Optimizer:
     if any(p.dtype in (torch.bfloat16, torch.float16) for p in params):
         logger.info("adamw_torch: fp32 master weights kept in the optimizer's state")
         return MasterWeightAdamW(params, fused=fused, **config)
-    return torch.optim.AdamW(params, fused=True, **config) if fused else torch.optim.AdamW(params, foreach=True,
-                                                                                            **config)
+    kernel = {"fused": True} if fused else {"foreach": True}
+    return torch.optim.AdamW(params, **kernel, **config)
 
 
 def make_state(optimizer: torch.optim.AdamW) -> None:
