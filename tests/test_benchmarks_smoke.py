@@ -36,6 +36,8 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
                           ["eager: operators / step", "compiled: operators outside", "gradient error"]),
     "search_memory": (["--pages", "1", "--page-len", "16", "--tokens", "4", "--repeats", "1"],
                       ["this checkout, step loop", "fixed shapes", "search adds MB"]),
+    "update_operators": (["--layers", "1", "--repeats", "1"], ["--bf16, adamw_torch", "--memory-efficient-bf16, adamw_torch",
+                                                             "kernels / update"]),
     "step_operators": (["--layers", "2", "--steps", "3"], ["step loop: operators / step",
                                                             "fixed shapes: outside it"]),
     "decoding_syncs": (["--steps", "4"], ["pagesum_plugin/generation/search_loop.py", "fairseq's loop",

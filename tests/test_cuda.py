@@ -1,15 +1,19 @@
 """What only a GPU can show: decoding and page masking in half precision, the decoder's training
-self-attention on the flash kernel, the n-gram blocker on CUDA tensors, and the scale
+self-attention on the flash kernel, the n-gram blocker on CUDA tensors, ``adamw_torch``'s fused
+CUDA update over the fp32 masters it keeps, and the scale
 benchmark's CUDA paths at a tiny size (the GPU kit runs these tests before the bart.large row
 groups). Every test here is skipped, with the reason, where torch sees no CUDA device;
 docs/benchmarks/gpu.md says where they last ran."""
 
+import copy
 import math
 
 import pytest
 import torch
 from fairseq import utils
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.modules import MultiheadAttention
+from fairseq.optim.fp16_optimizer import MemoryEfficientFP16Optimizer
 from torch._C._autograd import DeviceType
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -17,6 +21,7 @@ from benchmarks.scale import results
 from benchmarks.scale.cli import main as scale
 from benchmarks.scale.cli import parse_args
 from benchmarks.scale.kernels import durations
+from builders.counting import OperatorCount
 from builders.models import build_tiny, decoder_input, log_probs, make_source_sensitive, paged_batch
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
@@ -141,3 +146,32 @@ def test_the_raw_events_kernel_seconds_are_the_profilers_own_device_times():
     assert len(own) >= 3 and set(seconds) == set(own)
     for name, total in own.items():
         assert seconds[name] == pytest.approx(total, rel=1e-3, abs=2e-6), name
+
+
+def test_adamw_torch_keeps_its_fp32_masters_on_cuda_as_on_the_cpu(copy_task_dir):
+    """``adamw_torch`` under ``--memory-efficient-bf16`` on the GPU (torch's fused CUDA AdamW over
+    the fp32 masters it keeps, a bucket's bf16 gradients converted at once): given the same
+    gradients, three updates as the trainer makes them land where the CPU's fused kernel lands, to
+    fp32 rounding, and an update launches a few kernels, as many as at any depth on the CPU
+    (``test_optim_adamw_torch.py``)."""
+    args, _, model = build_tiny(copy_task_dir, "--optimizer", "adamw_torch", "--memory-efficient-bf16", "--lr",
+                                "1e-3", "--weight-decay", "0.01")
+    cfg = convert_namespace_to_omegaconf(args)
+    masters, kernels = {}, {}
+    for device in ("cpu", "cuda"):
+        params = [p for p in copy.deepcopy(model).to(device=device, dtype=torch.bfloat16).parameters()]
+        optimizer = MemoryEfficientFP16Optimizer.build_optimizer(cfg, params)
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(3):
+            optimizer.zero_grad()
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=generator).to(device=device, dtype=torch.bfloat16)
+            with OperatorCount() as counted:
+                optimizer.multiply_grads(1 / 7)
+                optimizer.clip_grad_norm(1.0)
+                optimizer.step()
+        kernels[device] = counted.kernels
+        masters[device] = torch.cat([optimizer.optimizer.state[p]["master"].reshape(-1) for p in params]).cpu()
+    torch.testing.assert_close(masters["cuda"], masters["cpu"], atol=1e-6, rtol=0)
+    assert (masters["cpu"] - torch.cat([p.detach().float().reshape(-1) for p in model.parameters()])).abs().max() > 1e-3
+    assert kernels["cuda"] <= 24, kernels

@@ -5,14 +5,16 @@ the memory-efficient bf16 wrapper it keeps the fp32 master weights itself, holds
 gradient for every weight, and updates as under the mixed-precision wrapper."""
 
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
-from fairseq import optim
+from fairseq import optim, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 
 from builders.cli import TRAIN_FLAGS, run_cli
+from builders.counting import OperatorCount
 from builders.models import build_tiny
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 from pagesum_plugin.optim.adamw_torch import MasterWeightAdamW, build_adamw
@@ -296,3 +298,87 @@ def test_memory_efficient_bf16_resumes_from_its_fp32_masters(copy_task_dir, batc
     backward(model, criterion, batch, optimizer)
     optimizer.step()
     assert_same_weights(updated_weights(model), updated_weights(straight_model), atol=0)
+
+
+def trainer_updates(data_dir, batch, flag, updates, clip_norm=0.1):
+    """(the bf16 model, its optimizer) after ``updates`` updates of ``adamw_torch`` as fairseq's
+    trainer makes them: the summed loss's gradients multiplied by 1 / sample size, their norm
+    clipped to ``clip_norm``, a step."""
+    model, criterion, cfg = model_and_config(data_dir, "adamw_torch", flag)
+    model, criterion = model.to(torch.bfloat16), criterion.to(torch.bfloat16)
+    params = [p for p in model.parameters() if p.requires_grad]
+    wrapper = MemoryEfficientFP16Optimizer if flag == "--memory-efficient-bf16" else FP16Optimizer
+    optimizer = wrapper.build_optimizer(cfg, params)
+    for _ in range(updates):
+        optimizer.zero_grad()
+        model.train()
+        torch.manual_seed(0)
+        loss, sample_size, _ = criterion(model, batch)
+        optimizer.backward(loss)
+        optimizer.multiply_grads(1.0 / sample_size)
+        optimizer.clip_grad_norm(clip_norm)
+        optimizer.step()
+    return model, optimizer
+
+
+def test_memory_efficient_bf16_under_the_trainers_calls_updates_as_the_mixed_precision_wrapper(copy_task_dir, batch):
+    """An update as the trainer makes it (the summed loss's gradients times 1 / sample size, then
+    clipped): the same fp32 masters, to fp32 rounding (the wrapper multiplies the fp32 gradients
+    by its factor; the step divides them by its inverse)."""
+    _, mixed = trainer_updates(copy_task_dir, batch, "--bf16", updates=1)
+    lean_model, lean = trainer_updates(copy_task_dir, batch, "--memory-efficient-bf16", updates=1)
+    masters = torch.cat([lean.optimizer.state[p]["master"].reshape(-1) for p in lean_model.parameters()])
+    torch.testing.assert_close(masters, mixed.optimizer.param_groups[0]["params"][0].detach(), atol=2e-7, rtol=0)
+
+
+def test_memory_efficient_bf16_divides_the_fp32_gradients_not_the_bf16_ones(copy_task_dir, batch):
+    """The wrapper's factor (here 1/3) reaches the step, which applies it to the gradients' fp32
+    copies: Adam's first moment is (1 - beta1) * g / 3 in fp32, and the bf16 gradients are left
+    as backward made them (scaled in place, they would first be rounded to bf16)."""
+    model, criterion, cfg = model_and_config(copy_task_dir, "adamw_torch", "--memory-efficient-bf16")
+    model, criterion = model.to(torch.bfloat16), criterion.to(torch.bfloat16)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = MemoryEfficientFP16Optimizer.build_optimizer(cfg, params)
+    backward(model, criterion, batch, optimizer)
+    grads = [p.grad.clone() for p in params]
+    optimizer.multiply_grads(1 / 3)
+    optimizer.step()
+    beta1 = optimizer.optimizer.param_groups[0]["betas"][0]
+    for p, grad in zip(params, grads):
+        assert torch.equal(p.grad, grad)
+        torch.testing.assert_close(optimizer.optimizer.state[p]["exp_avg"], (1 - beta1) * (grad.float() / 3),
+                                   atol=0, rtol=2e-7)
+
+
+def test_the_gradient_norm_and_its_clipping_are_fairseqs(copy_task_dir, batch):
+    """``clip_grad_norm`` over many bf16 gradients: fairseq's total norm (the 2-norm of each
+    gradient's fp32 norm), and the gradients scaled down to the maximum norm as fairseq scales them."""
+    model, criterion, cfg = model_and_config(copy_task_dir, "adamw_torch", "--memory-efficient-bf16")
+    model, criterion = model.to(torch.bfloat16), criterion.to(torch.bfloat16)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = optim.build_optimizer(cfg.optimizer, params)
+    backward(model, criterion, batch, optimizer)
+    expected_grads = [p.grad.clone() for p in params]
+    expected = utils.clip_grad_norm_([SimpleNamespace(grad=g) for g in expected_grads], 0.01)
+    norm = optimizer.clip_grad_norm(0.01)
+    assert norm.dtype == torch.float32 and torch.equal(norm, expected) and norm > 0.01
+    assert all(torch.equal(p.grad, g) for p, g in zip(params, expected_grads))
+
+
+def test_a_memory_efficient_update_launches_as_many_kernels_at_any_depth(copy_task_dir, batch):
+    """What the host launches for an update (the trainer's factor, the norm, the step, the zeroing)
+    does not grow with the parameter tensors: multi-tensor kernels, one conversion a bucket."""
+    kernels = {}
+    for layers in (1, 3):
+        model, criterion, cfg = model_and_config(copy_task_dir, "adamw_torch", "--memory-efficient-bf16",
+                                                 "--encoder-layers", str(layers), "--decoder-layers", str(layers))
+        model, criterion = model.to(torch.bfloat16), criterion.to(torch.bfloat16)
+        optimizer = MemoryEfficientFP16Optimizer.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+        backward(model, criterion, batch, optimizer)
+        with OperatorCount() as counted:
+            optimizer.multiply_grads(0.5)
+            optimizer.clip_grad_norm(0.1)
+            optimizer.step()
+            optimizer.zero_grad()
+        kernels[layers] = counted.kernels
+    assert kernels[1] == kernels[3] <= 24  # the norm and clipping 9, a bucket's step 8, torch's profiler markers

@@ -223,7 +223,8 @@ def predict(step: Step, counts: Counts = COUNTS) -> Prediction:
     # fairseq's adam: each weight's sqrt(v) + eps; adafactor: its update
     optimizer_scratch = {"adam": 1, "adamw_torch": 0, "adafactor": 1}[step.optimizer] * max_tensor_bytes(step)
     if step.optimizer == "adamw_torch" and not step.master_weights and DTYPE_BYTES[step.dtype] < 4:
-        optimizer_scratch = max(MASTER_BUCKET_BYTES, max_tensor_bytes(step))  # a bucket of fp32 gradients
+        # a bucket of fp32 gradients, and its 16-bit copy while it is cast
+        optimizer_scratch = max(MASTER_BUCKET_BYTES, max_tensor_bytes(step)) * (4 + DTYPE_BYTES[step.dtype]) / 4
     peak = static + max(activations + first_gradients, gradients + optimizer_scratch)
     return Prediction(weights=static, activations=activations, gradients=gradients, peak=peak)
 

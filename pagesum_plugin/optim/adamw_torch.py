@@ -16,8 +16,8 @@ the same (one flat parameter) under ``--fp16`` and ``--bf16``.
 Under fairseq's memory-efficient wrapper (``--memory-efficient-bf16`` / ``--memory-efficient-fp16``)
 the optimizer is given the 16-bit parameters themselves, and ``MasterWeightAdamW`` keeps their
 fp32 master weights in its own state, beside the moments. It reads the 16-bit gradients a
-bucket at a time (``MASTER_BUCKET_BYTES`` of fp32 gradients at once), updates the masters and writes
-them back rounded. That is the same update as under the mixed-precision wrapper, whose fp32
+bucket at a time (``MASTER_BUCKET_BYTES`` of fp32 gradients at once, converted in one copy and one
+cast), updates the masters and writes them back rounded. That is the same update as under the mixed-precision wrapper, whose fp32
 gradients for every weight (4 bytes a parameter, 1.6 GB at ``bart.large``'s size with PageSum's
 confidence layer) it never holds: 12 bytes a parameter of state, plus the 16-bit weights and
 gradients.
@@ -27,6 +27,14 @@ included: fairseq divides by ``sqrt(v) + eps`` and scales by ``sqrt(1 - beta2^t)
 ``sqrt(v / (1 - beta2^t)) + eps``; so at update t torch is given ``eps / sqrt(1 - beta2^t)``,
 which makes the two the same function of the gradients (``--adam-eps`` keeps fairseq's
 meaning). t is the group's update count, which the group keeps (and checkpoints save).
+
+What the host launches for an update does not grow with the parameters where the project owns
+the loop: the update is torch's multi-tensor kernel, the gradient norm that fairseq's trainer
+asks for at every update (``clip_grad_norm``, even with ``--clip-norm 0``) is one multi-tensor
+norm a device instead of one norm a parameter (fairseq's way without apex), and the
+memory-efficient update converts a bucket's gradients in one copy instead of one a parameter.
+fairseq's ``--bf16`` wrapper still copies every gradient in, every weight out and zeroes every
+fp32 gradient one parameter at a time (docs/training.md, ``benchmarks.update_operators``).
 """
 
 import ast
@@ -34,7 +42,7 @@ import logging
 import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Union
 
 import torch
 from fairseq.dataclass import FairseqDataclass
@@ -144,6 +152,28 @@ def make_state(optimizer: torch.optim.AdamW) -> None:
             optimizer.state[p] = {"step": step, "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
 
 
+def gradient_norm(grads: List[torch.Tensor]) -> torch.Tensor:
+    """fairseq's total gradient norm (``utils.clip_grad_norm_``): the 2-norm of every gradient's
+    fp32 2-norm, on the first gradient's device; each device's norms in one multi-tensor call."""
+    by_device: Dict[torch.device, List[torch.Tensor]] = {}
+    for grad in grads:
+        by_device.setdefault(grad.device, []).append(grad)
+    norms = [norm.to(grads[0].device) for device_grads in by_device.values()
+             for norm in torch._foreach_norm(device_grads, 2, dtype=torch.float32)]
+    return torch.linalg.vector_norm(torch.stack(norms))  # (,)
+
+
+def fp32_gradients(params: List[torch.Tensor], scale: Union[float, torch.Tensor] = 1.0) -> List[torch.Tensor]:
+    """The 16-bit gradients of ``params`` in fp32 and divided by ``scale``, shaped as their
+    parameters: views of one flat buffer, made by one concatenation, one cast and one division (a
+    ``.float()`` a gradient would launch a kernel each). Held at once: the fp32 buffer and, while
+    it is cast, its 16-bit copy."""
+    flat = torch.cat([p.grad.reshape(-1) for p in params]).float()  # (total,)
+    if torch.is_tensor(scale) or scale != 1.0:  # a tensor is never compared: that would wait for the device
+        flat.div_(scale)
+    return [grad.view_as(p) for grad, p in zip(flat.split([p.numel() for p in params]), params)]
+
+
 def buckets(params: List[torch.Tensor], bucket_bytes: int) -> Iterator[List[torch.Tensor]]:
     """``params`` in consecutive lists whose fp32 copies hold about ``bucket_bytes`` (a larger
     parameter is a bucket of its own)."""
@@ -167,8 +197,10 @@ class MasterWeightAdamW(torch.optim.Optimizer):
     buffers (``FLAT_STATE``), three allocations in all, where state made at the first update
     would take one block per parameter and tensor out of the memory that the activations had
     just freed. An update converts the 16-bit gradients to fp32 a bucket at a time
-    (``bucket_bytes``), runs torch's AdamW (fused or foreach) on the bucket's masters, and writes
-    them back into the parameters, rounded."""
+    (``bucket_bytes``, ``fp32_gradients``), runs torch's AdamW (fused or foreach) on the bucket's
+    masters, and writes them back into the parameters, rounded."""
+
+    supports_step_with_scale = True  # fairseq's wrappers then pass the gradients' factor to ``step``
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
                  fused: bool = False, bucket_bytes: int = MASTER_BUCKET_BYTES):
@@ -209,7 +241,11 @@ class MasterWeightAdamW(torch.optim.Optimizer):
             self.state[p] = own[p]
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, scale: Union[float, torch.Tensor] = 1.0):
+        """One update from the 16-bit gradients divided by ``scale``: fairseq's memory-efficient
+        wrapper passes the factor it would otherwise multiply them by in place, in 16 bits (the
+        loss scale, the trainer's 1 / sample size, the clipping: ``supports_step_with_scale``), and
+        it divides their fp32 copies instead."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -220,7 +256,7 @@ class MasterWeightAdamW(torch.optim.Optimizer):
                 states = [self.state[p] for p in bucket]
                 masters = [state["master"] for state in states]
                 adamw(
-                    masters, [p.grad.float() for p in bucket], [state["exp_avg"] for state in states],
+                    masters, fp32_gradients(bucket, scale), [state["exp_avg"] for state in states],
                     [state["exp_avg_sq"] for state in states], [], [state["step"] for state in states],
                     foreach=not group["fused"], fused=group["fused"], amsgrad=False, beta1=beta1, beta2=beta2,
                     lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
@@ -240,6 +276,8 @@ class AdamWTorch(FairseqOptimizer):
             self._masters, self._flat = params, flatten_master_weights(params)
             params = [self._flat]
         self._optimizer = build_adamw(params, **self.optimizer_config)
+        for group in self._optimizer.param_groups:
+            group[UPDATES] = 0  # a new optimizer's count; a loaded state brings its own (or its steps)
         if self._flat is not None:
             # before training allocates its activations, as MasterWeightAdamW makes its own: made at the
             # first update, the flat masters' two moments (1.6 GB each at bart.large's size) would come
@@ -255,8 +293,17 @@ class AdamWTorch(FairseqOptimizer):
         super().multiply_grads(c)
 
     def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
+        """fairseq's clipping (``utils.clip_grad_norm_``), its norms taken by ``gradient_norm``."""
         self._regather()
-        return super().clip_grad_norm(max_norm, aggregate_norm_fn)
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return super().clip_grad_norm(max_norm, aggregate_norm_fn)
+        total_norm = gradient_norm(grads)
+        if aggregate_norm_fn is not None:
+            total_norm = aggregate_norm_fn(total_norm)
+        if max_norm > 0:
+            torch._foreach_mul_(grads, (float(max_norm) / (total_norm + 1e-6)).clamp_(max=1))
+        return total_norm
 
     def step(self, closure=None, scale=1.0, groups=None):
         self._regather()
