@@ -300,15 +300,18 @@ def test_memory_efficient_bf16_resumes_from_its_fp32_masters(copy_task_dir, batc
     assert_same_weights(updated_weights(model), updated_weights(straight_model), atol=0)
 
 
+WRAPPERS = {"--bf16": (FP16Optimizer, torch.bfloat16), "--memory-efficient-bf16": (MemoryEfficientFP16Optimizer, torch.bfloat16),
+            "--fp16": (FP16Optimizer, torch.float16), "--memory-efficient-fp16": (MemoryEfficientFP16Optimizer, torch.float16)}
+
+
 def trainer_updates(data_dir, batch, flag, updates, clip_norm=0.1):
     """(the bf16 model, its optimizer) after ``updates`` updates of ``adamw_torch`` as fairseq's
     trainer makes them: the summed loss's gradients multiplied by 1 / sample size, their norm
     clipped to ``clip_norm``, a step."""
+    wrapper, dtype = WRAPPERS[flag]
     model, criterion, cfg = model_and_config(data_dir, "adamw_torch", flag)
-    model, criterion = model.to(torch.bfloat16), criterion.to(torch.bfloat16)
-    params = [p for p in model.parameters() if p.requires_grad]
-    wrapper = MemoryEfficientFP16Optimizer if flag == "--memory-efficient-bf16" else FP16Optimizer
-    optimizer = wrapper.build_optimizer(cfg, params)
+    model, criterion = model.to(dtype), criterion.to(dtype)
+    optimizer = wrapper.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
     for _ in range(updates):
         optimizer.zero_grad()
         model.train()
@@ -329,6 +332,19 @@ def test_memory_efficient_bf16_under_the_trainers_calls_updates_as_the_mixed_pre
     lean_model, lean = trainer_updates(copy_task_dir, batch, "--memory-efficient-bf16", updates=1)
     masters = torch.cat([lean.optimizer.state[p]["master"].reshape(-1) for p in lean_model.parameters()])
     torch.testing.assert_close(masters, mixed.optimizer.param_groups[0]["params"][0].detach(), atol=2e-7, rtol=0)
+
+
+def test_memory_efficient_fp16_unscales_the_fp32_gradients_as_the_mixed_precision_wrapper(copy_task_dir, batch,
+                                                                                          monkeypatch):
+    """Under fp16 the gradients carry the loss scale (128 at first): the memory-efficient update
+    divides it out of their fp32 copies, as ``--fp16``'s wrapper does out of its fp32 gradients,
+    and lands on its masters to fp32 rounding (unscaled in place in fp16, the gradients would
+    first lose what falls below fp16's range)."""
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)  # fairseq's flat fp16 masters on the CPU
+    _, mixed = trainer_updates(copy_task_dir, batch, "--fp16", updates=1)
+    lean_model, lean = trainer_updates(copy_task_dir, batch, "--memory-efficient-fp16", updates=1)
+    masters = torch.cat([lean.optimizer.state[p]["master"].reshape(-1) for p in lean_model.parameters()])
+    torch.testing.assert_close(masters, mixed.fp32_params[None].detach(), atol=2e-7, rtol=0)
 
 
 def test_memory_efficient_bf16_divides_the_fp32_gradients_not_the_bf16_ones(copy_task_dir, batch):

@@ -275,6 +275,9 @@ class AdamWTorch(FairseqOptimizer):
         if self.flattens(cfg, params):
             self._masters, self._flat = params, flatten_master_weights(params)
             params = [self._flat]
+            logger.info("adamw_torch: --bf16's wrapper copies and zeroes the gradients one parameter at a time; "
+                        "--memory-efficient-bf16 makes the same update with 4 bytes a parameter less and a few "
+                        "kernels an update (docs/training.md)")
         self._optimizer = build_adamw(params, **self.optimizer_config)
         for group in self._optimizer.param_groups:
             group[UPDATES] = 0  # a new optimizer's count; a loaded state brings its own (or its steps)
