@@ -8,7 +8,8 @@ tokens at a time) and backward, of PageSum at each depth of ``--layers`` (tiny w
 CPU, ``bart.large``'s on CUDA in bf16). Operators launched: the top-level ATen operators
 torch's profiler records outside every compiled region (in backward too), after two warm-up
 steps; on the CPU the layers compile through ``aot_eager`` (no code is generated, so the times
-say nothing), on CUDA through inductor.
+say nothing), on CUDA through inductor. A second table times what a call through ``compiled``
+(every compiled layer's and loss chunk's) adds to the host's time, beside its graph.
 
     python -m benchmarks.compiled_training --device cpu
 """
@@ -22,7 +23,7 @@ import torch
 from benchmarks.common import (BART_LARGE, CPU_TINY, ModelSize, add_device_args, best_seconds, build_model,
                                criterion_and_sample, describe_device, markdown_table, paged_source, start, summary_io)
 from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS
-from pagesum_plugin.modules.compiled_layers import compile_model_layers
+from pagesum_plugin.modules.compiled_layers import compile_model_layers, compiled
 from pagesum_recipes.profiling import CountedGraphs
 
 
@@ -115,6 +116,27 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
             "grad error": grad_error, "compile s": compile_s, "eager s": eager_s, "compiled s": compiled_s}
 
 
+def call_microseconds(fn: Callable[[], None], calls: int, rounds: int = 5) -> float:
+    """The host's time for one call of ``fn``: the best of ``rounds`` rounds of ``calls`` calls."""
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, time.perf_counter() - started)
+    return best / calls * 1e6
+
+
+def compiled_call_cost(calls: int) -> Dict[str, float]:
+    """What a call through ``compiled`` (every compiled layer's and loss chunk's) costs the host
+    beside its graph: one operator called eager, and compiled (dynamo's guards, the setting each
+    call runs under, and the same operator: the ``eager`` backend generates nothing), in us."""
+    x = torch.ones(4)
+    graphs = compiled(lambda t: t * 2, backend="eager")
+    graphs(x)  # compiles
+    return {"eager": call_microseconds(lambda: x * 2, calls), "compiled": call_microseconds(lambda: graphs(x), calls)}
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_device_args(parser)
@@ -124,6 +146,7 @@ def parse_args(argv=None):
     parser.add_argument("--page-len", type=int, help="tokens per page (default: 32 on the CPU, 1024 on CUDA)")
     parser.add_argument("--tgt-len", type=int, help="summary tokens (default: 8 on the CPU, 256 on CUDA)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=2000, help="calls timed for a compiled call's host cost")
     args = parser.parse_args(argv)
     cuda = args.device == "cuda"
     args.page_len = args.page_len or (1024 if cuda else 32)
@@ -150,6 +173,10 @@ def main(argv=None):
     print(markdown_table(["layers", "eager: operators / step", "compiled: operators outside", "fewer", "graphs",
                           "loss error", "gradient error", "first compiled step s", "eager step s",
                           "compiled step s", "ffn-wide kept per token and layer: eager / compiled"], rows))
+    cost = compiled_call_cost(args.calls)
+    print(f"\nThe host's time for a call of one operator, best of 5 rounds of {args.calls} calls:\n")
+    print(markdown_table(["eager call us", "compiled call us", "a compiled call adds us"],
+                         [[f"{cost['eager']:.1f}", f"{cost['compiled']:.1f}", f"{cost['compiled'] - cost['eager']:.1f}"]]))
 
 
 if __name__ == "__main__":

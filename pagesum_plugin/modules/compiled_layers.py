@@ -66,13 +66,20 @@ def compile_layers(layers: Iterable[nn.Module], backend: Union[str, Callable] = 
 def compiled(fn: Callable, **options) -> Callable:
     """``torch.compile(fn, **options)``, with every float its graphs read from a module a
     constant of the graph rather than an input made at every call (a module's float that
-    changes compiles a graph of its own)."""
+    changes compiles a graph of its own).
+
+    The setting is dynamo's, read when a call compiles, which any call may do (a new shape, a
+    module switched to eval): every call runs under it. One patch serves every call: making a
+    patch costs the host several times what entering one does, and a compiled call adds about
+    40 us instead of 90 (docs/benchmarks/compiled_training.md)."""
     graphs = torch.compile(fn, **options)
+    constant_floats = torch._dynamo.config.patch(specialize_float=True)
 
     def call(*args, **kwargs):
-        if torch.compiler.is_compiling():  # traced into from an enclosing compiled function, which decides
+        # traced into from an enclosing compiled function, which decides; or inside a call that set it
+        if torch.compiler.is_compiling() or torch._dynamo.config.specialize_float:
             return graphs(*args, **kwargs)
-        with torch._dynamo.config.patch(specialize_float=True):
+        with constant_floats:
             return graphs(*args, **kwargs)
 
     return call
