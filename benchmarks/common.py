@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from fairseq.data import Dictionary
 from torch.nn.attention import SDPBackend
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pagesum_plugin.architectures import ARCHITECTURES, BENCHMARK_SIZES, SPECIAL_SYMBOLS, Architecture
 from pagesum_plugin.checkpoints import builder
@@ -266,6 +267,27 @@ def result_cell(result: Optional[Dict[str, float]], key: str) -> str:
     if result is None:
         return "OOM"
     return f"{result[key]:.0f}" if key == "mb" else f"{result[key]:.2f}"
+
+
+def runs_a_kernel(func) -> bool:
+    """Whether an operator computes or copies (a GPU runs a kernel for it), rather than only
+    describing a tensor anew (a view: what a GPU launches nothing for, and a captured graph
+    costs nothing for)."""
+    return not (func.is_view or func is torch.ops.aten._unsafe_view.default)
+
+
+class Launched(TorchDispatchMode):
+    """The ATen operators dispatched while active (``operators``: what each costs the host to
+    launch), and those of them that run a kernel (``kernels``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.operators, self.kernels = 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.operators += 1
+        self.kernels += runs_a_kernel(func)
+        return func(*args, **(kwargs or {}))
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -21,15 +21,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.beam_cache import generator_for
 from benchmarks.common import ModelSize, add_device_args, build_model, describe_device, markdown_table, paged_source, \
-    start
+    runs_a_kernel, start
 from benchmarks.generation_speed import net_input
 from pagesum_plugin.architectures import ARCHITECTURES
-
-
-def runs_a_kernel(func) -> bool:
-    """Whether an operator computes or copies (a GPU runs a kernel for it), rather than only
-    describing a tensor anew (a view: what a captured graph costs nothing for)."""
-    return not (func.is_view or func is torch.ops.aten._unsafe_view.default)
 
 
 class Dispatched(TorchDispatchMode):

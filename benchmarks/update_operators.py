@@ -18,11 +18,10 @@ import time
 from typing import Callable, Dict, List, Tuple
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.common import ModelSize, add_device_args, criterion_and_sample, describe_device, markdown_table, start
+from benchmarks.common import (Launched, ModelSize, add_device_args, criterion_and_sample, describe_device,
+                               markdown_table, start)
 from benchmarks.scale.training import build_trainable, training_batch
-from benchmarks.step_operators import runs_a_kernel
 
 # (what a row is called, fairseq's flags): the wrappers and optimizers the scale benchmark's rows train with
 VARIANTS: List[Tuple[str, Tuple[str, ...]]] = [
@@ -32,19 +31,6 @@ VARIANTS: List[Tuple[str, Tuple[str, ...]]] = [
     ("--memory-efficient-bf16, adafactor", ("--optimizer", "adafactor", "--memory-efficient-bf16")),
 ]
 PHASES = ("zero_grad", "multiply_grads", "clip_grad_norm", "step")
-
-
-class Launched(TorchDispatchMode):
-    """The operators dispatched while active, and those of them that run a kernel."""
-
-    def __init__(self):
-        super().__init__()
-        self.operators, self.kernels = 0, 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.operators += 1
-        self.kernels += runs_a_kernel(func)
-        return func(*args, **(kwargs or {}))
 
 
 def parse_args(argv=None):

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from builders.awesome import build_awesome
-from builders.counting import OperatorCount
 from builders.hed import build_hed
 from builders.hepos import SMALL_PATTERNS, build_hepos, flat_batch, random_texts
 from builders.models import assert_gradients_close, build_tiny, decoder_input, paged_batch, random_pages, vocab
@@ -17,6 +16,7 @@ from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS
 from pagesum_plugin.chunked_loss import chunked_label_smoothed_nll_loss
 from pagesum_plugin.criterions.paged_cross_entropy import PagedLabelSmoothedCrossEntropy, compiled_chunk_step
 from pagesum_recipes.profiling import CountedGraphs
+from benchmarks.common import Launched
 from benchmarks.compiled_training import launched_outside_compiled
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one CPU thread
@@ -195,11 +195,11 @@ def test_a_chunk_launches_a_fixed_handful_of_operators(dtype):
     def operators(tokens):
         features = torch.randn(tokens, 16, dtype=dtype, requires_grad=True)
         target = torch.randint(4, 500, (tokens,))
-        with OperatorCount() as counted:
+        with Launched() as counted:
             loss, _, _ = chunked_label_smoothed_nll_loss(features, weight, None, target, 0.1, 1, 4,
                                                          count_correct=False)
             loss.backward()
-        return counted.count
+        return counted.operators
 
     per_chunk = (operators(4 * 11) - operators(4)) / 10
     assert per_chunk <= (16 if dtype == torch.float32 else 18)

@@ -17,11 +17,11 @@ from fairseq.optim.fp16_optimizer import MemoryEfficientFP16Optimizer
 from torch._C._autograd import DeviceType
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from benchmarks.common import Launched
 from benchmarks.scale import results
 from benchmarks.scale.cli import main as scale
 from benchmarks.scale.cli import parse_args
 from benchmarks.scale.kernels import durations
-from builders.counting import OperatorCount
 from builders.models import build_tiny, decoder_input, log_probs, make_source_sensitive, paged_batch
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
@@ -166,7 +166,7 @@ def test_adamw_torch_keeps_its_fp32_masters_on_cuda_as_on_the_cpu(copy_task_dir)
             optimizer.zero_grad()
             for p in params:
                 p.grad = torch.randn(p.shape, generator=generator).to(device=device, dtype=torch.bfloat16)
-            with OperatorCount() as counted:
+            with Launched() as counted:
                 optimizer.multiply_grads(1 / 7)
                 optimizer.clip_grad_norm(1.0)
                 optimizer.step()

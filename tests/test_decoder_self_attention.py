@@ -8,7 +8,7 @@ import pytest
 import torch
 from fairseq.modules import MultiheadAttention
 
-from builders.counting import OperatorCount
+from benchmarks.common import Launched
 from pagesum_plugin.modules.decoder_self_attention import (DecoderSelfAttention, attend_through_table, gather_rows,
                                                            read_mask)
 from pagesum_plugin.modules.decoding_step import declare_unpadded_prefixes, set_step_position
@@ -161,9 +161,9 @@ def test_a_search_that_declares_its_prefixes_unpadded_spends_no_operator_on_the_
                padded=padded)  # and equal to fairseq's
         x = torch.randn(1, 4, EMBED, generator=rng)
         padding = torch.zeros(4, 1, dtype=torch.bool) if padded else None
-        with torch.no_grad(), OperatorCount() as counter:
+        with torch.no_grad(), Launched() as counter:
             ours(x, x, x, key_padding_mask=padding, incremental_state=state, need_weights=False)
-        return counter.count
+        return counter.operators
 
     unmasked = operators_of_a_step(padded=False, declared=False)
     assert operators_of_a_step(padded=True, declared=True) == unmasked < operators_of_a_step(padded=True,

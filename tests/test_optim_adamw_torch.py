@@ -13,8 +13,8 @@ from fairseq import optim, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 
+from benchmarks.common import Launched
 from builders.cli import TRAIN_FLAGS, run_cli
-from builders.counting import OperatorCount
 from builders.models import build_tiny
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
 from pagesum_plugin.optim.adamw_torch import MasterWeightAdamW, build_adamw
@@ -391,7 +391,7 @@ def test_a_memory_efficient_update_launches_as_many_kernels_at_any_depth(copy_ta
         model, criterion = model.to(torch.bfloat16), criterion.to(torch.bfloat16)
         optimizer = MemoryEfficientFP16Optimizer.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
         backward(model, criterion, batch, optimizer)
-        with OperatorCount() as counted:
+        with Launched() as counted:
             optimizer.multiply_grads(0.5)
             optimizer.clip_grad_norm(0.1)
             optimizer.step()

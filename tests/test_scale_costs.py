@@ -11,13 +11,12 @@ from torch.nn.attention import sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.beam_cache import generator_for
-from benchmarks.common import (ATTENTION_KERNELS, BART_LARGE, ModelSize, build_model, cuda_peaks,
+from benchmarks.common import (ATTENTION_KERNELS, BART_LARGE, Launched, ModelSize, build_model, cuda_peaks,
                                label_smoothed_loss, paged_source, summary_io)
 from benchmarks.generation_speed import net_input
 from benchmarks.scale import costs, results
 from benchmarks.scale.cli import GROUP_BUDGET_SECONDS, main, parse_args
 from benchmarks.scale.hardware import peaks_by_name
-from builders.counting import OperatorCount
 
 SMALL = ModelSize(embed_dim=64, ffn_dim=256, layers=2, heads=4, vocab_words=500)
 H100 = peaks_by_name("NVIDIA H100 80GB HBM3")
@@ -59,9 +58,9 @@ def decoding_operators(layers: int, steps: int) -> int:
     model.eval()
     sample = net_input(paged_source(task.dictionary, 2, 3, 16, torch.Generator().manual_seed(0)), task.dictionary.pad())
     generator = generator_for(model, task.dictionary, 4, steps, shared=True)
-    with OperatorCount() as counter:
+    with Launched() as counter:
         generator.generate([model], sample)
-    return counter.count
+    return counter.operators
 
 
 @pytest.mark.slow  # four models and eight searches under a Python dispatch mode
@@ -77,12 +76,12 @@ def test_the_estimates_operators_per_training_pass_are_what_a_pass_dispatches(sm
     generator = torch.Generator().manual_seed(0)
     src_tokens = paged_source(dictionary, 1, 2, 32, generator)
     target, prev_output_tokens = summary_io(dictionary, 1, 8, generator)
-    with OperatorCount() as counter:
+    with Launched() as counter:
         logits, _ = model(src_tokens, None, prev_output_tokens)
         label_smoothed_loss(logits, target, dictionary.pad()).backward()
     model.zero_grad()
     assumed = costs.TRAINING_PASS_OPS[0] + costs.TRAINING_PASS_OPS[1] * SMALL.layers
-    assert counter.count == pytest.approx(assumed, rel=0.15)
+    assert counter.operators == pytest.approx(assumed, rel=0.15)
 
 
 def gpu_groups():
