@@ -2,7 +2,9 @@
 weight decay, in fp32 and under fairseq's fp16 and bf16 wrappers (whose fp32 master weights
 it keeps flat), with the fused kernel where the device has it and ``foreach`` elsewhere; under
 the memory-efficient bf16 wrapper it keeps the fp32 master weights itself, holds no fp32
-gradient for every weight, and updates as under the mixed-precision wrapper."""
+gradient for every weight, and updates as under the mixed-precision wrapper, the wrapper's
+factor (the trainer's, the clipping's, fp16's loss scale) divided out of the gradients' fp32
+copies; its gradient norm is fairseq's, and an update launches as many kernels at any depth."""
 
 import re
 from types import SimpleNamespace
@@ -300,27 +302,28 @@ def test_memory_efficient_bf16_resumes_from_its_fp32_masters(copy_task_dir, batc
     assert_same_weights(updated_weights(model), updated_weights(straight_model), atol=0)
 
 
-WRAPPERS = {"--bf16": (FP16Optimizer, torch.bfloat16), "--memory-efficient-bf16": (MemoryEfficientFP16Optimizer, torch.bfloat16),
-            "--fp16": (FP16Optimizer, torch.float16), "--memory-efficient-fp16": (MemoryEfficientFP16Optimizer, torch.float16)}
+WRAPPERS = {  # flag: (fairseq's wrapper, the model's dtype)
+    "--bf16": (FP16Optimizer, torch.bfloat16),
+    "--memory-efficient-bf16": (MemoryEfficientFP16Optimizer, torch.bfloat16),
+    "--fp16": (FP16Optimizer, torch.float16),
+    "--memory-efficient-fp16": (MemoryEfficientFP16Optimizer, torch.float16),
+}
 
 
-def trainer_updates(data_dir, batch, flag, updates, clip_norm=0.1):
-    """(the bf16 model, its optimizer) after ``updates`` updates of ``adamw_torch`` as fairseq's
-    trainer makes them: the summed loss's gradients multiplied by 1 / sample size, their norm
-    clipped to ``clip_norm``, a step."""
+def trainer_update(data_dir, batch, flag, clip_norm=0.1):
+    """(the 16-bit model, its optimizer) after one update of ``adamw_torch`` under the wrapper of
+    ``flag``, as fairseq's trainer makes it: the summed loss's gradients multiplied by 1 / sample
+    size, their norm clipped to ``clip_norm``, a step."""
     wrapper, dtype = WRAPPERS[flag]
     model, criterion, cfg = model_and_config(data_dir, "adamw_torch", flag)
     model, criterion = model.to(dtype), criterion.to(dtype)
     optimizer = wrapper.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
-    for _ in range(updates):
-        optimizer.zero_grad()
-        model.train()
-        torch.manual_seed(0)
-        loss, sample_size, _ = criterion(model, batch)
-        optimizer.backward(loss)
-        optimizer.multiply_grads(1.0 / sample_size)
-        optimizer.clip_grad_norm(clip_norm)
-        optimizer.step()
+    model.train()
+    loss, sample_size, _ = criterion(model, batch)
+    optimizer.backward(loss)
+    optimizer.multiply_grads(1.0 / sample_size)
+    optimizer.clip_grad_norm(clip_norm)
+    optimizer.step()
     return model, optimizer
 
 
@@ -328,8 +331,8 @@ def test_memory_efficient_bf16_under_the_trainers_calls_updates_as_the_mixed_pre
     """An update as the trainer makes it (the summed loss's gradients times 1 / sample size, then
     clipped): the same fp32 masters, to fp32 rounding (the wrapper multiplies the fp32 gradients
     by its factor; the step divides them by its inverse)."""
-    _, mixed = trainer_updates(copy_task_dir, batch, "--bf16", updates=1)
-    lean_model, lean = trainer_updates(copy_task_dir, batch, "--memory-efficient-bf16", updates=1)
+    _, mixed = trainer_update(copy_task_dir, batch, "--bf16")
+    lean_model, lean = trainer_update(copy_task_dir, batch, "--memory-efficient-bf16")
     masters = torch.cat([lean.optimizer.state[p]["master"].reshape(-1) for p in lean_model.parameters()])
     torch.testing.assert_close(masters, mixed.optimizer.param_groups[0]["params"][0].detach(), atol=2e-7, rtol=0)
 
@@ -341,8 +344,8 @@ def test_memory_efficient_fp16_unscales_the_fp32_gradients_as_the_mixed_precisio
     and lands on its masters to fp32 rounding (unscaled in place in fp16, the gradients would
     first lose what falls below fp16's range)."""
     monkeypatch.setattr(torch.cuda, "current_device", lambda: None)  # fairseq's flat fp16 masters on the CPU
-    _, mixed = trainer_updates(copy_task_dir, batch, "--fp16", updates=1)
-    lean_model, lean = trainer_updates(copy_task_dir, batch, "--memory-efficient-fp16", updates=1)
+    _, mixed = trainer_update(copy_task_dir, batch, "--fp16")
+    lean_model, lean = trainer_update(copy_task_dir, batch, "--memory-efficient-fp16")
     masters = torch.cat([lean.optimizer.state[p]["master"].reshape(-1) for p in lean_model.parameters()])
     torch.testing.assert_close(masters, mixed.fp32_params[None].detach(), atol=2e-7, rtol=0)
 
@@ -389,7 +392,8 @@ def test_a_memory_efficient_update_launches_as_many_kernels_at_any_depth(copy_ta
         model, criterion, cfg = model_and_config(copy_task_dir, "adamw_torch", "--memory-efficient-bf16",
                                                  "--encoder-layers", str(layers), "--decoder-layers", str(layers))
         model, criterion = model.to(torch.bfloat16), criterion.to(torch.bfloat16)
-        optimizer = MemoryEfficientFP16Optimizer.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = MemoryEfficientFP16Optimizer.build_optimizer(cfg, params)
         backward(model, criterion, batch, optimizer)
         with Launched() as counted:
             optimizer.multiply_grads(0.5)

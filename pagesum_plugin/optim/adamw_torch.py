@@ -16,11 +16,11 @@ the same (one flat parameter) under ``--fp16`` and ``--bf16``.
 Under fairseq's memory-efficient wrapper (``--memory-efficient-bf16`` / ``--memory-efficient-fp16``)
 the optimizer is given the 16-bit parameters themselves, and ``MasterWeightAdamW`` keeps their
 fp32 master weights in its own state, beside the moments. It reads the 16-bit gradients a
-bucket at a time (``MASTER_BUCKET_BYTES`` of fp32 gradients at once, converted in one copy and one
-cast), updates the masters and writes them back rounded. That is the same update as under the mixed-precision wrapper, whose fp32
-gradients for every weight (4 bytes a parameter, 1.6 GB at ``bart.large``'s size with PageSum's
-confidence layer) it never holds: 12 bytes a parameter of state, plus the 16-bit weights and
-gradients.
+bucket at a time (``MASTER_BUCKET_BYTES`` of fp32 gradients at once, converted in one copy and
+one cast), updates the masters and writes them back rounded. That is the same update as under
+the mixed-precision wrapper, whose fp32 gradients for every weight (4 bytes a parameter, 1.6 GB
+at ``bart.large``'s size with PageSum's confidence layer) it never holds: 12 bytes a parameter
+of state, plus the 16-bit weights and gradients.
 
 The update is fairseq's ``adam`` (decoupled weight decay, as its docstring says), epsilon
 included: fairseq divides by ``sqrt(v) + eps`` and scales by ``sqrt(1 - beta2^t)``, torch by
