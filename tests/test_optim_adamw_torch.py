@@ -16,6 +16,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 
 from benchmarks.common import Launched
+from benchmarks.scale.training import trainer_update
 from builders.cli import TRAIN_FLAGS, run_cli
 from builders.models import build_tiny
 from pagesum_plugin.checkpoints.safety import load_checkpoint_file
@@ -310,7 +311,7 @@ WRAPPERS = {  # flag: (fairseq's wrapper, the model's dtype)
 }
 
 
-def trainer_update(data_dir, batch, flag, clip_norm=0.1):
+def updated_as_the_trainer(data_dir, batch, flag, clip_norm=0.1):
     """(the 16-bit model, its optimizer) after one update of ``adamw_torch`` under the wrapper of
     ``flag``, as fairseq's trainer makes it: the summed loss's gradients multiplied by 1 / sample
     size, their norm clipped to ``clip_norm``, a step."""
@@ -320,10 +321,7 @@ def trainer_update(data_dir, batch, flag, clip_norm=0.1):
     optimizer = wrapper.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
     model.train()
     loss, sample_size, _ = criterion(model, batch)
-    optimizer.backward(loss)
-    optimizer.multiply_grads(1.0 / sample_size)
-    optimizer.clip_grad_norm(clip_norm)
-    optimizer.step()
+    trainer_update(optimizer, loss, sample_size, clip_norm)
     return model, optimizer
 
 
@@ -331,8 +329,8 @@ def test_memory_efficient_bf16_under_the_trainers_calls_updates_as_the_mixed_pre
     """An update as the trainer makes it (the summed loss's gradients times 1 / sample size, then
     clipped): the same fp32 masters, to fp32 rounding (the wrapper multiplies the fp32 gradients
     by its factor; the step divides them by its inverse)."""
-    _, mixed = trainer_update(copy_task_dir, batch, "--bf16")
-    lean_model, lean = trainer_update(copy_task_dir, batch, "--memory-efficient-bf16")
+    _, mixed = updated_as_the_trainer(copy_task_dir, batch, "--bf16")
+    lean_model, lean = updated_as_the_trainer(copy_task_dir, batch, "--memory-efficient-bf16")
     masters = torch.cat([lean.optimizer.state[p]["master"].reshape(-1) for p in lean_model.parameters()])
     torch.testing.assert_close(masters, mixed.optimizer.param_groups[0]["params"][0].detach(), atol=2e-7, rtol=0)
 
@@ -344,8 +342,8 @@ def test_memory_efficient_fp16_unscales_the_fp32_gradients_as_the_mixed_precisio
     and lands on its masters to fp32 rounding (unscaled in place in fp16, the gradients would
     first lose what falls below fp16's range)."""
     monkeypatch.setattr(torch.cuda, "current_device", lambda: None)  # fairseq's flat fp16 masters on the CPU
-    _, mixed = trainer_update(copy_task_dir, batch, "--fp16")
-    lean_model, lean = trainer_update(copy_task_dir, batch, "--memory-efficient-fp16")
+    _, mixed = updated_as_the_trainer(copy_task_dir, batch, "--fp16")
+    lean_model, lean = updated_as_the_trainer(copy_task_dir, batch, "--memory-efficient-fp16")
     masters = torch.cat([lean.optimizer.state[p]["master"].reshape(-1) for p in lean_model.parameters()])
     torch.testing.assert_close(masters, mixed.fp32_params[None].detach(), atol=2e-7, rtol=0)
 

@@ -84,12 +84,19 @@ def update_step(model, optimizer, task, src_tokens, target, prev_output_tokens,
     def step():
         optimizer.zero_grad()
         loss, sample_size, _ = criterion(model, sample)
-        optimizer.backward(loss)
-        optimizer.multiply_grads(1.0 / sample_size)
-        optimizer.clip_grad_norm(CLIP_NORM)
-        optimizer.step()
+        trainer_update(optimizer, loss, sample_size)
 
     return step
+
+
+def trainer_update(optimizer, loss: torch.Tensor, sample_size, clip_norm: float = CLIP_NORM) -> None:
+    """What fairseq's trainer does with a batch's summed ``loss``: backward through the optimizer
+    (its wrapper), the gradients times 1 / ``sample_size``, their norm (clipped to ``clip_norm``
+    where it is positive), a step."""
+    optimizer.backward(loss)
+    optimizer.multiply_grads(1.0 / sample_size)
+    optimizer.clip_grad_norm(clip_norm)
+    optimizer.step()
 
 
 def measure_update(step: Callable[[], None], model, optimizer, device: torch.device, repeats: int,
