@@ -159,7 +159,7 @@ def test_adamw_torch_keeps_its_fp32_masters_on_cuda_as_on_the_cpu(copy_task_dir)
     cfg = convert_namespace_to_omegaconf(args)
     masters, kernels = {}, {}
     for device in ("cpu", "cuda"):
-        params = [p for p in copy.deepcopy(model).to(device=device, dtype=torch.bfloat16).parameters()]
+        params = list(copy.deepcopy(model).to(device=device, dtype=torch.bfloat16).parameters())
         optimizer = MemoryEfficientFP16Optimizer.build_optimizer(cfg, params)
         generator = torch.Generator().manual_seed(0)
         for _ in range(3):
