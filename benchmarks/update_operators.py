@@ -29,6 +29,7 @@ VARIANTS: List[Tuple[str, Tuple[str, ...]]] = [
     ("--bf16, adamw_torch", ("--optimizer", "adamw_torch")),
     ("--memory-efficient-bf16, adamw_torch", ("--optimizer", "adamw_torch", "--memory-efficient-bf16")),
     ("--memory-efficient-bf16, adafactor", ("--optimizer", "adafactor", "--memory-efficient-bf16")),
+    ("--memory-efficient-bf16, adafactor_batched", ("--optimizer", "adafactor_batched", "--memory-efficient-bf16")),
 ]
 PHASES = ("zero_grad", "multiply_grads", "clip_grad_norm", "step")
 

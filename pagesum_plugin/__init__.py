@@ -11,7 +11,7 @@
   cluster), ``segmented_summarization`` (AWESOME) and ``salient_extraction`` (AWESOME's
   extractor);
 * 2 criterions: ``paged_label_smoothed_cross_entropy`` and ``salient_extraction``;
-* 1 optimizer: ``adamw_torch``;
+* 2 optimizers: ``adamw_torch`` and ``adafactor_batched``;
 
 and allows exactly the classes that fairseq checkpoints need through ``torch.load``'s
 weights-only unpickler (``registration``).

@@ -12,7 +12,8 @@
   which is what the memory model (``memory/model.py``) and ``pagesum-plan`` price.
 * ``LOSS_CHUNK_TOKENS``: the default of the plugin's criterion (``--loss-chunk-tokens``).
 * ``MASTER_BUCKET_BYTES``: the fp32 gradients that ``adamw_torch`` holds at once when it keeps
-  the master weights itself (``--memory-efficient-bf16``).
+  the master weights itself (``--memory-efficient-bf16``), and that ``adafactor_batched`` updates
+  at once.
 
 Pure data, so that the lowest layer of the library (``memory``) and the commands that answer
 without torch read it too.
@@ -86,8 +87,8 @@ AWESOME_SLOTS = {"bart_large": 1024, "bart_base": 768, "tiny": 8}
 # ``criterions/paged_cross_entropy.py``), so that the memory model prices what training runs.
 LOSS_CHUNK_TOKENS = 64
 
-# fp32 gradients that ``adamw_torch``'s memory-efficient update converts at once
-# (``optim/adamw_torch.py``), so that the memory model prices them too
+# fp32 gradients that ``adamw_torch``'s memory-efficient update converts at once, and that
+# ``adafactor_batched`` updates at once (``optim/``), so that the memory model prices them too
 MASTER_BUCKET_BYTES = 256 * 2**20
 
 

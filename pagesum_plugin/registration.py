@@ -1,5 +1,5 @@
 """Importing this module registers the plugin with fairseq: its models and architectures, tasks,
-criterions and optimizer, and the classes that fairseq checkpoints need through ``torch.load``'s
+criterions and optimizers, and the classes that fairseq checkpoints need through ``torch.load``'s
 weights-only unpickler (first: fairseq-generate loads checkpoints). It also has fairseq's own
 commands (``fairseq-train``, ``fairseq-generate``) report the plugin's mistakes in one line
 (``report_mistakes``), and silences the deprecation notices fairseq's own code draws from
@@ -17,7 +17,7 @@ import warnings
 
 from .checkpoints import safety  # noqa: F401  (first: fairseq-generate loads checkpoints)
 from .criterions import paged_cross_entropy  # noqa: F401  (registers each system's criterion, task, model)
-from .optim import adamw_torch  # noqa: F401
+from .optim import adafactor_batched, adamw_torch  # noqa: F401
 from .systems.awesome import extraction_criterion, extraction_task, extractor, model as awesome  # noqa: F401
 from .systems.awesome import task as segmented_summarization  # noqa: F401
 from .systems.hed import model as hed  # noqa: F401

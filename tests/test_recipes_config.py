@@ -224,7 +224,7 @@ def test_hepos_recipes_train_and_decode_with_the_papers_section_6_settings(recip
     assert {key: model[key] for key in patterns} == patterns
     assert model.max_source_positions == config.task.max_source_tokens == source_tokens
     assert (config.optimizer._name, config.optimization.lr[0], config.lr_scheduler.warmup_updates) == (
-        "adafactor", 1e-4, 10000)
+        "adafactor_batched", 1e-4, 10000)
     assert config.optimization.clip_norm == 0.1
     for gpus, update_freq in ((1, 32), (2, 16), (4, 8)):
         train = overrides(plan(recipe, NUM_GPUS=str(gpus), STAGES=TRAIN_ONLY)[recipe]["fairseq-hydra-train"])
@@ -256,8 +256,8 @@ def test_pagesum_cuts_arxiv_pubmed_and_multinews_summaries_at_its_authors_400_to
                                         for path in CONFIGS.glob(pattern)), ids=lambda path: path.stem)
 def test_govreport_and_arxiv_recipes_train_with_torchs_fused_adamw_or_the_papers_adafactor(path):
     """Issue 22: the Adam recipes use ``adamw_torch`` (fairseq's adam update, fused without apex);
-    HEPOS keeps the paper's Adafactor."""
-    expected = "adafactor" if "hepos" in path.stem else "adamw_torch"
+    HEPOS keeps the paper's Adafactor (fairseq's update, batched by shape)."""
+    expected = "adafactor_batched" if "hepos" in path.stem else "adamw_torch"
     assert OmegaConf.load(path).optimizer._name == expected
 
 

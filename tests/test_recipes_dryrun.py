@@ -187,7 +187,7 @@ def test_govreport_trains_with_activation_checkpointing_and_settings_adafactor_s
     cfg = checkpoint_cfg(finished(dry_runs, "govreport") / "govreport_20x1024" / "bart.large.cnn")
     assert cfg["model"]["checkpoint_activations"] is True
     assert cfg["common"]["fp16"] is False, "half precision is for GPUs; the recipe turns it off on CPU"
-    assert cfg["optimizer"]["_name"] == "adafactor" and "adam_betas" not in cfg["optimizer"]
+    assert cfg["optimizer"]["_name"] == "adafactor_batched" and "adam_betas" not in cfg["optimizer"]
 
 
 def test_an_unknown_settings_name_stops_the_recipe_before_it_runs(tmp_path):

@@ -77,7 +77,7 @@ def test_hepos_recipe_trains_the_papers_model_from_its_config(dry_runs, recipe):
     assert (model["encoder_layout"], model["window_size"]) == ("hybrid", 256)  # the authors' alternating layers
     assert model["max_source_positions"] == positions
     assert (cfg["optimizer"]["_name"], cfg["lr_scheduler"]["_name"], cfg["optimization"]["clip_norm"]) == \
-        ("adafactor", "fixed", 0.1)
+        ("adafactor_batched", "fixed", 0.1)
     assert cfg["optimization"]["lr"] == [1e-4] and cfg["dataset"]["batch_size"] == 2
     log = (run_dir / "train.log").read_text()
     assert f"extending source positions from 1024 to {positions} (random)" in log

@@ -181,12 +181,14 @@ def memory_groups(args: argparse.Namespace) -> List[Group]:
 # row 1's optimizers: fairseq's Adam; the project's fused AdamW under fairseq's bf16 wrapper (fp32 master
 # weights and gradients) and under its memory-efficient one (the optimizer keeps the fp32 master weights, no
 # fp32 gradients); and Adafactor (the HEPOS and PageSum authors') under the memory-efficient wrapper, which
-# keeps no fp32 copy. Each with its goal (reserved bytes).
+# keeps no fp32 copy, in fairseq's loop over the parameters and batched by shape (adafactor_batched, the same
+# update). Each with its goal (reserved bytes).
 OPTIMIZERS = {
     "adam": (("--optimizer", "adam"), MEMORY_GOAL),
     "adamw_torch": (("--optimizer", "adamw_torch"), 11 * GB),
     "adamw_torch_memory_efficient": (("--optimizer", "adamw_torch", "--memory-efficient-bf16"), 11 * GB),
     "adafactor": (("--optimizer", "adafactor", "--memory-efficient-bf16"), 8 * GB),
+    "adafactor_batched": (("--optimizer", "adafactor_batched", "--memory-efficient-bf16"), 8 * GB),
 }
 # row 3's: the recipes' optimizer, under the wrapper whose update launches 21 kernels at bart.large's size, where
 # --bf16's launches 1,553 (benchmarks.update_operators); fairseq's Adam before the fifth visit, adamw_torch under

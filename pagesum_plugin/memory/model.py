@@ -43,7 +43,7 @@ from ..architectures import (AWESOME_SLOTS, HEPOS_STRIDE, HEPOS_WINDOW, LOSS_CHU
 GB = 10**9
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 KERNELS = ("bmm", "fused")
-OPTIMIZERS = ("adam", "adamw_torch", "adafactor")
+OPTIMIZERS = ("adam", "adamw_torch", "adafactor", "adafactor_batched")
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,8 @@ def static_bytes(step: Step) -> Tuple[float, float]:
     """(weights + masters + optimizer state, the model's gradients), in bytes."""
     n = parameters(step)
     size = DTYPE_BYTES[step.dtype]
-    state = {"adam": 8, "adamw_torch": 8, "adafactor": 0.01}[step.optimizer] * n  # fp32 moments; Adafactor: factored
+    # fp32 moments; Adafactor: factored
+    state = {"adam": 8, "adamw_torch": 8, "adafactor": 0.01, "adafactor_batched": 0.01}[step.optimizer] * n
     masters = 0
     if size < 4 and step.master_weights:  # fairseq's wrapper: an fp32 copy and its fp32 gradient
         masters = 8 * n
@@ -221,10 +222,16 @@ def predict(step: Step, counts: Counts = COUNTS) -> Prediction:
     activations = activation_bytes(step, counts)
     first_gradients = backward_gradients(step)
     # fairseq's adam: each weight's sqrt(v) + eps; adafactor: its update
-    optimizer_scratch = {"adam": 1, "adamw_torch": 0, "adafactor": 1}[step.optimizer] * max_tensor_bytes(step)
-    if step.optimizer == "adamw_torch" and not step.master_weights and DTYPE_BYTES[step.dtype] < 4:
+    optimizer_scratch = {"adam": 1, "adamw_torch": 0, "adafactor": 1}.get(step.optimizer, 0) * max_tensor_bytes(step)
+    bucket = update_bucket_bytes(step)
+    sixteen_bit = DTYPE_BYTES[step.dtype] < 4
+    if step.optimizer == "adamw_torch" and not step.master_weights and sixteen_bit:
         # a bucket of fp32 gradients, and its 16-bit copy while it is cast
-        optimizer_scratch = max(MASTER_BUCKET_BYTES, max_tensor_bytes(step)) * (4 + DTYPE_BYTES[step.dtype]) / 4
+        optimizer_scratch = bucket * (4 + DTYPE_BYTES[step.dtype]) / 4
+    elif step.optimizer == "adafactor_batched":
+        # a bucket's fp32 update and fp32 weights, and (16-bit weights, no masters) their stack while it is cast
+        cast = DTYPE_BYTES[step.dtype] / 4 if sixteen_bit and not step.master_weights else 0
+        optimizer_scratch = bucket * (2 + cast)
     peak = static + max(activations + first_gradients, gradients + optimizer_scratch)
     return Prediction(weights=static, activations=activations, gradients=gradients, peak=peak)
 
@@ -236,6 +243,13 @@ def backward_gradients(step: Step) -> float:
     d, f = a.embed_dim, a.ffn_dim
     decoder = a.layers * (8 * d * d + 2 * d * f)
     return (a.vocab * d + decoder) * DTYPE_BYTES[step.dtype]
+
+
+def update_bucket_bytes(step: Step) -> float:
+    """The fp32 bytes that a bucketed update (``adamw_torch``'s memory-efficient one,
+    ``adafactor_batched``) converts at once: ``MASTER_BUCKET_BYTES``, or every weight where they
+    hold less, or the largest weight where it holds more."""
+    return max(max_tensor_bytes(step), min(MASTER_BUCKET_BYTES, 4 * parameters(step)))
 
 
 def max_tensor_bytes(step: Step) -> float:

@@ -7,7 +7,8 @@ For each system at the architecture's size (PageSum, full-attention BART, HEPOS,
 and each batch size, the longest input whose predicted training-step peak
 (``model.predict``) is within the budget, and the cheapest settings that fit it: bf16
 rather than fp32, no activation checkpointing rather than checkpointing (which recomputes every
-layer in backward), ``adamw_torch`` rather than Adafactor (which changes the optimisation), and
+layer in backward), ``adamw_torch`` rather than Adafactor (``adafactor_batched``, which changes the
+optimisation), and
 fairseq's 16-bit wrapper with fp32 master weights rather than its memory-efficient one
 (``--memory-efficient-bf16``). Under the memory-efficient wrapper ``adamw_torch`` keeps the fp32
 master weights itself and no fp32 gradients (the same updates, 4 bytes a weight fewer), and
@@ -39,12 +40,13 @@ UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 FLAT_UNIT = 1024  # a flat input grows by this many tokens
 # (dtype, checkpointing, optimizer, fp32 master weights), cheapest to run first
-OPTIMIZER_SETTINGS = (("adamw_torch", True), ("adamw_torch", False), ("adafactor", True), ("adafactor", False))
+ADAFACTOR = "adafactor_batched"  # fairseq's Adafactor update, batched by shape (optim/adafactor_batched.py)
+OPTIMIZER_SETTINGS = (("adamw_torch", True), ("adamw_torch", False), (ADAFACTOR, True), (ADAFACTOR, False))
 SETTINGS = sorted(((dtype, checkpointing, optimizer, masters)
                    for dtype, checkpointing, (optimizer, masters) in itertools.product(
                        ("bf16", "fp32"), (False, True), OPTIMIZER_SETTINGS)
                    if masters or dtype != "fp32"),
-                  key=lambda s: (s[1], s[2] == "adafactor", not s[3], s[0] == "fp32"))
+                  key=lambda s: (s[1], s[2] == ADAFACTOR, not s[3], s[0] == "fp32"))
 
 
 CUDA_CONTEXT = "0.8GB"  # the CUDA context and library workspaces beside torch's allocator (an H100: 12.4 - 11.6 GB)
@@ -136,7 +138,7 @@ def table(args, arch_name: str) -> List[List[str]]:
                 step = cheapest(system, base, tensors, args.page_tokens, args.pages)
                 if step is None:
                     needs = predict(step_for(system, replace(base, dtype="bf16", checkpointing=True,
-                                                             optimizer="adafactor", master_weights=False),
+                                                             optimizer=ADAFACTOR, master_weights=False),
                                              args.pages, args.page_tokens)).peak + args.cuda_context
                     wanted = step_for(system, base, args.pages, args.page_tokens)
                     rows.append([system, str(batch), describe_input(wanted, 0, -1), f"{wanted.input_tokens:,}",

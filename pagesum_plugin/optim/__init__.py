@@ -1,1 +1,2 @@
-"""The optimizers the plugin registers with fairseq: ``adamw_torch`` (``adamw_torch.py``)."""
+"""The optimizers the plugin registers with fairseq: ``adamw_torch`` (``adamw_torch.py``) and
+``adafactor_batched`` (``adafactor_batched.py``)."""

@@ -264,8 +264,29 @@ class MasterWeightAdamW(torch.optim.Optimizer):
         return loss
 
 
+class NormOfAllGradients(FairseqOptimizer):
+    """A fairseq optimizer whose gradient norm, which fairseq's trainer asks for at every update,
+    is ``gradient_norm``'s: one multi-tensor norm a device, where fairseq's takes one a parameter."""
+
+    def prepare_gradients(self) -> None:
+        """What the gradients need before they are read (nothing, unless a subclass says)."""
+
+    def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
+        """fairseq's clipping (``utils.clip_grad_norm_``), its norms taken by ``gradient_norm``."""
+        self.prepare_gradients()
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return super().clip_grad_norm(max_norm, aggregate_norm_fn)
+        total_norm = gradient_norm(grads)
+        if aggregate_norm_fn is not None:
+            total_norm = aggregate_norm_fn(total_norm)
+        if max_norm > 0:
+            torch._foreach_mul_(grads, (float(max_norm) / (total_norm + 1e-6)).clamp_(max=1))
+        return total_norm
+
+
 @register_optimizer("adamw_torch", dataclass=AdamWTorchConfig)
-class AdamWTorch(FairseqOptimizer):
+class AdamWTorch(NormOfAllGradients):
     """fairseq's view of ``torch.optim.AdamW`` (fused or foreach)."""
 
     def __init__(self, cfg: AdamWTorchConfig, params):
@@ -287,29 +308,16 @@ class AdamWTorch(FairseqOptimizer):
             # after a step's activations had been cached, in memory reserved on top of theirs
             make_state(self._optimizer)
 
-    def _regather(self):
+    def prepare_gradients(self):
         if self._flat is not None:
             regather_grads(self._masters, self._flat)
 
     def multiply_grads(self, c):
-        self._regather()
+        self.prepare_gradients()
         super().multiply_grads(c)
 
-    def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
-        """fairseq's clipping (``utils.clip_grad_norm_``), its norms taken by ``gradient_norm``."""
-        self._regather()
-        grads = [p.grad for p in self.params if p.grad is not None]
-        if not grads:
-            return super().clip_grad_norm(max_norm, aggregate_norm_fn)
-        total_norm = gradient_norm(grads)
-        if aggregate_norm_fn is not None:
-            total_norm = aggregate_norm_fn(total_norm)
-        if max_norm > 0:
-            torch._foreach_mul_(grads, (float(max_norm) / (total_norm + 1e-6)).clamp_(max=1))
-        return total_norm
-
     def step(self, closure=None, scale=1.0, groups=None):
-        self._regather()
+        self.prepare_gradients()
         for group in self.optimizer.param_groups:
             update = updates_done(self.optimizer, group) + 1
             group["eps"] = self.cfg.adam_eps / math.sqrt(1 - group["betas"][1] ** update)
