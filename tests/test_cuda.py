@@ -13,6 +13,7 @@ import torch
 from fairseq import utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.modules import MultiheadAttention
+from fairseq.optim.adafactor import Adafactor
 from fairseq.optim.fp16_optimizer import MemoryEfficientFP16Optimizer
 from torch._C._autograd import DeviceType
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -27,6 +28,7 @@ from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGen
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.generation.ngram_blocking import NoRepeatNGramBlocker
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention
+from pagesum_plugin.optim.adafactor_batched import BatchedAdafactor
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none)")
 
@@ -146,6 +148,41 @@ def test_the_raw_events_kernel_seconds_are_the_profilers_own_device_times():
     assert len(own) >= 3 and set(seconds) == set(own)
     for name, total in own.items():
         assert seconds[name] == pytest.approx(total, rel=1e-3, abs=2e-6), name
+
+
+def test_adafactor_batched_updates_on_cuda_as_fairseqs_adafactor_in_a_few_kernels(copy_task_dir):
+    """``adafactor_batched`` on the GPU: three updates of a tiny PageSum's fp32 weights on the same
+    gradients land where fairseq's Adafactor puts them on the GPU, to fp32 rounding (the batched
+    reductions may add in another order); under ``--memory-efficient-bf16`` an update as the
+    trainer makes it launches as few kernels as on the CPU (``test_optim_adafactor_batched.py``)
+    and leaves finite weights."""
+    args, _, model = build_tiny(copy_task_dir, "--optimizer", "adafactor_batched", "--memory-efficient-bf16",
+                                "--lr", "1e-3")
+    options = dict(lr=1e-3, beta1=0.9, weight_decay=0.01)
+    weights = {}
+    for optimizer_class in (Adafactor, BatchedAdafactor):
+        params = list(copy.deepcopy(model).cuda().parameters())
+        extra = dict(scale_parameter=False, relative_step=False) if optimizer_class is Adafactor else {}
+        optimizer = optimizer_class(params, **options, **extra)
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(3):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=generator).cuda()
+            optimizer.step()
+        weights[optimizer_class] = torch.cat([p.detach().reshape(-1) for p in params]).cpu()
+    torch.testing.assert_close(weights[BatchedAdafactor], weights[Adafactor], atol=1e-6, rtol=1e-5)
+    start = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert (weights[BatchedAdafactor] - start).abs().max() > 1e-4
+
+    params = list(copy.deepcopy(model).to(device="cuda", dtype=torch.bfloat16).parameters())
+    optimizer = MemoryEfficientFP16Optimizer.build_optimizer(convert_namespace_to_omegaconf(args), params)
+    for p in params:
+        p.grad = torch.randn_like(p)
+    with Launched() as counted:
+        optimizer.multiply_grads(1 / 7)
+        optimizer.clip_grad_norm(1.0)
+        optimizer.step()
+    assert counted.kernels <= 400 and all(torch.isfinite(p).all() for p in params)
 
 
 def test_adamw_torch_keeps_its_fp32_masters_on_cuda_as_on_the_cpu(copy_task_dir):
