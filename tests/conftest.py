@@ -18,6 +18,7 @@ if TESTS_DIR not in sys.path:
 from builders.cli import TRAIN_FLAGS, run_cli  # noqa: E402
 from builders.corpora import acl_papers, paged_sentencepiece_data, write_jsonl  # noqa: E402
 from builders.hepos import single_thread  # noqa: E402
+from builders.models import build_tiny  # noqa: E402
 from builders.paged_data import write_copy_task  # noqa: E402
 from pagesum_plugin.registration import FAIRSEQ_NOTICES  # noqa: E402
 
@@ -38,6 +39,15 @@ def copy_task_dir(tmp_path_factory):
     data_dir = str(tmp_path_factory.mktemp("copy_task"))
     write_copy_task(data_dir)
     return data_dir
+
+
+@pytest.fixture(scope="session")
+def copy_task_batch(copy_task_dir):
+    """Four validation examples of the copy task, collated as fairseq's trainer gets them."""
+    _, task, _ = build_tiny(copy_task_dir)
+    task.load_dataset("valid")
+    dataset = task.datasets["valid"]
+    return dataset.collater([dataset[i] for i in range(4)])
 
 
 @pytest.fixture(scope="session")

@@ -125,12 +125,9 @@ def test_scale_parameter_without_relative_step_is_refused_in_one_line():
         BatchedAdafactor(parameters(torch.float32), lr=0.01, scale_parameter=True)
 
 
-@pytest.fixture(scope="module")
-def batch(copy_task_dir):
-    _, task, _ = build_tiny(copy_task_dir)
-    task.load_dataset("valid")
-    dataset = task.datasets["valid"]
-    return dataset.collater([dataset[i] for i in range(4)])
+@pytest.fixture
+def batch(copy_task_batch):
+    return copy_task_batch
 
 
 def bf16_model_and_optimizer(data_dir, optimizer_name, *flags):

@@ -25,12 +25,9 @@ from pagesum_plugin.optim.adamw_torch import MasterWeightAdamW, build_adamw
 SETTINGS = ("--lr", "1e-3", "--weight-decay", "0.01", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-8")
 
 
-@pytest.fixture(scope="module")
-def batch(copy_task_dir):
-    _, task, _ = build_tiny(copy_task_dir)
-    task.load_dataset("valid")
-    dataset = task.datasets["valid"]
-    return dataset.collater([dataset[i] for i in range(4)])
+@pytest.fixture
+def batch(copy_task_batch):
+    return copy_task_batch
 
 
 def model_and_config(data_dir, optimizer, *flags):
