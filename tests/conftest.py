@@ -23,6 +23,14 @@ from builders.paged_data import write_copy_task  # noqa: E402
 from pagesum_plugin.registration import FAIRSEQ_NOTICES  # noqa: E402
 
 
+def pytest_collection_modifyitems(config, items):
+    """The files that hold slow tests (end-to-end runs of minutes) run first. The README's command
+    gives each of two workers whole files (``--dist loadfile``): a long file started last would
+    leave the other worker idle while it runs."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end runs of the console commands (deselect with -m 'not slow')")
     config.addinivalue_line("filterwarnings", "ignore:`torch.jit.script(_method)?` is deprecated:DeprecationWarning")
