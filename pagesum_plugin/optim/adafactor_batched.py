@@ -48,7 +48,8 @@ class BatchedAdafactorConfig(FairseqDataclass):
     adafactor_eps: str = field(default="(1e-30, 1e-3)", metadata={
         "help": "(added to the squared gradients, the least parameter scale)"})
     clip_threshold: float = field(default=1.0, metadata={"help": "the largest root mean square of an update"})
-    decay_rate: float = field(default=-0.8, metadata={"help": "the second moment keeps 1 - t^rate of itself at update t"})
+    decay_rate: float = field(default=-0.8, metadata={
+        "help": "the second moment keeps 1 - t^rate of itself at update t"})
     beta1: Optional[float] = field(default=None, metadata={"help": "a first moment with this decay (none: no first "
                                                                    "moment)"})
     weight_decay: float = field(default=0.0, metadata={"help": "weight decay, times the learning rate"})
