@@ -10,7 +10,7 @@ import pytest
 import torch
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.adafactor import Adafactor
-from fairseq.optim.fp16_optimizer import MemoryEfficientFP16Optimizer
+from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 
 from benchmarks.common import Launched
 from benchmarks.scale.training import trainer_update
@@ -156,6 +156,26 @@ def test_a_bf16_pagesum_under_fairseqs_wrapper_updates_as_with_fairseqs_adafacto
         weights[name] = [p.detach().clone() for p in model.parameters()]
     assert all(torch.equal(a, e) for a, e in zip(weights["adafactor_batched"], weights["adafactor"]))
     assert isinstance(optimizer.optimizer, BatchedAdafactor)
+
+
+def test_under_fairseqs_bf16_wrapper_the_fp32_masters_update_as_with_fairseqs_adafactor(copy_task_dir, batch):
+    """``--bf16``: fairseq's wrapper keeps fp32 master weights, whose gradients take the trainer's
+    factor (1 / sample size, the clipping) in place, as for fairseq's Adafactor; that wrapper never
+    resets a factor that it hands to ``step`` instead, so across updates it would compound. Three
+    updates as the trainer makes them: the same masters, bit for bit."""
+    masters = {}
+    for name in ("adafactor", "adafactor_batched"):
+        args, task, model = build_tiny(copy_task_dir, "--optimizer", name, "--lr", "1e-3", "--bf16")
+        model, criterion = model.to(torch.bfloat16), task.build_criterion(args).to(torch.bfloat16)
+        optimizer = FP16Optimizer.build_optimizer(convert_namespace_to_omegaconf(args), list(model.parameters()))
+        model.train()
+        for _ in range(3):
+            optimizer.zero_grad()
+            torch.manual_seed(0)  # the same dropout masks for both
+            loss, sample_size, _ = criterion(model, batch)
+            trainer_update(optimizer, loss, sample_size, clip_norm=0.1)
+        masters[name] = [p.detach().clone() for p in optimizer.fp32_params]
+    assert all(torch.equal(a, e) for a, e in zip(masters["adafactor_batched"], masters["adafactor"]))
 
 
 def test_an_update_launches_as_many_kernels_at_any_depth(copy_task_dir, batch):

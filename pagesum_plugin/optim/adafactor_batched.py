@@ -17,7 +17,8 @@ Two things differ from fairseq's:
 
 * the gradients' factor that fairseq's memory-efficient wrapper would multiply the 16-bit gradients
   by in place (``--memory-efficient-bf16``: the trainer's 1 / sample size, the clipping, fp16's
-  loss scale) is given to ``step``, which divides their fp32 copies, not rounded first;
+  loss scale) is given to ``step``, which divides their fp32 copies, not rounded first (fp32
+  gradients, fp32 masters under ``--bf16`` included, are multiplied in place, as fairseq does);
 * ``--scale-parameter`` without ``--relative-step`` is refused: there, fairseq multiplies the
   learning rate by each parameter's root mean square in turn and keeps the product for the
   next parameter (``group["lr"]`` is overwritten), an accident of its code, not Adafactor.
@@ -103,7 +104,7 @@ class BatchedAdafactor(torch.optim.Optimizer):
     parameter without a gradient is left alone, as in fairseq: the others of its bucket are
     updated as a batch of their own."""
 
-    supports_step_with_scale = True  # fairseq's wrappers then pass the gradients' factor to ``step``
+    supports_step_with_scale = False  # True for 16-bit parameters: see __init__
 
     def __init__(self, params, lr: Optional[float] = None, eps=(1e-30, 1e-3), clip_threshold: float = 1.0,
                  decay_rate: float = -0.8, beta1: Optional[float] = None, weight_decay: float = 0.0,
@@ -120,6 +121,11 @@ class BatchedAdafactor(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, eps=eps, clip_threshold=clip_threshold, decay_rate=decay_rate,
                                       beta1=beta1, weight_decay=weight_decay, scale_parameter=scale_parameter,
                                       relative_step=relative_step, warmup_init=warmup_init))
+        # 16-bit parameters (fairseq's memory-efficient wrapper): the wrapper passes the gradients' factor to
+        # ``step``, which divides their fp32 copies. fp32 ones (no wrapper, or fp32 masters under --bf16) take
+        # the factor in place: fairseq's --bf16 wrapper never resets a factor it passed on, so it would compound
+        self.supports_step_with_scale = any(p.dtype in (torch.float16, torch.bfloat16)
+                                            for group in self.param_groups for p in group["params"])
 
     @torch.no_grad()
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
