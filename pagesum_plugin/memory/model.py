@@ -221,18 +221,7 @@ def predict(step: Step, counts: Counts = COUNTS) -> Prediction:
     static, gradients = static_bytes(step)
     activations = activation_bytes(step, counts)
     first_gradients = backward_gradients(step)
-    # fairseq's adam: each weight's sqrt(v) + eps; adafactor: its update
-    optimizer_scratch = {"adam": 1, "adamw_torch": 0, "adafactor": 1}.get(step.optimizer, 0) * max_tensor_bytes(step)
-    bucket = update_bucket_bytes(step)
-    sixteen_bit = DTYPE_BYTES[step.dtype] < 4
-    if step.optimizer == "adamw_torch" and not step.master_weights and sixteen_bit:
-        # a bucket of fp32 gradients, and its 16-bit copy while it is cast
-        optimizer_scratch = bucket * (4 + DTYPE_BYTES[step.dtype]) / 4
-    elif step.optimizer == "adafactor_batched":
-        # a bucket's fp32 update and fp32 weights, and (16-bit weights, no masters) their stack while it is cast
-        cast = DTYPE_BYTES[step.dtype] / 4 if sixteen_bit and not step.master_weights else 0
-        optimizer_scratch = bucket * (2 + cast)
-    peak = static + max(activations + first_gradients, gradients + optimizer_scratch)
+    peak = static + max(activations + first_gradients, gradients + optimizer_scratch(step))
     return Prediction(weights=static, activations=activations, gradients=gradients, peak=peak)
 
 
@@ -243,6 +232,17 @@ def backward_gradients(step: Step) -> float:
     d, f = a.embed_dim, a.ffn_dim
     decoder = a.layers * (8 * d * d + 2 * d * f)
     return (a.vocab * d + decoder) * DTYPE_BYTES[step.dtype]
+
+
+def optimizer_scratch(step: Step) -> float:
+    """What the optimizer's update allocates at once, in bytes."""
+    cast = DTYPE_BYTES[step.dtype] / 4 if DTYPE_BYTES[step.dtype] < 4 and not step.master_weights else 0
+    if step.optimizer == "adamw_torch" and cast:  # a bucket of fp32 gradients, and its 16-bit copy while cast
+        return update_bucket_bytes(step) * (1 + cast)
+    if step.optimizer == "adafactor_batched":  # a bucket's fp32 update and weights, and 16-bit weights' stack
+        return update_bucket_bytes(step) * (2 + cast)
+    # fairseq's adam: each weight's sqrt(v) + eps; adafactor: its update; adamw_torch under a wrapper: nothing
+    return {"adam": 1, "adamw_torch": 0, "adafactor": 1}[step.optimizer] * max_tensor_bytes(step)
 
 
 def update_bucket_bytes(step: Step) -> float:

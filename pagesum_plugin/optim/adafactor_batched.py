@@ -38,10 +38,7 @@ from fairseq.optim import register_optimizer
 from omegaconf import II
 
 from ..architectures import MASTER_BUCKET_BYTES
-from .adamw_torch import NormOfAllGradients
-
-STATE_NAMES = ("exp_avg", "exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_sq")  # fairseq's, per parameter
-
+from .adamw_torch import NormOfAllGradients, load_into_own_state
 
 @dataclass
 class BatchedAdafactorConfig(FairseqDataclass):
@@ -147,19 +144,9 @@ class BatchedAdafactor(torch.optim.Optimizer):
             self.buckets.append(Bucket(len(self.param_groups) - 1, params, stacks))
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """torch's loading casts floating-point state to its parameter's dtype (16 bits under the
-        memory-efficient wrapper) and replaces the stacks' views: the saved values are copied into
-        the views instead. fairseq's ``adafactor`` saves the same names (and an ``RMS``, not kept)."""
-        own = {p: self.state[p] for group in self.param_groups for p in group["params"]}
-        super().load_state_dict(state_dict)
-        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
-        for saved_id, p in zip(saved_ids, own):
-            saved = state_dict["state"].get(saved_id, {})
-            for name in STATE_NAMES:
-                if name in saved and name in own[p]:
-                    own[p][name].copy_(saved[name])
-            own[p]["step"] = int(saved.get("step", 0))
-            self.state[p] = own[p]
+        """torch's loading, the state kept in its buckets' stacks and in fp32 (``load_into_own_state``).
+        fairseq's ``adafactor`` saves the same names (and an ``RMS``, not kept)."""
+        load_into_own_state(self, state_dict)
 
     def learning_rates(self, group: Dict[str, Any], step: int,
                        params: List[torch.Tensor]) -> Union[float, torch.Tensor]:
@@ -187,8 +174,8 @@ class BatchedAdafactor(torch.optim.Optimizer):
             for i, p in enumerate(bucket.params):
                 if p.grad is not None:
                     by_step[self.state[p]["step"]].append(i)
+            group = self.param_groups[bucket.group]
             for indices in by_step.values():
-                group = self.param_groups[bucket.group]
                 if len(indices) == len(bucket.params):
                     self.update(group, bucket.params, bucket.stacks, scale)
                     continue

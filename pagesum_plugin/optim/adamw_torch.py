@@ -188,6 +188,26 @@ def buckets(params: List[torch.Tensor], bucket_bytes: int) -> Iterator[List[torc
         yield bucket
 
 
+def load_into_own_state(optimizer: torch.optim.Optimizer, state_dict: Dict[str, Any]) -> None:
+    """torch's ``load_state_dict``, each parameter's state kept as the optimizer made it. torch's
+    loading casts floating-point state to its parameter's dtype, which would round fp32 state to
+    16 bits, and replaces the views of flat or stacked buffers: the saved values are copied into
+    the views instead (a number, such as an update count, replaces its own; a name the optimizer
+    does not keep is left out)."""
+    own = {p: optimizer.state[p] for group in optimizer.param_groups for p in group["params"]}
+    torch.optim.Optimizer.load_state_dict(optimizer, state_dict)
+    saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+    for saved_id, p in zip(saved_ids, own):
+        for name, value in state_dict["state"].get(saved_id, {}).items():
+            if name not in own[p]:
+                continue
+            if torch.is_tensor(own[p][name]):
+                own[p][name].copy_(value)
+            else:
+                own[p][name] = type(own[p][name])(value)
+        optimizer.state[p] = own[p]
+
+
 class MasterWeightAdamW(torch.optim.Optimizer):
     """torch's AdamW for 16-bit parameters, with their fp32 master weights in its state.
 
@@ -229,16 +249,9 @@ class MasterWeightAdamW(torch.optim.Optimizer):
                 offset += p.numel()
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """torch's loading casts floating-point state to its parameter's dtype, which would round
-        the fp32 masters and moments to 16 bits, and replaces the flat buffers' views: the saved
-        values are copied into the views instead."""
-        own = {p: self.state[p] for group in self.param_groups for p in group["params"]}
-        super().load_state_dict(state_dict)
-        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
-        for saved_id, p in zip(saved_ids, own):
-            for name, value in state_dict["state"].get(saved_id, {}).items():
-                own[p][name].copy_(value)
-            self.state[p] = own[p]
+        """torch's loading, the fp32 masters and moments kept in their flat buffers
+        (``load_into_own_state``)."""
+        load_into_own_state(self, state_dict)
 
     @torch.no_grad()
     def step(self, closure=None, scale: Union[float, torch.Tensor] = 1.0):
