@@ -39,6 +39,9 @@ One run, three tables.
    step runs, of the bytes of its tensor arguments and results: an upper bound of the
    traffic, which counts a tensor once per operator that touches it).
 
+``--quick`` is a smoke run of every code path (the GPU kit's rehearsal on the CPU): ``cpu_small``
+widths, 2 + 2 layers, a page of 32 tokens, one round.
+
     python -m benchmarks.fused_decoding --device cpu
 """
 
@@ -69,6 +72,7 @@ from benchmarks.beam_cache import LiveStorages, tensor_bytes
 from benchmarks.common import (
     BART_BASE,
     BART_LARGE,
+    CPU_SMALL,
     ModelSize,
     add_device_args,
     build_model,
@@ -363,8 +367,9 @@ VIEWS = {"view", "_unsafe_view", "transpose", "permute", "expand", "slice", "sel
 def main(argv=None):
     args = parse_args(argv)
     device, dtype = start(args)
-    size = BART_LARGE if device.type == "cuda" else BART_BASE
-    name = "bart.large" if size is BART_LARGE else "bart.base"
+    # --quick: a smoke run of the code paths, at widths that build in a moment
+    size = CPU_SMALL if args.quick else BART_LARGE if device.type == "cuda" else BART_BASE
+    name = {CPU_SMALL: "cpu_small", BART_LARGE: "bart.large", BART_BASE: "bart.base"}[size]
     print(f"Machine: {describe_device(device)}. Dimensions: {name} (d={size.embed_dim}, {size.heads} heads, "
           f"vocab {size.vocab_words + 4}) in {dtype_name(dtype)}, random weights, beam {args.beam}.", flush=True)
     if "one-page" in args.tables:

@@ -8,13 +8,16 @@ import pytest
 from omegaconf import OmegaConf
 
 import torch
+from fairseq.optim.adafactor import Adafactor
+from fairseq.optim.adam import Adam
 
+from benchmarks.beam_cache import LiveStorages
 from benchmarks.common import ModelSize
 from benchmarks.memory_plan import VALIDATION, build, error, measured_peak
 from benchmarks.scale.training import build_trainable, measure_update, predicted_peak, training_batch, update_step
 from builders.cli import REPO_ROOT
 from pagesum_plugin.architectures import ARCHITECTURES, LOSS_CHUNK_TOKENS, SYSTEMS, architecture
-from pagesum_plugin.memory.model import Step, parameters, predict
+from pagesum_plugin.memory.model import Step, optimizer_scratch, parameters, predict
 from pagesum_plugin.memory.plan import SETTINGS
 
 LARGE = ARCHITECTURES["bart_large"]
@@ -99,6 +102,29 @@ def test_the_gpu_benchmarks_row_1_measures_the_update_that_the_model_predicts():
     inputs = training_batch(task.dictionary, 1, 2, 128, 1024, 0, cpu)
     measured = measure_update(update_step(model, optimizer, task, *inputs), model, optimizer, cpu, 1)["allocated"]
     assert predicted_peak(size, torch.bfloat16, shapes, "adam") == pytest.approx(measured, rel=0.05)
+
+
+FAIRSEQ_OPTIMIZERS = {"adam": lambda params: Adam(params, lr=1e-3),
+                      "adafactor": lambda params: Adafactor(params, lr=1e-3, relative_step=False,
+                                                            scale_parameter=False, warmup_init=False)}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("optimizer", list(FAIRSEQ_OPTIMIZERS))
+def test_fairseqs_optimizers_are_priced_by_what_their_loop_allocates_for_the_largest_weight(optimizer, dtype):
+    """fairseq's Adam and Adafactor update one weight at a time: their scratch is a multiple of
+    the largest weight (the embedding), measured here on the second update (the first makes the
+    state), with 16-bit weights as the memory-efficient wrapper hands them over."""
+    arch = replace(ARCHITECTURES["tiny"], vocab=1000)
+    step = Step("pagesum", arch, 2, 16, 16, dtype=dtype, optimizer=optimizer, master_weights=False)
+    weight = torch.nn.Parameter(torch.randn(arch.vocab, arch.embed_dim).to({"fp32": torch.float32,
+                                                                            "bf16": torch.bfloat16}[dtype]))
+    weight.grad = torch.randn_like(weight)
+    update = FAIRSEQ_OPTIMIZERS[optimizer]([weight])
+    update.step()
+    with LiveStorages() as storages:
+        update.step()
+    assert storages.peak == pytest.approx(optimizer_scratch(step), rel=0.05)
 
 
 def test_the_memory_efficient_wrapper_holds_no_fp32_copy_of_the_weights_or_their_gradients():

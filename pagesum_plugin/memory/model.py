@@ -241,8 +241,11 @@ def optimizer_scratch(step: Step) -> float:
         return update_bucket_bytes(step) * (1 + cast)
     if step.optimizer == "adafactor_batched":  # a bucket's fp32 update and weights, and 16-bit weights' stack
         return update_bucket_bytes(step) * (2 + cast)
-    # fairseq's adam: each weight's sqrt(v) + eps; adafactor: its update; adamw_torch under a wrapper: nothing
-    return {"adam": 1, "adamw_torch": 0, "adafactor": 1}[step.optimizer] * max_tensor_bytes(step)
+    # fairseq's loops, a weight at a time: adam's sqrt(v) + eps; adafactor's grad**2 and the same plus eps,
+    # then the old update and the new one; both on fp32 copies of a 16-bit weight and its gradient
+    # (adamw_torch under a wrapper: nothing)
+    copies = 2 if cast else 0
+    return {"adam": 1 + copies, "adamw_torch": 0, "adafactor": 2 + copies}[step.optimizer] * max_tensor_bytes(step)
 
 
 def update_bucket_bytes(step: Step) -> float:
