@@ -40,6 +40,7 @@ from omegaconf import II
 from ..architectures import MASTER_BUCKET_BYTES
 from .adamw_torch import NormOfAllGradients, load_into_own_state
 
+
 @dataclass
 class BatchedAdafactorConfig(FairseqDataclass):
     """fairseq's ``adafactor`` options, under its names and defaults."""
