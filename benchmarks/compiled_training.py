@@ -1,7 +1,11 @@
 """A training step with every encoder and decoder layer and the loss's chunk compiled
 (``--compile-layers``, ``modules/compiled_layers.py``, ``PagedLabelSmoothedCrossEntropy.compile_chunks``)
 against the eager one: the operators the host still launches outside the compiled graphs, the
-graphs a stack shares, the loss and gradients, and the time.
+graphs a stack shares, the loss and gradients, and the time. Then the compiled step with its pass
+captured as CUDA graphs (``--capture-training``, ``training_capture.py``): the operators launched
+outside the graphs, and its loss and gradients; on the CPU the graphs are a stand-in that runs
+the pass eager in a region the count leaves out (``graph_standin.py``), so that only the count and
+the errors mean something there.
 
 A step is forward, the recipes' loss (the plugin's criterion, ``LOSS_CHUNK_TOKENS`` summary
 tokens at a time) and backward, of PageSum at each depth of ``--layers`` (tiny widths on the
@@ -23,12 +27,18 @@ import torch
 from benchmarks.common import (BART_LARGE, CPU_TINY, ModelSize, add_device_args, best_seconds, build_model,
                                criterion_and_sample, describe_device, markdown_table, paged_source, start, summary_io)
 from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS
+from benchmarks.graph_standin import REPLAYED, static_buffers
 from pagesum_plugin.modules.compiled_layers import compile_model_layers, compiled
+from pagesum_plugin.training_capture import CapturedTraining
 from pagesum_recipes.profiling import CountedGraphs
 
+STANDIN_NOTE = ", here their stand-in on the CPU (its times mean nothing)"
 
-def launched_outside_compiled(step: Callable[[], None]) -> int:
-    """Top-level ATen operators that ``step`` runs outside every compiled region."""
+
+def launched_outside_compiled(step: Callable[[], None], views: bool = True) -> int:
+    """Top-level ATen operators that ``step`` runs outside every compiled region (and outside a
+    stand-in's replayed graph); without ``views``, those that return a view of their input
+    (``is_view``), which launch no kernel on a GPU, are left out."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         step()
     count = 0
@@ -38,10 +48,22 @@ def launched_outside_compiled(step: Callable[[], None]) -> int:
         parent, top, compiled = event.cpu_parent, True, False
         while parent is not None:
             top &= not parent.name.startswith("aten::")
-            compiled |= "Compiled" in parent.name  # "Torch-Compiled Region", "CompiledFunction(Backward)"
+            # "Torch-Compiled Region", "CompiledFunction(Backward)"
+            compiled |= "Compiled" in parent.name or parent.name == REPLAYED
             parent = parent.cpu_parent
-        count += top and not compiled
+        count += top and not compiled and (views or not is_view(event.name))
     return count
+
+
+def is_view(name: str) -> bool:
+    """Whether the ATen operator ``name`` ("aten::detach") returns a view of its first input:
+    its schema's first result aliases it, without writing (every overload's alike)."""
+    packet = getattr(torch.ops.aten, name.split("::")[1], None)
+    if packet is None:
+        return False
+    schema = getattr(packet, packet.overloads()[0])._schema
+    alias = schema.returns[0].alias_info if schema.returns else None
+    return alias is not None and not alias.is_write
 
 
 def ffn_wide_kept(step: Callable[[], None], model, layer_tokens: int) -> float:
@@ -64,10 +86,21 @@ def ffn_wide_kept(step: Callable[[], None], model, layer_tokens: int) -> float:
     return sum(kept.values()) / (ffn * layer_tokens)
 
 
+class Backward:
+    """What a training step needs of fairseq's optimizer wrapper."""
+
+    @staticmethod
+    def backward(loss):
+        loss.backward()
+
+
 def training_step(model, task, src_tokens, target, prev_output_tokens):
-    """(criterion, step): forward, the recipes' loss (``LOSS_CHUNK_TOKENS`` summary tokens at a
-    time), backward; the step returns the loss."""
+    """(criterion, step, captured step): forward, the recipes' loss (``LOSS_CHUNK_TOKENS`` summary
+    tokens at a time), backward; the captured step replays the pass from CUDA graphs, or on the
+    CPU from their stand-in (the first call captures). Each returns the loss."""
     criterion, sample = criterion_and_sample(task, src_tokens, target, prev_output_tokens, LOSS_CHUNK_TOKENS)
+    on_cuda = src_tokens.is_cuda
+    captured = CapturedTraining(criterion, **({} if on_cuda else {"capture": static_buffers, "device": "cpu"}))
 
     def step():
         model.zero_grad(set_to_none=True)
@@ -75,7 +108,12 @@ def training_step(model, task, src_tokens, target, prev_output_tokens):
         loss.backward()
         return loss.detach()
 
-    return criterion, step
+    def captured_step():
+        model.zero_grad(set_to_none=True)
+        loss, _, _ = captured.train_step(model, sample, Backward)
+        return loss.detach()
+
+    return criterion, step, captured_step
 
 
 def measure(args, layers: int, device, dtype) -> Dict[str, object]:
@@ -87,7 +125,7 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     generator = torch.Generator().manual_seed(args.seed)
     src = paged_source(task.dictionary, args.batch, args.pages, args.page_len, generator).to(device)
     target, prev = (t.to(device) for t in summary_io(task.dictionary, args.batch, args.tgt_len, generator))
-    criterion, step = training_step(model, task, src, target, prev)
+    criterion, step, captured_step = training_step(model, task, src, target, prev)
     eager_loss = step()
     eager_grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     eager_ops = launched_outside_compiled(step)
@@ -110,10 +148,24 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     compiled_s = best_seconds(step, device, args.repeats)
     graphs = len(counted.calls)  # counted before the hooked step, which could compile anew
     compiled_kept = ffn_wide_kept(step, model, layer_tokens)
+
+    captured_step()  # captures
+    captured_loss = captured_step()
+    captured_grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    captured_grad_error = max(float((captured_grads[name] - g).abs().max())
+                              for name, g in eager_grads.items()) / scale
+    captured_ops = launched_outside_compiled(captured_step)
+    captured_kernels = launched_outside_compiled(captured_step, views=False)
+    compiled_kernels = launched_outside_compiled(step, views=False)
+    captured_s = best_seconds(captured_step, device, args.repeats)
     return {"layers": layers, "eager ops": eager_ops, "compiled ops": compiled_ops, "graphs": graphs,
             "eager kept": eager_kept, "compiled kept": compiled_kept,
             "loss error": abs(float(compiled_loss) - float(eager_loss)) / abs(float(eager_loss)),
-            "grad error": grad_error, "compile s": compile_s, "eager s": eager_s, "compiled s": compiled_s}
+            "grad error": grad_error, "compile s": compile_s, "eager s": eager_s, "compiled s": compiled_s,
+            "captured ops": captured_ops, "captured s": captured_s, "captured kernels": captured_kernels,
+            "compiled kernels": compiled_kernels,
+            "captured loss error": abs(float(captured_loss) - float(eager_loss)) / abs(float(eager_loss)),
+            "captured grad error": captured_grad_error}
 
 
 def call_microseconds(fn: Callable[[], None], calls: int, rounds: int = 5) -> float:
@@ -162,17 +214,27 @@ def main(argv=None):
           f"the recipes' loss ({LOSS_CHUNK_TOKENS} summary tokens at a time), backward. Operators: top-level ATen "
           f"operators outside compiled regions; errors relative (the gradients' to the largest); times: best of "
           f"{args.repeats}; ffn-wide kept: the feed-forward's ffn-wide tensors autograd keeps for backward, per "
-          f"token and layer.\n")
-    rows = []
+          f"token and layer. Captured: the compiled step with its pass replayed from CUDA graphs "
+          f"(--capture-training){'' if device.type == 'cuda' else STANDIN_NOTE}; "
+          f"operators outside the graphs and the compiled regions.\n")
+    rows, captured_rows = [], []
     for layers in args.layers:
         m = measure(args, layers, device, dtype)
         rows.append([layers, m["eager ops"], m["compiled ops"], f"{m['eager ops'] / m['compiled ops']:.1f}x",
                      m["graphs"], f"{m['loss error']:.1e}", f"{m['grad error']:.1e}", f"{m['compile s']:.1f}",
                      f"{m['eager s']:.4f}", f"{m['compiled s']:.4f}",
                      f"{m['eager kept']:.2f} / {m['compiled kept']:.2f}"])
+        captured_rows.append([layers, m["eager ops"], m["captured ops"], f"{m['eager ops'] / m['captured ops']:.1f}x",
+                              f"{m['compiled kernels']} / {m['captured kernels']}",
+                              f"{m['captured loss error']:.1e}", f"{m['captured grad error']:.1e}",
+                              f"{m['compiled s']:.4f}", f"{m['captured s']:.4f}"])
     print(markdown_table(["layers", "eager: operators / step", "compiled: operators outside", "fewer", "graphs",
                           "loss error", "gradient error", "first compiled step s", "eager step s",
                           "compiled step s", "ffn-wide kept per token and layer: eager / compiled"], rows))
+    print("\nThe compiled step captured (--capture-training):\n")
+    print(markdown_table(["layers", "eager: operators / step", "captured: operators outside the graphs", "fewer",
+                          "views aside: compiled / captured", "loss error", "gradient error", "compiled step s",
+                          "captured step s"], captured_rows))
     cost = compiled_call_cost(args.calls)
     print(f"\nThe host's time for a call of one operator, best of 5 rounds of {args.calls} calls:\n")
     added = cost["compiled"] - cost["eager"]

@@ -34,7 +34,7 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
     "causal_attention": (["--device", "cpu", "--quick"], ["masked ms", "causal ms", "where a loss reads"]),
     "compiled_training": (["--device", "cpu", "--layers", "2", "--repeats", "1"],
                           ["eager: operators / step", "compiled: operators outside", "gradient error",
-                           "a compiled call adds us"]),
+                           "captured: operators outside the graphs", "a compiled call adds us"]),
     "search_memory": (["--pages", "1", "--page-len", "16", "--tokens", "4", "--repeats", "1"],
                       ["this checkout, step loop", "fixed shapes", "search adds MB"]),
     "update_operators": (["--layers", "1", "--repeats", "1"], ["--bf16, adamw_torch", "--memory-efficient-bf16, adamw_torch",

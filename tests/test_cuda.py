@@ -1,8 +1,8 @@
 """What only a GPU can show: decoding and page masking in half precision, the decoder's training
 self-attention on the flash kernel, the n-gram blocker on CUDA tensors, ``adamw_torch``'s fused
-CUDA update over the fp32 masters it keeps, and the scale
-benchmark's CUDA paths at a tiny size (the GPU kit runs these tests before the bart.large row
-groups). Every test here is skipped, with the reason, where torch sees no CUDA device;
+CUDA update over the fp32 masters it keeps, a training pass captured as CUDA graphs, and the
+scale benchmark's CUDA paths at a tiny size (the GPU kit runs these tests before the bart.large
+row groups). Every test here is skipped, with the reason, where torch sees no CUDA device;
 docs/benchmarks/gpu.md says where they last ran."""
 
 import copy
@@ -18,17 +18,19 @@ from fairseq.optim.fp16_optimizer import MemoryEfficientFP16Optimizer
 from torch._C._autograd import DeviceType
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from benchmarks.common import Launched
+from benchmarks.common import Launched, criterion_and_sample
 from benchmarks.scale import results
 from benchmarks.scale.cli import main as scale
 from benchmarks.scale.cli import parse_args
 from benchmarks.scale.kernels import durations
 from builders.models import build_tiny, decoder_input, log_probs, make_source_sensitive, paged_batch
+from builders.systems import SUMMARIES, pages
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.generation.ngram_blocking import NoRepeatNGramBlocker
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention
 from pagesum_plugin.optim.adafactor_batched import BatchedAdafactor
+from pagesum_plugin.training_capture import CapturedTraining
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none)")
 
@@ -212,3 +214,50 @@ def test_adamw_torch_keeps_its_fp32_masters_on_cuda_as_on_the_cpu(copy_task_dir)
     torch.testing.assert_close(masters["cuda"], masters["cpu"], atol=1e-6, rtol=0)
     assert (masters["cpu"] - torch.cat([p.detach().float().reshape(-1) for p in model.parameters()])).abs().max() > 1e-3
     assert kernels["cuda"] <= 24, kernels
+
+
+class Backward:
+    """What the training step needs of fairseq's optimizer wrapper."""
+
+    @staticmethod
+    def backward(loss):
+        loss.backward()
+
+
+def cuda_training_batch(task, summaries, page_counts):
+    """The criterion (the loss 3 summary tokens at a time) and a sample on the GPU."""
+    target, prev = decoder_input(summaries, task.dictionary)
+    return criterion_and_sample(task, pages(task, page_counts).cuda(), target.cuda(), prev.cuda(), 3)
+
+
+def test_a_captured_training_pass_gives_the_eager_losses_and_gradients_update_after_update(copy_task_dir):
+    """``--capture-training``: batches of two shapes, the weights moving between updates, and two
+    micro-batches accumulated into one update, replayed from CUDA graphs, against the same steps
+    eager on a copy of the model (fp32, no dropout)."""
+    _, task, model = build_tiny(copy_task_dir)
+    model = make_source_sensitive(model, task.dictionary).cuda().train()
+    eager_model = copy.deepcopy(model)
+    shifted = [[t + 20 for t in summary] for summary in SUMMARIES]
+    criterion, first = cuda_training_batch(task, SUMMARIES, (3, 1, 4, 2))
+    _, same_shape = cuda_training_batch(task, shifted, (3, 1, 4, 2))
+    _, other_shape = cuda_training_batch(task, SUMMARIES, (2, 2, 1, 4))
+    captured = CapturedTraining(criterion)
+    updates = [[first], [same_shape], [other_shape], [first, same_shape], [other_shape]]  # the 4th: --update-freq 2
+    for micro_batches in updates:
+        grads = []
+        for m, step in ((model, lambda s: captured.train_step(model, s, Backward)),
+                        (eager_model, lambda s: Backward.backward(criterion(eager_model, s)[0]))):
+            m.zero_grad(set_to_none=True)
+            for sample in micro_batches:
+                step(sample)
+            grads.append({name: p.grad.clone() for name, p in m.named_parameters() if p.grad is not None})
+            with torch.no_grad():
+                for p in m.parameters():
+                    if p.grad is not None:
+                        p -= 0.05 * p.grad
+        assert grads[0].keys() == grads[1].keys()
+        for name in grads[1]:
+            torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4, msg=name)
+    assert len(captured.shapes) == 2
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)

@@ -27,9 +27,12 @@ def verdict(ok: Optional[bool], device: str, missing: str = "") -> str:
 
 
 def not_run(record: dict) -> str:
-    """The cell of a configuration that did not run: OOM, or not tried after an OOM."""
+    """The cell of a configuration that did not run: OOM, failed (with its error), or not tried
+    after an OOM."""
     if record["status"] == "oom":
         return "OOM"
+    if record["status"] == "failed":
+        return f"failed ({record['error']})"
     return f"not tried (OOM at {' x '.join(map(str, record['stopped_at']))})"
 
 

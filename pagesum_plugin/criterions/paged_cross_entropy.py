@@ -3,7 +3,7 @@ computed a chunk of summary tokens at a time so that the (tokens, vocabulary) lo
 whole batch never exist at once (``chunked_loss``)."""
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Tuple, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
 from fairseq import metrics
@@ -67,6 +67,13 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
             self.chunk_step = compiled_chunk_step(backend)
 
     def forward(self, model, sample, reduce=True):
+        loss, measured = self.losses(model, sample, reduce)
+        sample_size, counted = self.counts(sample)
+        return loss, sample_size, {**counted, **measured}
+
+    def losses(self, model, sample, reduce=True) -> Tuple[Tensor, Dict[str, Tensor]]:
+        """The loss and the logging output's tensors: what the device computes of a batch, all
+        of it a function of the batch's tensors (``training_capture.py`` captures it)."""
         chunked = (reduce and self.loss_chunk_tokens > 0 and projects_features(model)
                    and not fp16_logits(model.decoder.output_projection.weight))
         net_output = model(**sample["net_input"], **({"features_only": True} if chunked else {}))
@@ -77,24 +84,19 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
             loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
             if self.report_accuracy:
                 accuracy = self.compute_accuracy(model, net_output, sample)
-        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        logging_output = {
-            "loss": loss.data,
-            "nll_loss": nll_loss.data,
-            "ntokens": sample["ntokens"],
-            "nsentences": sample["target"].size(0),
-            "sample_size": sample_size,
-        }
+        measured = {"loss": loss.data, "nll_loss": nll_loss.data}
         if net_output[1].get("page_weights") is not None:  # models that mix pages
-            entropy_sum, top_weight_sum = page_weight_sums(
-                net_output[1]["page_weights"], sample["target"].ne(self.padding_idx)
-            )
-            logging_output.update(page_entropy_sum=entropy_sum, top_page_weight_sum=top_weight_sum)
+            measured["page_entropy_sum"], measured["top_page_weight_sum"] = page_weight_sums(
+                net_output[1]["page_weights"], sample["target"].ne(self.padding_idx))
         if accuracy is not None:
-            n_correct, total = accuracy
-            logging_output["n_correct"] = n_correct.data
-            logging_output["total"] = total.data
-        return loss, sample_size, logging_output
+            measured["n_correct"], measured["total"] = (count.data for count in accuracy)
+        return loss, measured
+
+    def counts(self, sample) -> Tuple[int, Dict[str, int]]:
+        """The sample size and the logging output's counts: what the host knows of a batch."""
+        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        return sample_size, {"ntokens": sample["ntokens"], "nsentences": sample["target"].size(0),
+                             "sample_size": sample_size}
 
     def chunked_losses(self, model, net_output, sample) -> Tuple[Tensor, Tensor, Optional[Tuple[Tensor, Tensor]]]:
         """(loss, nll_loss, (n_correct, total) or None) summed over the target, from the

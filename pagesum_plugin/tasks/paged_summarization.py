@@ -33,6 +33,7 @@ from ..generation.contract import model_name
 from ..generation.defaults import GenerationDefaults, for_dataset
 from ..generation.outputs import InputOrderFile, page_weights_record
 from ..modules.compiled_layers import compile_model_layers
+from ..training_capture import CapturedTraining
 from .one_dictionary import OneDictionaryConfig, OneDictionaryTask
 
 logger = logging.getLogger(__name__)
@@ -123,6 +124,11 @@ class PagedSummarizationConfig(OneDictionaryConfig):
                   "chunk): on, off, or auto (on when the model is on CUDA); the first update pays the compilation, "
                   "and its time is logged"},
     )
+    capture_training: bool = field(
+        default=False,
+        metadata={"help": "on CUDA, capture each batch shape's forward pass and loss, and its backward, as CUDA graphs "
+                  "and replay them (training_capture.py): for batches of one shape; the update stays eager"},
+    )
     checkpoint_paths: Optional[str] = II("common_eval.path")  # fairseq-generate's --path, checked before loading
     seed: int = II("common.seed")
     gen_subset: str = II("dataset.gen_subset")  # the split whose outputs fairseq-generate writes
@@ -157,6 +163,7 @@ class PagedSummarizationTask(OneDictionaryTask):
         self._hypotheses: Dict[int, str] = {}  # fairseq-generate's best hypotheses so far, by input index
         self._rouge_generator = None
         self._first_update: Optional[float] = None  # when the layers were compiled: the first update is timed
+        self._captured: Optional[CapturedTraining] = None  # --capture-training's graphs, once the first update runs
 
     def decoding_defaults(self, system: str = "") -> GenerationDefaults:
         """Every decoding setting of this task for the registered model ``system``: its dataset's
@@ -215,8 +222,14 @@ class PagedSummarizationTask(OneDictionaryTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if self._first_update == 0.0 and isinstance(criterion, PagedLabelSmoothedCrossEntropy):
             criterion.compile_chunks()  # the loss's chunks compile with the layers, in the first update
+        if self.cfg.capture_training and self._captured is None:
+            self._captured = CapturedTraining(criterion)
         with self.first_update_timed():
-            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+            if self._captured is None:
+                return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+            model.train()
+            model.set_num_updates(update_num)
+            return self._captured.train_step(model, sample, optimizer, ignore_grad)
 
     @contextlib.contextmanager
     def first_update_timed(self):

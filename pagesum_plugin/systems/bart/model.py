@@ -15,7 +15,7 @@ decoding step, ``TokenWeightsOnRequest``).
 """
 
 import argparse
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from fairseq.distributed import fsdp_wrap
@@ -64,6 +64,14 @@ class LongInputBARTModel(BARTModel):
         super().set_beam_size(beam)
         set_cache_beams(self.decoder, beam)
 
+    def training_capture_refusal(self) -> Optional[str]:
+        """Why a training pass of this model cannot be captured as a CUDA graph, or None: its
+        encoder must say what its pass reads back from the device (``host_facts``), so that a
+        caller reads it first and the pass reads nothing."""
+        if not hasattr(self.encoder, "host_facts"):
+            return f"{type(self.encoder).__name__} reads the device during its pass"
+        return None
+
     @recomputing_norms
     def forward(
         self,
@@ -72,10 +80,14 @@ class LongInputBARTModel(BARTModel):
         prev_output_tokens: Tensor,
         features_only: bool = False,
         return_all_hiddens: bool = False,
+        host_facts: Optional[Tuple] = None,
         **unused,
     ):
         # src_tokens: the view's layout, e.g. (batch, max_pages, page_len); prev_output_tokens: (batch, tgt_len)
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+        # host_facts: what the encoder's pass would read back from the device, read by the caller
+        # (``encoder.host_facts``, where the encoder has it: ``training_capture_refusal``)
+        given = {} if host_facts is None else {"host_facts": host_facts}
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens, **given)
         return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
                             return_all_hiddens=return_all_hiddens)
 
@@ -98,6 +110,10 @@ class SyncFreeEncoder:
     before every layer (``mask if has_pads else None``), which makes the host wait for the
     device twelve times in a ``bart.large`` forward pass. Here it is read back once, or given
     (``has_pads``) by an encoder that already knows it; the computation is fairseq's."""
+
+    def host_facts(self, src_tokens: Tensor) -> Tuple[bool]:
+        """What a pass over ``src_tokens`` (batch, src_len) reads back: whether it holds padding."""
+        return (bool(src_tokens.eq(self.padding_idx).any()),)
 
     def forward_scriptable(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None,
                            return_all_hiddens: bool = False, token_embeddings: Optional[Tensor] = None,

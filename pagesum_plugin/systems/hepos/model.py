@@ -19,7 +19,7 @@ only weights BART does not provide, and start fresh.
 
 import logging
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from fairseq.models import register_model, register_model_architecture
@@ -162,12 +162,16 @@ class HeposEncoder(SyncFreeEncoder, TransformerEncoderBase):
         return wrap_layer(layer, cfg)
 
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
-                token_embeddings: Optional[Tensor] = None):
+                token_embeddings: Optional[Tensor] = None, host_facts: Optional[Tuple[bool]] = None):
         src_tokens = flat_source(src_tokens)  # (batch, src_len)
         if src_tokens.size(1) > self.max_positions():
             raise ValueError(f"a source of {src_tokens.size(1)} tokens is longer than --max-source-positions "
                              f"{self.max_positions()}")
-        return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        has_pads = None if host_facts is None else host_facts[0]
+        return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, has_pads)
+
+    def host_facts(self, src_tokens: Tensor) -> Tuple[bool]:
+        return super().host_facts(flat_source(src_tokens))
 
 
 class HeposDecoder(TokenWeightsOnRequest, SyncFreeDecoder, TransformerDecoderBase):

@@ -28,7 +28,7 @@ and one decoder cross-attends to all of them; it is page decoding with one "page
 """
 
 import logging
-from typing import Dict, List, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -55,6 +55,37 @@ PAGE_STATE_KEY = "pagesum_pages"  # where the decoder keeps its page bookkeeping
 PAGE_COUNT_RANGE = "page_count_range"
 
 
+class PageFacts(NamedTuple):
+    """What the encoder's pass reads back from the device about a batch of pages, at once: the
+    pages to encode, the fewest and the most an example has (the decoder's page layout), the
+    tokens of the longest page (the columns kept) and of the shortest (whether a real page holds
+    padding)."""
+
+    pages: int
+    fewest: int
+    most: int
+    longest: int
+    shortest: int
+
+
+def page_tallies(src_tokens: Tensor, pad: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """(real pages (batch, max_pages) bool, page counts (batch,), page lengths (batch, max_pages),
+    0 on a padding page) of src_tokens (batch, max_pages, page_len)."""
+    real_page = real_pages(src_tokens, pad)
+    return real_page, real_page.sum(dim=1), src_tokens.ne(pad).sum(dim=2)
+
+
+def read_page_facts(real_page: Tensor, page_counts: Tensor, page_lengths: Tensor) -> PageFacts:
+    """The ``PageFacts`` of ``page_tallies``, in one read-back; a batch with an example of no
+    real page is refused."""
+    shortest = page_lengths.masked_fill(~real_page, torch.iinfo(page_lengths.dtype).max).min()  # over real pages
+    facts = PageFacts(*torch.stack([page_counts.sum(), *torch.aminmax(page_counts), page_lengths.max(),
+                                    shortest]).tolist())
+    if facts.fewest == 0:
+        raise ValueError("every example needs at least one non-padding page")
+    return facts
+
+
 class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
     """BART's encoder applied to every page independently (positions 0..len-1 per page)."""
 
@@ -64,23 +95,18 @@ class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
     beams_share_pages: bool = False
 
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
-                token_embeddings: Optional[Tensor] = None):
+                token_embeddings: Optional[Tensor] = None, host_facts: Optional[PageFacts] = None):
         # src_tokens: (batch, max_pages, page_len); a padding page starts with <pad>
+        # host_facts: this batch's, read back by the caller (``host_facts``); None: read back here
         if src_tokens.dim() != 3:
             raise ValueError(
                 f"PageSum expects src_tokens of shape (batch, pages, page_len), got {tuple(src_tokens.shape)}"
             )
         batch, max_pages, page_len = src_tokens.shape
-        real_page = real_pages(src_tokens, self.padding_idx)  # (batch, max_pages)
-        page_counts = real_page.sum(dim=1)  # (batch,)
-        page_lengths = src_tokens.ne(self.padding_idx).sum(dim=2)  # (batch, max_pages), 0 on a padding page
-        shortest = page_lengths.masked_fill(~real_page, page_len).min()
-        # the one read-back: the pages to encode, the fewest and most an example has (the decoder's
-        # page layout), the columns to keep, whether any real page holds padding
-        n_pages, fewest, most, longest, shortest = torch.stack(
-            [page_counts.sum(), *torch.aminmax(page_counts), page_lengths.max(), shortest]).tolist()
-        if fewest == 0:
-            raise ValueError("every example needs at least one non-padding page")
+        real_page, page_counts, page_lengths = page_tallies(src_tokens, self.padding_idx)
+        if host_facts is None:  # the one read-back
+            host_facts = read_page_facts(real_page, page_counts, page_lengths)
+        n_pages, fewest, most, longest, shortest = host_facts
         pages = src_tokens.reshape(batch * max_pages, page_len)
         page_lengths = page_lengths.view(batch * max_pages)
         if fewest < max_pages:  # pack the real pages, example after example: (n_pages, page_len)
@@ -94,6 +120,11 @@ class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
         if self.page_decoding == "global":
             encoder_out = concatenate_pages(encoder_out)
         return encoder_out
+
+    def host_facts(self, src_tokens: Tensor) -> PageFacts:
+        """What a pass over ``src_tokens`` reads back from the device, read now: a caller that
+        gives them to ``forward`` (a captured training step) makes the pass read nothing."""
+        return read_page_facts(*page_tallies(src_tokens, self.padding_idx))
 
     def forward_torchscript(self, net_input: Dict[str, Tensor]):
         """fairseq's generator encodes through this. A ``net_input`` that already holds the
@@ -310,6 +341,11 @@ class PageSumModel(LongInputBARTModel):
         """Page decoding mixes independently decoded pages, so a subset of them decodes alone;
         global decoding reads all pages as one sequence."""
         return self.page_decoding == "page"
+
+    def training_capture_refusal(self) -> Optional[str]:
+        if self.page_decoding == "global":
+            return "global decoding joins each example's pages by their lengths, read from the device"
+        return super().training_capture_refusal()
 
     def keep_pages(self, encoder_out: Dict[str, List[Tensor]], kept: Tensor) -> Dict[str, List[Tensor]]:
         """The encoder output of only the pages ``kept`` (batch, k): ``PageSumEncoder.keep_pages``."""

@@ -1,0 +1,208 @@
+"""A training pass captured as CUDA graphs (``--capture-training``): the forward pass and the loss
+of one batch shape captured once as a graph, its backward as another, both replayed for every
+later batch of that shape.
+
+Why. At batch 1 an update of ``bart.large`` is bound by the host, which launches the pass's
+operators one by one faster than the GPU runs them (docs/benchmarks/gpu.md): compiling the
+layers fused their kernels but left a launch per kernel and a Python call per layer. A replay
+launches the whole pass at once.
+
+What is captured. ``torch.cuda.make_graphed_callables`` captures a module whose forward takes
+tensors only: ``LossOfShape`` holds the model and the criterion, and computes the criterion's
+loss and the logging output's tensors (``PagedLabelSmoothedCrossEntropy.losses``) from the
+batch's tensors. A captured pass may not read anything back from the device: the one read-back
+of the encoder's pass (``host_facts``: PageSum's page counts and lengths, the flat encoders'
+whether there is padding) is made before, outside the graphs, and handed to the pass, and a
+batch whose facts differ is another shape. The logging output's counts are the host's
+(``counts``). The update (the optimizer's step, the gradients' scaling and norm) stays eager:
+the plugin's fused optimizers launch a few operators for all the weights.
+
+What a shape keeps. Each captured shape has a memory pool of its own: the pass's activations
+and the static buffers of its inputs, outputs and gradients. ``CapturedTraining`` keeps the last
+``KEPT_SHAPES``; a batch of a new shape is captured (three warm-up passes, then the capture),
+replacing the oldest. Batches of one shape (a fixed ``--batch-size``, pages and summaries of
+their full lengths) capture once; batches whose shapes keep changing would capture at every
+update, so a shape past the kept ones is said in the log.
+
+Gradients. A replayed backward hands autograd the static buffers it wrote, and autograd may
+keep such a buffer as a parameter's ``.grad`` rather than copy it; the next replay writes over
+it. So a micro-batch after the first (``--update-freq``) sets the gradients accumulated so far
+aside, lets the replay give its own, and adds them back (``kept_gradients``).
+
+Where a pass cannot be captured, the batch trains eager, and the log says why in one line
+(``refusal``). The GPU test ``tests/test_training_capture_cuda.py`` checks captured against
+eager on CUDA; on the CPU, ``tests/test_training_capture.py`` checks that the captured pass
+reads nothing back and gives the criterion's loss and gradients.
+"""
+
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from typing import Callable, Dict, Hashable, Iterator, List, Optional, Set, Tuple
+
+import torch
+from torch import Tensor, nn
+
+logger = logging.getLogger(__name__)
+
+KEPT_SHAPES = 2  # captured shapes kept at once, each with its own memory pool
+WARMUP_PASSES = 3  # torch's default: lazy initialisations (cuBLAS handles, compiled graphs) run before the capture
+
+
+class LossOfShape(nn.Module):
+    """``criterion.losses(model, sample)`` as a module of tensors in, tensors out, for a batch
+    of one shape: the net input's tensors and the target in, in ``names`` order; its other
+    entries and the encoder's ``host_facts`` fixed."""
+
+    def __init__(self, model: nn.Module, criterion, sample: Dict, host_facts: Tuple):
+        super().__init__()
+        self.model = model  # its parameters are the capture's
+        self.losses = criterion.losses  # the criterion has no parameters of its own
+        self.names, self.fixed = split_net_input(sample["net_input"])
+        self.host_facts = host_facts
+
+    def forward(self, *tensors: Tensor) -> Tuple[Tensor, Dict[str, Tensor]]:
+        net_input = {**self.fixed, **dict(zip(self.names, tensors)), "host_facts": self.host_facts}
+        return self.losses(self.model, {"net_input": net_input, "target": tensors[-1]})
+
+
+def split_net_input(net_input: Dict) -> Tuple[List[str], Dict]:
+    """(the names of the tensors, in a fixed order; the other entries)."""
+    names = sorted(name for name, value in net_input.items() if isinstance(value, Tensor))
+    return names, {name: value for name, value in net_input.items() if name not in names}
+
+
+def batch_tensors(sample: Dict) -> List[Tensor]:
+    """The tensors a ``LossOfShape`` takes, in its order: the net input's, then the target."""
+    names, _ = split_net_input(sample["net_input"])
+    return [sample["net_input"][name] for name in names] + [sample["target"]]
+
+
+def refusal(model: nn.Module, criterion, sample: Dict, device: str = "cuda") -> Optional[str]:
+    """Why this batch cannot train captured on ``device`` (the type of the devices whose graphs
+    the capture makes), or None."""
+    if not hasattr(criterion, "losses"):
+        return f"the criterion {type(criterion).__name__} does not give its loss apart from its counts"
+    capture_refusal = getattr(model, "training_capture_refusal", None)
+    if capture_refusal is None:
+        return f"{type(model).__name__} is not one of the plugin's models"
+    reason = capture_refusal()
+    if reason is not None:
+        return reason
+    if sample["target"].device.type != device:
+        return f"the batch is not on {device.upper()}"
+    if torch.is_autocast_enabled("cuda"):
+        return "an autocast (--amp) caches its casts across calls, which a capture cannot"
+    if any(hasattr(module, "precheckpoint_forward") for module in model.modules()):
+        return ("activation checkpointing (--checkpoint-activations) saves the RNG state in the pass, which a "
+                "capture cannot")
+    try:
+        hash(tuple(split_net_input(sample["net_input"])[1].items()))
+    except TypeError:
+        return "the net input holds entries that are neither tensors nor fixed values"
+    return None
+
+
+def shape_key(sample: Dict, host_facts: Tuple) -> Hashable:
+    """What makes two batches the same captured pass: their tensors' names, shapes and types,
+    the net input's other entries, and the encoder's host facts."""
+    names, fixed = split_net_input(sample["net_input"])
+    tensors = [(name, tuple(t.shape), t.dtype, t.device) for name, t in zip(names + ["target"], batch_tensors(sample))]
+    return tuple(tensors), tuple(sorted(fixed.items())), tuple(host_facts)
+
+
+def graphed(module: nn.Module, tensors: Tuple[Tensor, ...]) -> Callable:
+    """``module`` captured by ``torch.cuda.make_graphed_callables``: a forward graph and a
+    backward graph, in a memory pool of their own. Parameters that take no part in the pass
+    keep no gradient, as in eager."""
+    return torch.cuda.make_graphed_callables(module, tensors, num_warmup_iters=WARMUP_PASSES, allow_unused_input=True)
+
+
+@contextlib.contextmanager
+def kept_gradients(parameters: List[nn.Parameter]) -> Iterator[None]:
+    """The gradients accumulated before (earlier micro-batches of an update) set aside while a
+    replayed backward writes its own, then added to them."""
+    held = [p for p in parameters if p.grad is not None]
+    if not held:
+        yield
+        return
+    kept = torch._foreach_mul([p.grad for p in held], 1.0)  # copies, in one operator: the replay may write over them
+    for p in held:
+        p.grad = None
+    yield
+    for p, grad in zip(held, kept):
+        if p.grad is None:
+            p.grad = grad
+        else:
+            p.grad.add_(grad)
+
+
+class CapturedTraining:
+    """fairseq's training step (``FairseqTask.train_step``) with the pass of each batch shape
+    replayed from CUDA graphs: the last ``kept`` shapes' graphs are kept. ``capture`` captures a
+    ``LossOfShape`` on ``device`` (``graphed``, CUDA; a test gives a stand-in on the CPU)."""
+
+    def __init__(self, criterion, kept: int = KEPT_SHAPES, capture: Callable = graphed, device: str = "cuda"):
+        self.criterion = criterion
+        self.device = device
+        self.kept = kept
+        self.capture = capture
+        self.shapes: "OrderedDict[Hashable, Callable]" = OrderedDict()  # the oldest first
+        self.said: Set[str] = set()  # each line once
+
+    def train_step(self, model: nn.Module, sample: Dict, optimizer, ignore_grad: bool = False):
+        """(loss, sample size, logging output), the gradients accumulated through ``optimizer``
+        as fairseq's step does; eager where ``refusal`` says why."""
+        reason = refusal(model, self.criterion, sample, self.device)
+        if reason is not None:
+            self.say(f"--capture-training: this batch trains eager: {reason}")
+            loss, sample_size, logging_output = self.criterion(model, sample)
+            return self.backward(loss, optimizer, ignore_grad), sample_size, logging_output
+        with kept_gradients([p for p in model.parameters() if p.requires_grad]):
+            loss, sample_size, logging_output = self.captured_losses(model, sample)
+            return self.backward(loss, optimizer, ignore_grad), sample_size, logging_output
+
+    @staticmethod
+    def backward(loss: Tensor, optimizer, ignore_grad: bool) -> Tensor:
+        if ignore_grad:
+            loss = loss * 0  # not in place: a replayed loss is the output of a graph's autograd node
+        optimizer.backward(loss)
+        return loss
+
+    def captured_losses(self, model: nn.Module, sample: Dict):
+        """``criterion(model, sample)``, its pass replayed from the graphs of the batch's shape."""
+        host_facts = model.encoder.host_facts(sample["net_input"]["src_tokens"])  # the pass's one read-back
+        key = shape_key(sample, host_facts)
+        graphs = self.shapes.pop(key, None)
+        if graphs is None:
+            graphs = self.captured(model, sample, host_facts, key)
+        self.shapes[key] = graphs  # the newest last
+        loss, measured = graphs(*batch_tensors(sample))
+        sample_size, counted = self.criterion.counts(sample)
+        # the logging output's own copies: the graph's outputs are written over by its next replay
+        return loss, sample_size, {**counted, **{name: value.clone() for name, value in measured.items()}}
+
+    def captured(self, model: nn.Module, sample: Dict, host_facts: Tuple, key: Hashable) -> Callable:
+        if len(self.shapes) >= self.kept:
+            self.shapes.popitem(last=False)  # its graphs and memory pool go with it
+            self.say(f"--capture-training: batches of more than {self.kept} shapes; each new one is captured "
+                     "again (three warm-up passes and the capture): give every batch one shape")
+        started = time.perf_counter()
+        module = LossOfShape(model, self.criterion, sample, host_facts)
+        graphs = self.capture(module, tuple(t.clone() for t in batch_tensors(sample)))  # the static inputs
+        logger.info(f"--capture-training: captured the pass of a batch of shape {describe(key)} in "
+                    f"{time.perf_counter() - started:.1f} s")
+        return graphs
+
+    def say(self, line: str) -> None:
+        if line not in self.said:
+            self.said.add(line)
+            logger.warning(line)
+
+
+def describe(key: Hashable) -> str:
+    """A shape key in one line: each tensor's name and shape, and the host facts."""
+    tensors, _, host_facts = key
+    shapes = ", ".join(f"{name} {tuple(shape)}" for name, shape, _, _ in tensors)
+    return f"{shapes}; host facts {tuple(host_facts)}"
