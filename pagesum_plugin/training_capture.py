@@ -180,8 +180,9 @@ class CapturedTraining:
         self.shapes[key] = graphs  # the newest last
         loss, measured = graphs(*batch_tensors(sample))
         sample_size, counted = self.criterion.counts(sample)
-        # the logging output's own copies: the graph's outputs are written over by its next replay
-        return loss, sample_size, {**counted, **{name: value.clone() for name, value in measured.items()}}
+        # the logging output's own copies, out of autograd's graph: the graph's outputs are written over
+        # by its next replay, and the graphed node makes every output one that requires a gradient
+        return loss, sample_size, {**counted, **{name: value.detach().clone() for name, value in measured.items()}}
 
     def captured(self, model: nn.Module, sample: Dict, host_facts: Tuple, key: Hashable) -> Callable:
         if len(self.shapes) >= self.kept:

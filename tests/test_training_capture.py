@@ -14,6 +14,7 @@ import torch
 
 from benchmarks.common import criterion_and_sample
 from benchmarks.graph_standin import static_buffers
+from builders.awesome import build_awesome, segment_sample
 from builders.models import assert_gradients_close, build_tiny, decoder_input
 from builders.systems import SUMMARIES, pages, trained_system
 from pagesum_plugin import training_capture
@@ -94,6 +95,7 @@ def test_the_step_gives_fairseqs_logging_output_with_the_hosts_counts(copy_task_
     _, sample_size, logging_output = step.train_step(model, sample, Backward)
     assert sample_size == sample["ntokens"]
     assert logging_output.keys() == expected_log.keys()
+    assert not any(torch.is_tensor(value) and value.requires_grad for value in logging_output.values())
     for key, value in expected_log.items():
         assert logging_output[key] == value if not torch.is_tensor(value) else torch.equal(logging_output[key], value)
     assert_gradients_close(gradients(model), expected_grads, rtol=0)
@@ -164,6 +166,19 @@ def test_a_system_whose_pass_reads_the_device_trains_eager_and_says_why_once(nam
     assert said == [f"--capture-training: this batch trains eager: {reason}"]
     torch.testing.assert_close(loss.detach(), expected_loss, rtol=0, atol=0)
     assert_gradients_close(gradients(model), expected_grads, rtol=0)
+
+
+def test_awesomes_task_trains_segment_by_segment_eager_and_says_why_once(copy_task_dir, caplog):
+    args, task, model = build_awesome(copy_task_dir, "--capture-training")
+    low = task.dictionary.nspecial
+    sample = segment_sample([[[low + 1, low + 2, low + 3], [low + 4, low + 5]]], [[[low + 6], [low + 7, low + 8]]],
+                            task.dictionary)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            task.train_step(sample, model, task.build_criterion(args), Backward, update_num=0)
+    said = [r.getMessage() for r in caplog.records if "--capture-training" in r.getMessage()]
+    assert said == ["--capture-training: AWESOME trains eager, segment by segment: AwesomeEncoder reads the device "
+                    "during its pass"]
 
 
 def test_what_else_keeps_a_batch_from_being_captured_is_named(copy_task_dir):

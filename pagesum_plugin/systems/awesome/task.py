@@ -124,6 +124,10 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
             }
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if self.cfg.capture_training and self._captured is None:
+            self._captured = False  # said once
+            logger.warning(f"--capture-training: AWESOME trains eager, segment by segment: "
+                           f"{model.training_capture_refusal()}")
         with self.first_update_timed():
             return self._train_segments(sample, model, criterion, optimizer, update_num, ignore_grad)
 
