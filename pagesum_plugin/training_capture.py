@@ -10,19 +10,20 @@ launches the whole pass at once.
 What is captured. ``torch.cuda.make_graphed_callables`` captures a module whose forward takes
 tensors only: ``LossOfShape`` holds the model and the criterion, and computes the criterion's
 loss and the logging output's tensors (``PagedLabelSmoothedCrossEntropy.losses``) from the
-batch's tensors. A captured pass may not read anything back from the device: the one read-back
-of the encoder's pass (``host_facts``: PageSum's page counts and lengths, the flat encoders'
-whether there is padding) is made before, outside the graphs, and handed to the pass, and a
-batch whose facts differ is another shape. The logging output's counts are the host's
-(``counts``). The update (the optimizer's step, the gradients' scaling and norm) stays eager:
+batch's tensors. A captured pass may not read anything back from the device, nor change its
+shapes by what it reads: the one read-back of the encoder's pass is replaced by what holds for
+every batch of the shape (``static_host_facts``): PageSum encodes and decodes every page slot, a
+padding page as an empty page that the page softmax leaves out, and keeps every column; the
+flat encoders pass the padding mask to every layer. The result is the packed pass's, to
+rounding. The logging output's counts are the host's (``counts``). The update (the optimizer's step, the gradients' scaling and norm) stays eager:
 the plugin's fused optimizers launch a few operators for all the weights.
 
 What a shape keeps. Each captured shape has a memory pool of its own: the pass's activations
 and the static buffers of its inputs, outputs and gradients. ``CapturedTraining`` keeps the last
 ``KEPT_SHAPES``; a batch of a new shape is captured (three warm-up passes, then the capture),
-replacing the oldest. Batches of one shape (a fixed ``--batch-size``, pages and summaries of
-their full lengths) capture once; batches whose shapes keep changing would capture at every
-update, so a shape past the kept ones is said in the log.
+replacing the oldest. Batches of one shape (a fixed ``--batch-size``, padded to the task's page
+and summary limits: ``--pad-to-limits``) capture once; batches whose shapes keep changing would
+capture at every update, so a shape past the kept ones is said in the log.
 
 Gradients. A replayed backward hands autograd the static buffers it wrote, and autograd may
 keep such a buffer as a parameter's ``.grad`` rather than copy it; the next replay writes over
@@ -53,9 +54,9 @@ WARMUP_PASSES = 3  # torch's default: lazy initialisations (cuBLAS handles, comp
 class LossOfShape(nn.Module):
     """``criterion.losses(model, sample)`` as a module of tensors in, tensors out, for a batch
     of one shape: the net input's tensors and the target in, in ``names`` order; its other
-    entries and the encoder's ``host_facts`` fixed."""
+    entries and the encoder's ``host_facts`` (``static_host_facts``) fixed."""
 
-    def __init__(self, model: nn.Module, criterion, sample: Dict, host_facts: Tuple):
+    def __init__(self, model: nn.Module, criterion, sample: Dict, host_facts: Hashable):
         super().__init__()
         self.model = model  # its parameters are the capture's
         self.losses = criterion.losses  # the criterion has no parameters of its own
@@ -104,12 +105,12 @@ def refusal(model: nn.Module, criterion, sample: Dict, device: str = "cuda") -> 
     return None
 
 
-def shape_key(sample: Dict, host_facts: Tuple) -> Hashable:
+def shape_key(sample: Dict) -> Hashable:
     """What makes two batches the same captured pass: their tensors' names, shapes and types,
-    the net input's other entries, and the encoder's host facts."""
+    and the net input's other entries."""
     names, fixed = split_net_input(sample["net_input"])
     tensors = [(name, tuple(t.shape), t.dtype, t.device) for name, t in zip(names + ["target"], batch_tensors(sample))]
-    return tuple(tensors), tuple(sorted(fixed.items())), tuple(host_facts)
+    return tuple(tensors), tuple(sorted(fixed.items()))
 
 
 def graphed(module: nn.Module, tensors: Tuple[Tensor, ...]) -> Callable:
@@ -172,11 +173,10 @@ class CapturedTraining:
 
     def captured_losses(self, model: nn.Module, sample: Dict):
         """``criterion(model, sample)``, its pass replayed from the graphs of the batch's shape."""
-        host_facts = model.encoder.host_facts(sample["net_input"]["src_tokens"])  # the pass's one read-back
-        key = shape_key(sample, host_facts)
+        key = shape_key(sample)
         graphs = self.shapes.pop(key, None)
         if graphs is None:
-            graphs = self.captured(model, sample, host_facts, key)
+            graphs = self.captured(model, sample, key)
         self.shapes[key] = graphs  # the newest last
         loss, measured = graphs(*batch_tensors(sample))
         sample_size, counted = self.criterion.counts(sample)
@@ -184,12 +184,13 @@ class CapturedTraining:
         # by its next replay, and the graphed node makes every output one that requires a gradient
         return loss, sample_size, {**counted, **{name: value.detach().clone() for name, value in measured.items()}}
 
-    def captured(self, model: nn.Module, sample: Dict, host_facts: Tuple, key: Hashable) -> Callable:
+    def captured(self, model: nn.Module, sample: Dict, key: Hashable) -> Callable:
         if len(self.shapes) >= self.kept:
             self.shapes.popitem(last=False)  # its graphs and memory pool go with it
             self.say(f"--capture-training: batches of more than {self.kept} shapes; each new one is captured "
                      "again (three warm-up passes and the capture): give every batch one shape")
         started = time.perf_counter()
+        host_facts = model.encoder.static_host_facts(sample["net_input"]["src_tokens"])
         module = LossOfShape(model, self.criterion, sample, host_facts)
         graphs = self.capture(module, tuple(t.clone() for t in batch_tensors(sample)))  # the static inputs
         logger.info(f"--capture-training: captured the pass of a batch of shape {describe(key)} in "
@@ -203,7 +204,6 @@ class CapturedTraining:
 
 
 def describe(key: Hashable) -> str:
-    """A shape key in one line: each tensor's name and shape, and the host facts."""
-    tensors, _, host_facts = key
-    shapes = ", ".join(f"{name} {tuple(shape)}" for name, shape, _, _ in tensors)
-    return f"{shapes}; host facts {tuple(host_facts)}"
+    """A shape key in one line: each tensor's name and shape."""
+    tensors, _ = key
+    return ", ".join(f"{name} {tuple(shape)}" for name, shape, _, _ in tensors)

@@ -33,7 +33,7 @@ LIBRARY_LAYERS = [
     ("evaluation", "hf"),  # ROUGE, baselines, analyses: text in, numbers out; PageSum as a transformers model
     #                       (torch, transformers, numpy, never fairseq)
     ("data", "modules"),  # datasets and batches; attention, page mixing, the layers every system shares
-    ("generation", "criterions", "optim"),
+    ("generation", "criterions", "optim", "training_capture"),  # decoding; the loss; updates; a pass as CUDA graphs
     ("tasks",),
     ("systems",),  # one folder per system: its model, layers, tasks and offline stages
     ("checkpoints", "summaries"),  # checkpoints loaded, converted, built; what summarize() returns

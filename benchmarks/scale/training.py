@@ -96,7 +96,7 @@ def captured_update_step(model, optimizer, task, src_tokens, target, prev_output
                          chunk_backend: Optional[str]) -> Callable[[], None]:
     """``update_step`` with the pass replayed from CUDA graphs (``--capture-training``): the first
     call captures it. On the CPU, where there are no graphs, the pass of the batch's shape runs as
-    it is, given its host facts: all but the capture."""
+    it is: all but the capture."""
     criterion, sample = criterion_and_sample(task, src_tokens, target, prev_output_tokens, LOSS_CHUNK_TOKENS)
     if chunk_backend is not None:
         criterion.compile_chunks(chunk_backend)
@@ -534,7 +534,7 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         f"compiled (--compile-layers{compiled_loss_note(measurements)}); batches doubled up to the first OOM or "
         f"--max-batch {s['max_batch']}; "
         f"captured: the compiled model with each batch's pass replayed from CUDA graphs (--capture-training; the "
-        f"update eager; on the CPU, without graphs, the pass as it is given its host facts), at batches "
+        f"update eager; on the CPU, without graphs: the pass of the batch's shape as it is), at batches "
         f"{' and '.join(map(str, PROFILED_BATCHES))}; MFU at "
         f"every batch. {measurements[0]['formula']}. MFU = FLOPs / update s / {peak_text(peak, 'TFLOP/s', 'peak')}. "
         f"Update s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included. At batches "

@@ -5,7 +5,7 @@ when the dataset is built (vectorized), so that ``--max-tokens`` batching knows 
 example's cost. ``__getitem__`` builds one example's pages with the same view code.
 """
 
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -19,10 +19,13 @@ from .examples import ExampleDataset
 ONE_DECODER_PASS_VIEWS = ("documents", "flat")
 
 
-def collate_pages(page_lists: List[List[Tensor]], pad_idx: int, pad_to_multiple: int = 1) -> Tensor:
-    """List (batch) of lists of 1-D page tensors -> (batch, max_pages, page_len), padded with pad_idx."""
-    max_pages = max(len(pages) for pages in page_lists)
-    page_len = max(len(page) for pages in page_lists for page in pages)
+def collate_pages(page_lists: List[List[Tensor]], pad_idx: int, pad_to_multiple: int = 1,
+                  shape: Optional[Tuple[int, int]] = None) -> Tensor:
+    """List (batch) of lists of 1-D page tensors -> (batch, max_pages, page_len), padded with
+    pad_idx; ``shape``: (max_pages, page_len) whatever the batch holds (at least what it holds)."""
+    max_pages, page_len = shape or (0, 0)
+    max_pages = max(max_pages, *(len(pages) for pages in page_lists))
+    page_len = max(page_len, *(len(page) for pages in page_lists for page in pages))
     if pad_to_multiple > 1:
         page_len = (page_len + pad_to_multiple - 1) // pad_to_multiple * pad_to_multiple
     out = page_lists[0][0].new_full((len(page_lists), max_pages, page_len), pad_idx)
@@ -41,7 +44,7 @@ class PagedSummarizationDataset(ExampleDataset):
     """Examples of one or more pages and a summary; the collater builds PageSum batches."""
 
     def __init__(self, corpus: CorpusSplit, view: ViewConfig, dictionary, max_summary_tokens: int = 1024,
-                 shuffle: bool = True, seed: int = 1):
+                 shuffle: bool = True, seed: int = 1, fixed_shapes: bool = False):
         super().__init__(shuffle, seed)
         self.corpus = corpus
         self.view = view
@@ -57,6 +60,13 @@ class PagedSummarizationDataset(ExampleDataset):
         # each page is encoded on its own, so positions are bounded by the longest page
         self.longest_page = np.maximum.reduceat(page_sizes, first_page) if len(page_sizes) else np.zeros(0, np.int64)
         self.tgt_sizes = np.minimum(corpus.summary_lengths + 2, max_summary_tokens).astype(np.int64)
+        # fixed_shapes: every batch padded to the split's most pages, longest page and longest summary,
+        # so that batches of one size have one shape (what --capture-training replays)
+        self.fixed_source: Optional[Tuple[int, int]] = None
+        self.fixed_summary: Optional[int] = None
+        if fixed_shapes and len(self.page_counts):
+            self.fixed_source = (int(self.page_counts.max()), int(self.longest_page.max()))
+            self.fixed_summary = int(self.tgt_sizes.max())
         # what one example costs: its pages for the encoder, plus the summary for the
         # decoder, once per page where it runs on every page (page views, segments) and
         # once where the pages are one sequence's parts (documents with boundaries)
@@ -76,11 +86,14 @@ class PagedSummarizationDataset(ExampleDataset):
         if len(samples) == 0:
             return {}
         pad, eos = self.dictionary.pad(), self.dictionary.eos()
-        src_tokens = collate_pages([s["pages"] for s in samples], pad, pad_to_multiple)  # (batch, max_pages, page_len)
+        # (batch, max_pages, page_len)
+        src_tokens = collate_pages([s["pages"] for s in samples], pad, pad_to_multiple, self.fixed_source)
         targets = [s["target"] for s in samples]
-        target = data_utils.collate_tokens(targets, pad, eos)  # (batch, tgt_len): <s> summary </s>
+        # (batch, tgt_len): <s> summary </s>
+        target = data_utils.collate_tokens(targets, pad, eos, pad_to_length=self.fixed_summary)
         # teacher forcing input: </s> <s> summary (the target shifted right)
-        prev_output_tokens = data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True)
+        prev_output_tokens = data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True,
+                                                       pad_to_length=self.fixed_summary)
         return {
             "id": torch.LongTensor([s["id"] for s in samples]),
             "example_ids": [self.example_ids[s["id"]] for s in samples],

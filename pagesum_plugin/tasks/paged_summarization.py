@@ -127,7 +127,9 @@ class PagedSummarizationConfig(OneDictionaryConfig):
     capture_training: bool = field(
         default=False,
         metadata={"help": "on CUDA, capture each batch shape's forward pass and loss, and its backward, as CUDA graphs "
-                  "and replay them (training_capture.py): for batches of one shape; the update stays eager"},
+                  "and replay them (training_capture.py); training batches are padded to the split's most pages, "
+                  "longest page and longest summary, so that batches of one --batch-size have one shape; the update "
+                  "stays eager"},
     )
     checkpoint_paths: Optional[str] = II("common_eval.path")  # fairseq-generate's --path, checked before loading
     seed: int = II("common.seed")
@@ -186,9 +188,10 @@ class PagedSummarizationTask(OneDictionaryTask):
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
         corpus = CorpusSplit(self.cfg.data, split)
+        training = split == getattr(self.cfg, "train_subset", "train")
         dataset = PagedSummarizationDataset(
-            corpus, self.view, self.dictionary, self.max_summary_tokens,
-            shuffle=(split == getattr(self.cfg, "train_subset", "train")), seed=self.cfg.seed,
+            corpus, self.view, self.dictionary, self.max_summary_tokens, shuffle=training, seed=self.cfg.seed,
+            fixed_shapes=training and self.cfg.capture_training,  # one shape to capture
         )
         self.datasets[split] = dataset
         logger.info(f"{split}: {len(dataset)} examples, {int(dataset.page_counts.sum())} pages ({self.view.view} view)")

@@ -66,9 +66,9 @@ class LongInputBARTModel(BARTModel):
 
     def training_capture_refusal(self) -> Optional[str]:
         """Why a training pass of this model cannot be captured as a CUDA graph, or None: its
-        encoder must say what its pass reads back from the device (``host_facts``), so that a
-        caller reads it first and the pass reads nothing."""
-        if not hasattr(self.encoder, "host_facts"):
+        encoder must take what its pass reads back from the device from the batch's shape
+        (``static_host_facts``), so that the pass reads nothing."""
+        if not hasattr(self.encoder, "static_host_facts"):
             return f"{type(self.encoder).__name__} reads the device during its pass"
         return None
 
@@ -84,8 +84,8 @@ class LongInputBARTModel(BARTModel):
         **unused,
     ):
         # src_tokens: the view's layout, e.g. (batch, max_pages, page_len); prev_output_tokens: (batch, tgt_len)
-        # host_facts: what the encoder's pass would read back from the device, read by the caller
-        # (``encoder.host_facts``, where the encoder has it: ``training_capture_refusal``)
+        # host_facts: what the encoder's pass would read back from the device, given by the caller
+        # (``encoder.static_host_facts``, where the encoder has it: ``training_capture_refusal``)
         given = {} if host_facts is None else {"host_facts": host_facts}
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens, **given)
         return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
@@ -111,9 +111,11 @@ class SyncFreeEncoder:
     device twelve times in a ``bart.large`` forward pass. Here it is read back once, or given
     (``has_pads``) by an encoder that already knows it; the computation is fairseq's."""
 
-    def host_facts(self, src_tokens: Tensor) -> Tuple[bool]:
-        """What a pass over ``src_tokens`` (batch, src_len) reads back: whether it holds padding."""
-        return (bool(src_tokens.eq(self.padding_idx).any()),)
+    def static_host_facts(self, src_tokens: Tensor) -> Tuple[bool]:
+        """What a pass over any batch of the shape of ``src_tokens`` may take for the fact it
+        would read back, whether the source holds padding: that it does (the padding mask goes
+        to every layer, all False where there is none)."""
+        return (True,)
 
     def forward_scriptable(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None,
                            return_all_hiddens: bool = False, token_embeddings: Optional[Tensor] = None,

@@ -170,9 +170,6 @@ class HeposEncoder(SyncFreeEncoder, TransformerEncoderBase):
         has_pads = None if host_facts is None else host_facts[0]
         return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, has_pads)
 
-    def host_facts(self, src_tokens: Tensor) -> Tuple[bool]:
-        return super().host_facts(flat_source(src_tokens))
-
 
 class HeposDecoder(TokenWeightsOnRequest, SyncFreeDecoder, TransformerDecoderBase):
     """BART's decoder with the chosen encoder-decoder attention; a decoding step computes no

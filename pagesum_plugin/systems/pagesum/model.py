@@ -53,19 +53,32 @@ PAGE_STATE_KEY = "pagesum_pages"  # where the decoder keeps its page bookkeeping
 # the fewest and the most pages of an example, host ints the encoder read back with its own, so
 # that the decoder's page layout need not ask the device again; only the encoder's own output has it
 PAGE_COUNT_RANGE = "page_count_range"
+# the page slots that are padding, (batch * max_pages,) bool, where the encoder ran every slot
+# (``static_page_facts``): the decoder leaves them out of the page softmax
+PADDING_SLOTS = "padding_slots"
 
 
 class PageFacts(NamedTuple):
     """What the encoder's pass reads back from the device about a batch of pages, at once: the
     pages to encode, the fewest and the most an example has (the decoder's page layout), the
     tokens of the longest page (the columns kept) and of the shortest (whether a real page holds
-    padding)."""
+    padding). ``every_slot``: facts of the batch's shape alone (``static_page_facts``)."""
 
     pages: int
     fewest: int
     most: int
     longest: int
     shortest: int
+    every_slot: bool = False
+
+
+def static_page_facts(src_tokens: Tensor) -> PageFacts:
+    """Facts that hold for every batch of the shape of src_tokens (batch, max_pages, page_len),
+    read from the shape alone: every page slot is encoded and decoded, a padding page as an empty
+    page (``<s> </s>``) that the page softmax leaves out; every column is kept; padding is
+    assumed. A pass given them computes what the packed pass computes, to rounding."""
+    batch, max_pages, page_len = src_tokens.shape
+    return PageFacts(batch * max_pages, max_pages, max_pages, page_len, 0, every_slot=True)
 
 
 def page_tallies(src_tokens: Tensor, pad: int) -> Tuple[Tensor, Tensor, Tensor]:
@@ -106,25 +119,31 @@ class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
         real_page, page_counts, page_lengths = page_tallies(src_tokens, self.padding_idx)
         if host_facts is None:  # the one read-back
             host_facts = read_page_facts(real_page, page_counts, page_lengths)
-        n_pages, fewest, most, longest, shortest = host_facts
+        n_pages, fewest, most, longest, shortest, every_slot = host_facts
         pages = src_tokens.reshape(batch * max_pages, page_len)
         page_lengths = page_lengths.view(batch * max_pages)
+        if every_slot:  # a padding page read as an empty one, <s> </s>: (batch * max_pages, page_len)
+            empty = torch.full_like(pages[0], self.padding_idx)  # (page_len,), filled on the device
+            empty[0], empty[1] = self.dictionary.bos(), self.dictionary.eos()
+            pages = torch.where(real_page.view(-1, 1), pages, empty)
         if fewest < max_pages:  # pack the real pages, example after example: (n_pages, page_len)
             rows = torch.nonzero_static(real_page.view(-1), size=n_pages).squeeze(1)  # (n_pages,)
             pages, page_lengths = pages.index_select(0, rows), page_lengths.index_select(0, rows)
         pages = pages[:, :longest]  # trim columns that are padding in every real page
 
         encoder_out = self.forward_scriptable(pages, page_lengths, return_all_hiddens, None, has_pads=shortest < longest)
-        encoder_out["page_counts"] = [page_counts]
+        encoder_out["page_counts"] = [page_counts if not every_slot else torch.full_like(page_counts, max_pages)]
         encoder_out[PAGE_COUNT_RANGE] = [fewest, most]
+        if every_slot:
+            encoder_out[PADDING_SLOTS] = [~real_page.view(-1)]
         if self.page_decoding == "global":
             encoder_out = concatenate_pages(encoder_out)
         return encoder_out
 
-    def host_facts(self, src_tokens: Tensor) -> PageFacts:
-        """What a pass over ``src_tokens`` reads back from the device, read now: a caller that
-        gives them to ``forward`` (a captured training step) makes the pass read nothing."""
-        return read_page_facts(*page_tallies(src_tokens, self.padding_idx))
+    def static_host_facts(self, src_tokens: Tensor) -> PageFacts:
+        """What a pass over any batch of the shape of ``src_tokens`` may take for the facts it
+        would read back (``static_page_facts``): given them, it reads nothing."""
+        return static_page_facts(src_tokens)
 
     def forward_torchscript(self, net_input: Dict[str, Tensor]):
         """fairseq's generator encodes through this. A ``net_input`` that already holds the
@@ -235,6 +254,10 @@ class PageSumDecoder(SyncFreeDecoder, TransformerDecoder):
             alignment_heads=alignment_heads,
         )  # hidden: (page rows, tgt_len, dim)
         confidences = self.page_confidence(hidden).squeeze(-1)  # (page rows, tgt_len)
+        padding_slots = encoder_out.get(PADDING_SLOTS) if encoder_out is not None else None
+        if padding_slots:  # every page slot decoded: a padding page's weight is exactly 0
+            padding_rows = padding_slots[0].repeat_interleave(layout.beams)  # (page rows,)
+            confidences = confidences.masked_fill(padding_rows.unsqueeze(1), float("-inf"))
         mixed, weights = layout.mix(hidden, confidences)
         # mixed: (hypotheses, tgt_len, dim); weights: (hypotheses, max_pages, tgt_len)
 
