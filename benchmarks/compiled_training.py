@@ -20,7 +20,7 @@ say nothing), on CUDA through inductor. A second table times what a call through
 
 import argparse
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Tuple
 
 import torch
 
@@ -35,13 +35,19 @@ from pagesum_recipes.profiling import CountedGraphs
 STANDIN_NOTE = ", here their stand-in on the CPU (its times mean nothing)"
 
 
-def launched_outside_compiled(step: Callable[[], None], views: bool = True) -> int:
+def launched_outside_compiled(step: Callable[[], None]) -> int:
     """Top-level ATen operators that ``step`` runs outside every compiled region (and outside a
-    stand-in's replayed graph); without ``views``, those that return a view of their input
-    (``is_view``), which launch no kernel on a GPU, are left out."""
+    stand-in's replayed graph)."""
+    return outside_compiled(step)[0]
+
+
+def outside_compiled(step: Callable[[], None]) -> Tuple[int, int]:
+    """(every top-level ATen operator ``step`` runs outside compiled regions and replayed graphs,
+    those of them that are not views (``is_view``: they launch no kernel on a GPU)), from one run
+    under torch's profiler."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         step()
-    count = 0
+    every = kernels = 0
     for event in profile.events():
         if not event.name.startswith("aten::"):
             continue
@@ -51,8 +57,10 @@ def launched_outside_compiled(step: Callable[[], None], views: bool = True) -> i
             # "Torch-Compiled Region", "CompiledFunction(Backward)"
             compiled |= "Compiled" in parent.name or parent.name == REPLAYED
             parent = parent.cpu_parent
-        count += top and not compiled and (views or not is_view(event.name))
-    return count
+        if top and not compiled:
+            every += 1
+            kernels += not is_view(event.name)
+    return every, kernels
 
 
 def is_view(name: str) -> bool:
@@ -144,7 +152,7 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
     scale = max(float(g.abs().max()) for g in eager_grads.values())
     grad_error = max(float((grads[name] - g).abs().max()) for name, g in eager_grads.items()) / scale
-    compiled_ops = launched_outside_compiled(step)
+    compiled_ops, compiled_kernels = outside_compiled(step)
     compiled_s = best_seconds(step, device, args.repeats)
     graphs = len(counted.calls)  # counted before the hooked step, which could compile anew
     compiled_kept = ffn_wide_kept(step, model, layer_tokens)
@@ -154,9 +162,7 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     captured_grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
     captured_grad_error = max(float((captured_grads[name] - g).abs().max())
                               for name, g in eager_grads.items()) / scale
-    captured_ops = launched_outside_compiled(captured_step)
-    captured_kernels = launched_outside_compiled(captured_step, views=False)
-    compiled_kernels = launched_outside_compiled(step, views=False)
+    captured_ops, captured_kernels = outside_compiled(captured_step)
     captured_s = best_seconds(captured_step, device, args.repeats)
     return {"layers": layers, "eager ops": eager_ops, "compiled ops": compiled_ops, "graphs": graphs,
             "eager kept": eager_kept, "compiled kept": compiled_kept,

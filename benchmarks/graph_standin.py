@@ -4,7 +4,7 @@ work, without a graph. As there, each call copies its inputs into the first call
 time, and backward writes the gradients into the same buffers and hands autograd a view of each;
 the graph's work (the module, eager, and its gradients) runs inside a profiler region named
 ``REPLAYED``, so that an operator count can leave it out as it leaves out a compiled region
-(``compiled_training.launched_outside_compiled``). What torch's graphed function does on the host
+(``compiled_training.outside_compiled``). What torch's graphed function does on the host
 (the copies in, a view of every output and gradient) runs outside it. The tests of the captured
 training step (``tests/test_training_capture.py``) and ``benchmarks.compiled_training`` use it
 where there is no GPU."""

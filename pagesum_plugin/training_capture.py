@@ -2,10 +2,10 @@
 of one batch shape captured once as a graph, its backward as another, both replayed for every
 later batch of that shape.
 
-Why. At batch 1 an update of ``bart.large`` is bound by the host, which launches the pass's
-operators one by one faster than the GPU runs them (docs/benchmarks/gpu.md): compiling the
-layers fused their kernels but left a launch per kernel and a Python call per layer. A replay
-launches the whole pass at once.
+Why. At batch 1 an update of ``bart.large`` is bound by the host: it launches the pass's
+operators one by one, more slowly than the GPU runs them (docs/benchmarks/gpu.md). Compiling
+the layers fused their kernels but left a launch per kernel and a Python call per layer. A
+replay launches the whole pass at once.
 
 What is captured. ``torch.cuda.make_graphed_callables`` captures a module whose forward takes
 tensors only: ``LossOfShape`` holds the model and the criterion, and computes the criterion's
@@ -15,15 +15,17 @@ shapes by what it reads: the one read-back of the encoder's pass is replaced by 
 every batch of the shape (``static_host_facts``): PageSum encodes and decodes every page slot, a
 padding page as an empty page that the page softmax leaves out, and keeps every column; the
 flat encoders pass the padding mask to every layer. The result is the packed pass's, to
-rounding. The logging output's counts are the host's (``counts``). The update (the optimizer's step, the gradients' scaling and norm) stays eager:
-the plugin's fused optimizers launch a few operators for all the weights.
+rounding. The logging output's counts are the host's (``counts``). The update (the optimizer's
+step, the gradients' scaling and norm) stays eager: the plugin's fused optimizers launch a few
+operators for all the weights.
 
 What a shape keeps. Each captured shape has a memory pool of its own: the pass's activations
 and the static buffers of its inputs, outputs and gradients. ``CapturedTraining`` keeps the last
 ``KEPT_SHAPES``; a batch of a new shape is captured (three warm-up passes, then the capture),
-replacing the oldest. Batches of one shape (a fixed ``--batch-size``, padded to the task's page
-and summary limits: ``--pad-to-limits``) capture once; batches whose shapes keep changing would
-capture at every update, so a shape past the kept ones is said in the log.
+replacing the oldest. Batches of one shape capture once: with ``--capture-training`` the task
+pads its training batches to the split's most pages, longest page and longest summary, so that
+batches of one ``--batch-size`` have one shape. Batches whose shapes kept changing would capture
+at every update, so a shape past the kept ones is said in the log.
 
 Gradients. A replayed backward hands autograd the static buffers it wrote, and autograd may
 keep such a buffer as a parameter's ``.grad`` rather than copy it; the next replay writes over
@@ -31,9 +33,10 @@ it. So a micro-batch after the first (``--update-freq``) sets the gradients accu
 aside, lets the replay give its own, and adds them back (``kept_gradients``).
 
 Where a pass cannot be captured, the batch trains eager, and the log says why in one line
-(``refusal``). The GPU test ``tests/test_training_capture_cuda.py`` checks captured against
-eager on CUDA; on the CPU, ``tests/test_training_capture.py`` checks that the captured pass
-reads nothing back and gives the criterion's loss and gradients.
+(``refusal``). On CUDA, ``tests/test_cuda.py`` checks captured updates against eager ones; on the
+CPU, ``tests/test_training_capture.py`` checks that the pass of a shape reads nothing back and
+gives the criterion's loss and gradients, and the bookkeeping through a stand-in for the graphs
+(``benchmarks/graph_standin.py``).
 """
 
 import contextlib
@@ -48,7 +51,7 @@ from torch import Tensor, nn
 logger = logging.getLogger(__name__)
 
 KEPT_SHAPES = 2  # captured shapes kept at once, each with its own memory pool
-WARMUP_PASSES = 3  # torch's default: lazy initialisations (cuBLAS handles, compiled graphs) run before the capture
+WARMUP_PASSES = 3  # torch's default: lazy set-ups (cuBLAS handles, compiled graphs) run before the capture
 
 
 class LossOfShape(nn.Module):

@@ -440,6 +440,8 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
             batches = doubling(s["max_batch"]) if variant != "captured" else \
                 [b for b in PROFILED_BATCHES if b in fitted]
             for batch in batches:
+                if variant == "captured":  # a graph's memory pool cannot take blocks the allocator keeps cached
+                    free_memory(ctx.device)
                 inputs = training_batch(task.dictionary, batch, s["pages"], s["page_len"], s["tgt_len"], s["seed"],
                                         ctx.device)
                 update = make_step(model, optimizer, task, *inputs, chunk_backend=backend)
