@@ -124,7 +124,9 @@ def training_step(model, task, src_tokens, target, prev_output_tokens):
     return criterion, step, captured_step
 
 
-def measure(args, layers: int, device, dtype) -> Dict[str, object]:
+def measure(args, layers: int, device, dtype, captured: bool = True) -> Dict[str, object]:
+    """The eager step against the compiled one, and, where ``captured``, the compiled one
+    captured (``--capture-training``)."""
     base = BART_LARGE if device.type == "cuda" else CPU_TINY
     size = ModelSize(base.embed_dim, base.ffn_dim, layers, base.heads, base.vocab_words)
     torch.manual_seed(args.seed)
@@ -157,21 +159,22 @@ def measure(args, layers: int, device, dtype) -> Dict[str, object]:
     graphs = len(counted.calls)  # counted before the hooked step, which could compile anew
     compiled_kept = ffn_wide_kept(step, model, layer_tokens)
 
+    measured = {"layers": layers, "eager ops": eager_ops, "compiled ops": compiled_ops, "graphs": graphs,
+                "eager kept": eager_kept, "compiled kept": compiled_kept,
+                "loss error": abs(float(compiled_loss) - float(eager_loss)) / abs(float(eager_loss)),
+                "grad error": grad_error, "compile s": compile_s, "eager s": eager_s, "compiled s": compiled_s,
+                "compiled kernels": compiled_kernels}
+    if not captured:
+        return measured
     captured_step()  # captures
     captured_loss = captured_step()
     captured_grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
-    captured_grad_error = max(float((captured_grads[name] - g).abs().max())
-                              for name, g in eager_grads.items()) / scale
     captured_ops, captured_kernels = outside_compiled(captured_step)
-    captured_s = best_seconds(captured_step, device, args.repeats)
-    return {"layers": layers, "eager ops": eager_ops, "compiled ops": compiled_ops, "graphs": graphs,
-            "eager kept": eager_kept, "compiled kept": compiled_kept,
-            "loss error": abs(float(compiled_loss) - float(eager_loss)) / abs(float(eager_loss)),
-            "grad error": grad_error, "compile s": compile_s, "eager s": eager_s, "compiled s": compiled_s,
-            "captured ops": captured_ops, "captured s": captured_s, "captured kernels": captured_kernels,
-            "compiled kernels": compiled_kernels,
+    return {**measured, "captured ops": captured_ops, "captured kernels": captured_kernels,
+            "captured s": best_seconds(captured_step, device, args.repeats),
             "captured loss error": abs(float(captured_loss) - float(eager_loss)) / abs(float(eager_loss)),
-            "captured grad error": captured_grad_error}
+            "captured grad error": max(float((captured_grads[name] - g).abs().max())
+                                       for name, g in eager_grads.items()) / scale}
 
 
 def call_microseconds(fn: Callable[[], None], calls: int, rounds: int = 5) -> float:

@@ -2,7 +2,7 @@
 chunk: the loss and every gradient of the eager step, for every system; one set of graphs per
 stack whatever its depth; at bart.large's depth, at least 5 times fewer operators launched from
 the host, with short summaries and long ones, and 100 times fewer that are not views with the
-pass captured (``--capture-training``). On
+pass captured (``--capture-training``, at bart.large's depth with short summaries). On
 the CPU the layers compile through ``aot_eager``: the same graphs inductor compiles on CUDA,
 run without generated code."""
 
@@ -85,17 +85,17 @@ def test_every_stack_shares_one_set_of_graphs_and_at_bart_large_depth_the_host_l
     ``LOSS_CHUNK_TOKENS``), whose chunks all run one compiled graph; compiled, a layer keeps for
     backward what the eager one keeps."""
     cpu = torch.device("cpu")
-    shallow, deep, long = (measure(settings(n, tgt_len), n, cpu, torch.float32) for n, tgt_len in
-                           ((2, 6), (12, 6), (12, 512)))
+    shallow, deep, long = (measure(settings(n, tgt_len), n, cpu, torch.float32, captured=n == 12 and tgt_len == 6)
+                           for n, tgt_len in ((2, 6), (12, 6), (12, 512)))
     # forward and backward of an encoder and a decoder layer, and the loss's chunk
     assert shallow["graphs"] == deep["graphs"] == long["graphs"] == 5
     for step in (deep, long):
         assert step["eager ops"] >= 5 * step["compiled ops"]
         assert step["loss error"] < 1e-6 and step["grad error"] < 1e-5
-        # captured as CUDA graphs (their stand-in here), outside them only views launch per weight: none a kernel
-        assert step["captured kernels"] < step["compiled kernels"]
-        assert step["eager ops"] >= 100 * step["captured kernels"]
-        assert step["captured loss error"] < 1e-6 and step["captured grad error"] < 1e-5
+    # captured as CUDA graphs (their stand-in here), outside them only views launch per weight: none a kernel
+    assert deep["captured kernels"] < deep["compiled kernels"]
+    assert deep["eager ops"] >= 100 * deep["captured kernels"]
+    assert deep["captured loss error"] < 1e-6 and deep["captured grad error"] < 1e-5
     for step in (shallow, deep, long):  # the folded feed-forward keeps one ffn-wide tensor, compiled too
         assert step["eager kept"] == step["compiled kept"] == pytest.approx(1.0)
 
