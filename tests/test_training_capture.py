@@ -273,3 +273,13 @@ def test_with_capture_training_every_training_batch_is_padded_to_the_splits_one_
         expected_loss, _, _ = criterion(model, alone)
         torch.testing.assert_close(loss, expected_loss, rtol=1e-6, atol=1e-6)
     assert len({tuple(valid.collater([valid[i]])["target"].shape) for i in range(len(valid))}) > 1
+
+
+@pytest.mark.parametrize("max_tokens, warned", [(4000, True), (None, False)])
+def test_batching_the_padded_split_by_tokens_is_warned_against(max_tokens, warned, copy_task_dir, caplog):
+    """Batches by --max-tokens vary in size, and every size is another shape to capture."""
+    _, task, _ = build_tiny(copy_task_dir, "--capture-training")
+    task.load_dataset("train")
+    with caplog.at_level(logging.WARNING):
+        task.get_batch_iterator(task.datasets["train"], max_tokens=max_tokens, max_sentences=4)
+    assert ("give --batch-size alone" in caplog.text) == warned
