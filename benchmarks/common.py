@@ -169,6 +169,14 @@ def training_step(model: torch.nn.Module, src_tokens: torch.Tensor, target: torc
     return step
 
 
+class Backward:
+    """What a training step needs of fairseq's optimizer wrapper: ``backward(loss)``."""
+
+    @staticmethod
+    def backward(loss: torch.Tensor) -> None:
+        loss.backward()
+
+
 def criterion_and_sample(task, src_tokens: torch.Tensor, target: torch.Tensor, prev_output_tokens: torch.Tensor,
                          loss_chunk_tokens: int):
     """(criterion, sample): the plugin's criterion (``paged_label_smoothed_cross_entropy``, label

@@ -24,10 +24,10 @@ from typing import Callable, Dict, Tuple
 
 import torch
 
-from benchmarks.common import (BART_LARGE, CPU_TINY, ModelSize, add_device_args, best_seconds, build_model,
+from benchmarks.common import (BART_LARGE, CPU_TINY, Backward, ModelSize, add_device_args, best_seconds, build_model,
                                criterion_and_sample, describe_device, markdown_table, paged_source, start, summary_io)
 from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS
-from benchmarks.graph_standin import REPLAYED, static_buffers
+from benchmarks.graph_standin import REPLAYED, capture_options
 from pagesum_plugin.modules.compiled_layers import compile_model_layers, compiled
 from pagesum_plugin.training_capture import CapturedTraining
 from pagesum_recipes.profiling import CountedGraphs
@@ -94,21 +94,12 @@ def ffn_wide_kept(step: Callable[[], None], model, layer_tokens: int) -> float:
     return sum(kept.values()) / (ffn * layer_tokens)
 
 
-class Backward:
-    """What a training step needs of fairseq's optimizer wrapper."""
-
-    @staticmethod
-    def backward(loss):
-        loss.backward()
-
-
 def training_step(model, task, src_tokens, target, prev_output_tokens):
     """(criterion, step, captured step): forward, the recipes' loss (``LOSS_CHUNK_TOKENS`` summary
     tokens at a time), backward; the captured step replays the pass from CUDA graphs, or on the
     CPU from their stand-in (the first call captures). Each returns the loss."""
     criterion, sample = criterion_and_sample(task, src_tokens, target, prev_output_tokens, LOSS_CHUNK_TOKENS)
-    on_cuda = src_tokens.is_cuda
-    captured = CapturedTraining(criterion, **({} if on_cuda else {"capture": static_buffers, "device": "cpu"}))
+    captured = CapturedTraining(criterion, **capture_options(src_tokens.device))
 
     def step():
         model.zero_grad(set_to_none=True)

@@ -9,13 +9,19 @@ the graph's work (the module, eager, and its gradients) runs inside a profiler r
 training step (``tests/test_training_capture.py``) and ``benchmarks.compiled_training`` use it
 where there is no GPU."""
 
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 REPLAYED = "graph replay (stand-in)"
+
+
+def capture_options(device: torch.device) -> Dict[str, object]:
+    """``CapturedTraining``'s options on ``device``: its own (the real graphs) on CUDA, this
+    stand-in on the CPU."""
+    return {} if device.type == "cuda" else {"capture": static_buffers, "device": "cpu"}
 
 
 def static_buffers(module: nn.Module, sample_args: Tuple[Tensor, ...]) -> Callable:

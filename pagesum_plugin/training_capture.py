@@ -86,6 +86,12 @@ def batch_tensors(sample: Dict) -> List[Tensor]:
 def refusal(model: nn.Module, criterion, sample: Dict, device: str = "cuda") -> Optional[str]:
     """Why this batch cannot train captured on ``device`` (the type of the devices whose graphs
     the capture makes), or None."""
+    return model_refusal(model, criterion) or batch_refusal(sample, device)
+
+
+def model_refusal(model: nn.Module, criterion) -> Optional[str]:
+    """Why no batch of ``model`` and ``criterion`` can train captured, or None: the same at every
+    update."""
     if not hasattr(criterion, "losses"):
         return f"the criterion {type(criterion).__name__} does not give its loss apart from its counts"
     capture_refusal = getattr(model, "training_capture_refusal", None)
@@ -94,13 +100,18 @@ def refusal(model: nn.Module, criterion, sample: Dict, device: str = "cuda") -> 
     reason = capture_refusal()
     if reason is not None:
         return reason
+    if any(hasattr(module, "precheckpoint_forward") for module in model.modules()):
+        return ("activation checkpointing (--checkpoint-activations) saves the RNG state in the pass, which a "
+                "capture cannot")
+    return None
+
+
+def batch_refusal(sample: Dict, device: str) -> Optional[str]:
+    """Why this batch cannot train captured on ``device``, whatever the model, or None."""
     if sample["target"].device.type != device:
         return f"the batch is not on {device.upper()}"
     if torch.is_autocast_enabled("cuda"):
         return "an autocast (--amp) caches its casts across calls, which a capture cannot"
-    if any(hasattr(module, "precheckpoint_forward") for module in model.modules()):
-        return ("activation checkpointing (--checkpoint-activations) saves the RNG state in the pass, which a "
-                "capture cannot")
     try:
         hash(tuple(split_net_input(sample["net_input"])[1].items()))
     except TypeError:
@@ -154,11 +165,14 @@ class CapturedTraining:
         self.capture = capture
         self.shapes: "OrderedDict[Hashable, Callable]" = OrderedDict()  # the oldest first
         self.said: Set[str] = set()  # each line once
+        self.model_refused: Optional[Tuple[nn.Module, Optional[str]]] = None  # (model, its refusal): asked once
 
     def train_step(self, model: nn.Module, sample: Dict, optimizer, ignore_grad: bool = False):
         """(loss, sample size, logging output), the gradients accumulated through ``optimizer``
         as fairseq's step does; eager where ``refusal`` says why."""
-        reason = refusal(model, self.criterion, sample, self.device)
+        if self.model_refused is None or self.model_refused[0] is not model:  # not every module at every update
+            self.model_refused = (model, model_refusal(model, self.criterion))
+        reason = self.model_refused[1] or batch_refusal(sample, self.device)
         if reason is not None:
             self.say(f"--capture-training: this batch trains eager: {reason}")
             loss, sample_size, logging_output = self.criterion(model, sample)

@@ -18,7 +18,7 @@ from fairseq.optim.fp16_optimizer import MemoryEfficientFP16Optimizer
 from torch._C._autograd import DeviceType
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from benchmarks.common import Launched, criterion_and_sample
+from benchmarks.common import Backward, Launched, criterion_and_sample
 from benchmarks.scale import results
 from benchmarks.scale.cli import main as scale
 from benchmarks.scale.cli import parse_args
@@ -215,14 +215,6 @@ def test_adamw_torch_keeps_its_fp32_masters_on_cuda_as_on_the_cpu(copy_task_dir)
     torch.testing.assert_close(masters["cuda"], masters["cpu"], atol=1e-6, rtol=0)
     assert (masters["cpu"] - torch.cat([p.detach().float().reshape(-1) for p in model.parameters()])).abs().max() > 1e-3
     assert kernels["cuda"] <= 24, kernels
-
-
-class Backward:
-    """What the training step needs of fairseq's optimizer wrapper."""
-
-    @staticmethod
-    def backward(loss):
-        loss.backward()
 
 
 def cuda_training_batch(task, summaries, page_counts):

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import criterion_and_sample
+from benchmarks.common import Backward, criterion_and_sample
 from benchmarks.graph_standin import static_buffers
 from builders.awesome import build_awesome, segment_sample
 from builders.models import assert_gradients_close, build_tiny, decoder_input
@@ -28,14 +28,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 CAPTURABLE = ["pagesum", "bart", "hepos", "hepos-sinkhorn-full"]
 CHUNK_TOKENS = 3  # the loss a few summary tokens at a time, as the recipes take it: several chunks
-
-
-class Backward:
-    """What the training step needs of fairseq's optimizer wrapper."""
-
-    @staticmethod
-    def backward(loss):
-        loss.backward()
 
 
 def training_batch(name, copy_task_dir, summaries=SUMMARIES):

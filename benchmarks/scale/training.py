@@ -20,6 +20,7 @@ from benchmarks import memory_scaling
 from benchmarks.beam_cache import tensor_bytes
 from benchmarks.common import (ATTENTION_KERNELS, ModelSize, best_seconds, criterion_and_sample, cuda_peaks,
                                free_memory, make_dictionary, paged_source, summary_io)
+from benchmarks.graph_standin import capture_options
 from benchmarks.scale import costs
 from benchmarks.scale.group import Context, Group
 from benchmarks.scale.kernels import (KERNEL_KINDS, KIND_HEADER, AttentionKernels, kernel_record, kernel_seconds,
@@ -74,39 +75,31 @@ def build_trainable(size: ModelSize, page_len: int, device: torch.device, dtype:
 
 
 def update_step(model, optimizer, task, src_tokens, target, prev_output_tokens,
-                chunk_backend: Optional[str] = None) -> Callable[[], None]:
+                chunk_backend: Optional[str] = None, captured: bool = False) -> Callable[[], None]:
     """One update as fairseq's trainer makes it with the recipes' criterion: zero the gradients,
     forward, the plugin's label-smoothed loss ``LOSS_CHUNK_TOKENS`` summary tokens at a time
     (each chunk compiled by ``chunk_backend`` where given, as ``--compile-layers`` does), backward
     through the optimizer, the gradients times 1 / sample size, their norm (``CLIP_NORM``), step.
+    ``captured``: the pass replayed from CUDA graphs (``--capture-training``), captured by the
+    first call; on the CPU, their stand-in (``graph_standin.py``).
     src_tokens (batch, pages, page_len); target and prev_output_tokens (batch, tgt_len)."""
     criterion, sample = criterion_and_sample(task, src_tokens, target, prev_output_tokens, LOSS_CHUNK_TOKENS)
     if chunk_backend is not None:
         criterion.compile_chunks(chunk_backend)
+    if captured:
+        capturing = CapturedTraining(criterion, **capture_options(src_tokens.device))
+
+        def step():
+            optimizer.zero_grad()
+            _, sample_size, _ = capturing.train_step(model, sample, optimizer)  # its backward included
+            trainer_update(optimizer, None, sample_size)
+
+        return step
 
     def step():
         optimizer.zero_grad()
         loss, sample_size, _ = criterion(model, sample)
         trainer_update(optimizer, loss, sample_size)
-
-    return step
-
-
-def captured_update_step(model, optimizer, task, src_tokens, target, prev_output_tokens,
-                         chunk_backend: Optional[str]) -> Callable[[], None]:
-    """``update_step`` with the pass replayed from CUDA graphs (``--capture-training``): the first
-    call captures it. On the CPU, where there are no graphs, the pass of the batch's shape runs as
-    it is: all but the capture."""
-    criterion, sample = criterion_and_sample(task, src_tokens, target, prev_output_tokens, LOSS_CHUNK_TOKENS)
-    if chunk_backend is not None:
-        criterion.compile_chunks(chunk_backend)
-    on_cpu = {} if src_tokens.is_cuda else {"capture": lambda module, _: module, "device": "cpu"}
-    captured = CapturedTraining(criterion, **on_cpu)
-
-    def step():
-        optimizer.zero_grad()
-        _, sample_size, _ = captured.train_step(model, sample, optimizer)
-        trainer_update(optimizer, None, sample_size)
 
     return step
 
@@ -433,10 +426,9 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
             compile_s = time.perf_counter() - started
             optimizer.zero_grad()
             del inputs
-        variants = [("compiled", update_step), ("captured", captured_update_step)] if compiled else \
-            [("eager", update_step)]
+        variants = ["compiled", "captured"] if compiled else ["eager"]
         fitted = []  # the compiled layers' batches that ran: the captured pass tries those it profiles
-        for variant, make_step in variants:
+        for variant in variants:
             batches = doubling(s["max_batch"]) if variant != "captured" else \
                 [b for b in PROFILED_BATCHES if b in fitted]
             for batch in batches:
@@ -444,7 +436,8 @@ def measure_throughput(s: Dict, ctx: Context) -> List[Dict]:
                     free_memory(ctx.device)
                 inputs = training_batch(task.dictionary, batch, s["pages"], s["page_len"], s["tgt_len"], s["seed"],
                                         ctx.device)
-                update = make_step(model, optimizer, task, *inputs, chunk_backend=backend)
+                update = update_step(model, optimizer, task, *inputs, chunk_backend=backend,
+                                     captured=variant == "captured")
                 record = {"system": f"PageSum, {variant} layers", "point": [batch], "batch": batch, "formula": formula,
                           "layers": variant, "compile_s": compile_s, "loss": LOSS, "compiled_loss": compiled,
                           "optimizer": THROUGHPUT_OPTIMIZER, "source_tokens": batch * s["pages"] * s["page_len"]}
@@ -536,7 +529,7 @@ def render_throughput(measurements: List[Dict], runs: Dict[str, Dict]) -> List[s
         f"compiled (--compile-layers{compiled_loss_note(measurements)}); batches doubled up to the first OOM or "
         f"--max-batch {s['max_batch']}; "
         f"captured: the compiled model with each batch's pass replayed from CUDA graphs (--capture-training; the "
-        f"update eager; on the CPU, without graphs: the pass of the batch's shape as it is), at batches "
+        f"update eager; on the CPU, a stand-in for the graphs that runs the pass eager), at batches "
         f"{' and '.join(map(str, PROFILED_BATCHES))}; MFU at "
         f"every batch. {measurements[0]['formula']}. MFU = FLOPs / update s / {peak_text(peak, 'TFLOP/s', 'peak')}. "
         f"Update s: best of {s['repeats']}; peaks: everything held at the peak, optimizer included. At batches "

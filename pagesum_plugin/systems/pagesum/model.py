@@ -28,7 +28,7 @@ and one decoder cross-attends to all of them; it is page decoding with one "page
 """
 
 import logging
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional
 
 import torch
 import torch.nn as nn
@@ -54,7 +54,7 @@ PAGE_STATE_KEY = "pagesum_pages"  # where the decoder keeps its page bookkeeping
 # that the decoder's page layout need not ask the device again; only the encoder's own output has it
 PAGE_COUNT_RANGE = "page_count_range"
 # the page slots that are padding, (batch * max_pages,) bool, where the encoder ran every slot
-# (``static_page_facts``): the decoder leaves them out of the page softmax
+# (``PageSumEncoder.static_host_facts``): the decoder leaves them out of the page softmax
 PADDING_SLOTS = "padding_slots"
 
 
@@ -62,7 +62,7 @@ class PageFacts(NamedTuple):
     """What the encoder's pass reads back from the device about a batch of pages, at once: the
     pages to encode, the fewest and the most an example has (the decoder's page layout), the
     tokens of the longest page (the columns kept) and of the shortest (whether a real page holds
-    padding). ``every_slot``: facts of the batch's shape alone (``static_page_facts``)."""
+    padding). ``every_slot``: facts of the batch's shape alone (``PageSumEncoder.static_host_facts``)."""
 
     pages: int
     fewest: int
@@ -72,31 +72,6 @@ class PageFacts(NamedTuple):
     every_slot: bool = False
 
 
-def static_page_facts(src_tokens: Tensor) -> PageFacts:
-    """Facts that hold for every batch of the shape of src_tokens (batch, max_pages, page_len),
-    read from the shape alone: every page slot is encoded and decoded, a padding page as an empty
-    page (``<s> </s>``) that the page softmax leaves out; every column is kept; padding is
-    assumed. A pass given them computes what the packed pass computes, to rounding."""
-    batch, max_pages, page_len = src_tokens.shape
-    return PageFacts(batch * max_pages, max_pages, max_pages, page_len, 0, every_slot=True)
-
-
-def page_tallies(src_tokens: Tensor, pad: int) -> Tuple[Tensor, Tensor, Tensor]:
-    """(real pages (batch, max_pages) bool, page counts (batch,), page lengths (batch, max_pages),
-    0 on a padding page) of src_tokens (batch, max_pages, page_len)."""
-    real_page = real_pages(src_tokens, pad)
-    return real_page, real_page.sum(dim=1), src_tokens.ne(pad).sum(dim=2)
-
-
-def read_page_facts(real_page: Tensor, page_counts: Tensor, page_lengths: Tensor) -> PageFacts:
-    """The ``PageFacts`` of ``page_tallies``, in one read-back; a batch with an example of no
-    real page is refused."""
-    shortest = page_lengths.masked_fill(~real_page, torch.iinfo(page_lengths.dtype).max).min()  # over real pages
-    facts = PageFacts(*torch.stack([page_counts.sum(), *torch.aminmax(page_counts), page_lengths.max(),
-                                    shortest]).tolist())
-    if facts.fewest == 0:
-        raise ValueError("every example needs at least one non-padding page")
-    return facts
 
 
 class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
@@ -110,15 +85,23 @@ class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
                 token_embeddings: Optional[Tensor] = None, host_facts: Optional[PageFacts] = None):
         # src_tokens: (batch, max_pages, page_len); a padding page starts with <pad>
-        # host_facts: this batch's, read back by the caller (``host_facts``); None: read back here
+        # host_facts: facts of the batch's shape (``static_host_facts``); None: read back here
         if src_tokens.dim() != 3:
             raise ValueError(
                 f"PageSum expects src_tokens of shape (batch, pages, page_len), got {tuple(src_tokens.shape)}"
             )
         batch, max_pages, page_len = src_tokens.shape
-        real_page, page_counts, page_lengths = page_tallies(src_tokens, self.padding_idx)
-        if host_facts is None:  # the one read-back
-            host_facts = read_page_facts(real_page, page_counts, page_lengths)
+        real_page = real_pages(src_tokens, self.padding_idx)  # (batch, max_pages)
+        page_counts = real_page.sum(dim=1)  # (batch,)
+        page_lengths = src_tokens.ne(self.padding_idx).sum(dim=2)  # (batch, max_pages), 0 on a padding page
+        if host_facts is None:
+            # the one read-back: the pages to encode, the fewest and most an example has (the decoder's
+            # page layout), the columns to keep, whether any real page holds padding
+            shortest = page_lengths.masked_fill(~real_page, page_len).min()
+            host_facts = PageFacts(*torch.stack(
+                [page_counts.sum(), *torch.aminmax(page_counts), page_lengths.max(), shortest]).tolist())
+            if host_facts.fewest == 0:
+                raise ValueError("every example needs at least one non-padding page")
         n_pages, fewest, most, longest, shortest, every_slot = host_facts
         pages = src_tokens.reshape(batch * max_pages, page_len)
         page_lengths = page_lengths.view(batch * max_pages)
@@ -141,9 +124,13 @@ class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
         return encoder_out
 
     def static_host_facts(self, src_tokens: Tensor) -> PageFacts:
-        """What a pass over any batch of the shape of ``src_tokens`` may take for the facts it
-        would read back (``static_page_facts``): given them, it reads nothing."""
-        return static_page_facts(src_tokens)
+        """Facts that hold for every batch of the shape of src_tokens (batch, max_pages, page_len),
+        taken from the shape alone, so that a pass given them reads nothing back: every page slot
+        is encoded and decoded, a padding page as an empty page (``<s> </s>``) that the page
+        softmax leaves out; every column is kept; padding is assumed. The pass computes what the
+        packed pass computes, to rounding."""
+        batch, max_pages, page_len = src_tokens.shape
+        return PageFacts(batch * max_pages, max_pages, max_pages, page_len, 0, every_slot=True)
 
     def forward_torchscript(self, net_input: Dict[str, Tensor]):
         """fairseq's generator encodes through this. A ``net_input`` that already holds the
