@@ -7,10 +7,11 @@ so both search the same number of steps), at one page and at ``--pages`` x ``--p
 for ``--repeats`` rounds after one warm-up each: the best round of each, and the median over rounds of each
 round's ratio to the plugin's generator. Every decoder's summary is asserted to be the plugin's.
 
-On CUDA the plugin decodes with its steps captured as CUDA graphs (its default there) and also step by step, and
-transformers' ``generate()`` also runs with the model's forward compiled by ``torch.compile``. transformers'
-static cache does not apply: it holds one row per hypothesis, and PageSum's decoder has one per page of every
-hypothesis.
+``generate()`` also runs with transformers' static cache (``cache_implementation="static"``: the self-attention
+cache preallocated to the summary's length, the cross-attention cache to a page's). On CUDA the plugin decodes with
+its steps captured as CUDA graphs (its default there) and also step by step, and transformers' ``generate()`` also
+runs with the model's forward compiled by ``torch.compile``. (transformers compiles the forward by itself, with CUDA
+graphs, only for greedy search and sampling with a static cache, not for beam search.)
 
     python -m benchmarks.hf_generate --device cpu --threads 2
 """
@@ -66,7 +67,9 @@ def rows_for(args, size, pages: int, device, dtype) -> List[List[object]]:
     search = dict(num_beams=beam, do_sample=False, early_stopping=True, no_repeat_ngram_size=0,
                   **summary_lengths(length, length))
     runs = {PLUGIN: lambda: step_loop.generate([model], sample)[0][0]["tokens"],
-            "transformers generate": lambda: hf.generate(input_ids=src, **search)[0, 1:]}
+            "transformers generate": lambda: hf.generate(input_ids=src, **search)[0, 1:],
+            "transformers generate, static cache":
+                lambda: hf.generate(input_ids=src, cache_implementation="static", **search)[0, 1:]}
     if device.type == "cuda":
         captured = PageSumSequenceGenerator([model], dictionary, decoding="graph", **settings)
         compiled = pagesum_hf_model(model.args, model.state_dict(), {"label_smoothing": 0.1}).to(device, dtype).eval()

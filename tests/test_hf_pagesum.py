@@ -121,6 +121,40 @@ def test_generate_gives_the_plugins_summaries_and_page_weights(twins, batches, s
     assert changed or not setting, f"{setting}={SETTINGS.get(setting)} changes no summary: the case cannot tell"
 
 
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_static_cache_gives_the_summaries_and_scores_of_the_dynamic_one(twins, batches, beam):
+    """transformers' static cache (`cache_implementation="static"`), its cross-attention half a page long."""
+    _, hf, _ = twins
+    settings = dict(num_beams=beam, do_sample=False, output_scores=True, return_dict_in_generate=True,
+                    **summary_lengths(1, 20))
+    for src in batches:
+        dynamic = hf.generate(input_ids=src, **settings)
+        static = hf.generate(input_ids=src, cache_implementation="static", **settings)
+        assert torch.equal(static.sequences, dynamic.sequences)
+        torch.testing.assert_close(torch.stack(static.scores), torch.stack(dynamic.scores), atol=1e-5, rtol=0)
+
+
+def test_with_a_static_cache_the_forward_compiles_whole_and_its_graphs_serve_every_step_and_search(twins, batches,
+                                                                                                 monkeypatch):
+    """What generate() compiles on a GPU when the cache is static (its forward, `fullgraph=True`): one graph for the
+    first step, which fills the cross-attention cache, and one for every later step, of this search and the next."""
+    _, hf, _ = twins
+    graphs = []
+
+    def counting(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    greedy = dict(num_beams=1, do_sample=False, **summary_lengths(1, 20))
+    src = batches[0]
+    expected = hf.generate(input_ids=src, **greedy)
+    torch._dynamo.reset()
+    monkeypatch.setattr(hf, "forward", torch.compile(hf.forward, fullgraph=True, dynamic=False, backend=counting))
+    for _ in range(2):
+        assert torch.equal(hf.generate(input_ids=src, cache_implementation="static", **greedy), expected)
+    assert len(graphs) == 2 and expected.size(1) > 3
+
+
 # ---- training -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("chunk", [0, 2], ids=["whole logits", "two summary tokens at a time"])

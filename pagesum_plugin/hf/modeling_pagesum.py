@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, StaticCache
 from transformers.generation import LogitsProcessor
 from transformers.modeling_outputs import BaseModelOutput, ModelOutput
 from transformers.models.bart.modeling_bart import (BartAttention, BartDecoder, BartEncoder, BartScaledWordEmbedding,
@@ -380,6 +380,18 @@ class PageSumForConditionalGeneration(PageSumPreTrainedModel, GenerationMixin):
         input_ids, model_kwargs = super()._expand_inputs_for_generation(expand_size, False, input_ids,
                                                                         **model_kwargs)
         return input_ids, {**model_kwargs, **per_example}
+
+    def _prepare_static_cache(self, cache_implementation: str, batch_size: int, max_cache_len: int,
+                              prefill_chunk_size: int | None, model_kwargs) -> Cache:
+        """`generate(cache_implementation="static")`: transformers' static cache, its cross-attention half sized to
+        a page (`page_len` positions) rather than to the encoder output's second dimension, which is the pages. Its
+        rows are sized at the first step, by the states written: (example, page, beam) and (example, page)."""
+        cache = super()._prepare_static_cache(cache_implementation, batch_size, max_cache_len, prefill_chunk_size,
+                                              model_kwargs)
+        page_len = model_kwargs["encoder_outputs"].last_hidden_state.shape[2]
+        cross = StaticCache(config=self.config.get_text_config(decoder=True), max_cache_len=page_len,
+                            offloading="offloaded" in cache_implementation)
+        return EncoderDecoderCache(cache.self_attention_cache, cross)
 
     def _get_logits_processor(self, generation_config, *args, **kwargs):
         """transformers' processors for `generation_config`, then PageSum's `SummaryRules`."""
