@@ -190,6 +190,38 @@ def test_the_loss_and_its_gradients_are_the_fairseq_criterions(copy_task_dir, mo
     assert_gradients_close(hf_grads, {name: fairseq_grads[name] for name in hf_grads})
 
 
+@pytest.mark.parametrize("chunk", [0, 2], ids=["whole logits", "two summary tokens at a time"])
+def test_the_training_forward_compiles_whole_and_gives_the_eager_loss_and_gradients(copy_task_dir, chunk):
+    """What `Seq2SeqTrainer(torch_compile=True)` compiles: the forward with labels, `fullgraph=True` (no graph break:
+    the check that every example has a page asserts on the device instead of reading it back)."""
+    args, task, model = build_tiny(copy_task_dir, "--label-smoothing", "0.1")
+    hf = pagesum_hf_model(args, model.state_dict(), {"label_smoothing": 0.1, "loss_chunk_tokens": chunk}).train()
+    src = paged_batch(documents(task.dictionary, 3, 7, seed=2), task.dictionary)
+    target, _ = decoder_input([[5, 6, 7, 8], [9, 10], [11, 12, 13]], task.dictionary)
+    labels = target.masked_fill(target.eq(PAD), -100)
+    results = []
+    torch._dynamo.reset()
+    for forward in (hf.forward, torch.compile(hf.forward, fullgraph=True, backend="aot_eager")):
+        hf.zero_grad()
+        loss = forward(input_ids=src, labels=labels).loss
+        loss.backward()
+        results.append((loss.detach(), {name: p.grad.clone() for name, p in hf.named_parameters()}))
+    (eager_loss, eager_grads), (loss, grads) = results
+    torch.testing.assert_close(loss, eager_loss, atol=1e-6, rtol=1e-6)
+    assert_gradients_close(grads, eager_grads)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_an_example_without_a_page_is_refused_in_one_line(twins, compiled):
+    _, hf, dictionary = twins
+    src = paged_batch(documents(dictionary, 2, 3, seed=1), dictionary)
+    src[1] = PAD  # the second example has no token
+    forward = torch.compile(hf.forward, fullgraph=True, backend="eager") if compiled else hf.forward
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError if compiled else ValueError, match="every example needs at least one page"):
+        forward(input_ids=src, decoder_input_ids=decoder_input([[5, 6], [7, 8]], dictionary)[1])
+
+
 def test_evaluation_and_fp16_take_the_whole_logits_and_return_them(twins):
     """Chunks are for training: an evaluation pass returns the logits its metrics read, and under
     an fp16 autocast the chunks' gradients, taken before the loss is scaled, would underflow."""

@@ -192,7 +192,10 @@ class PageSumEncoder(BartEncoder):
             mask = attention_mask.bool()
             tokens = mask if mask.dim() == 3 else tokens & mask[:, :, None]
         page_mask = tokens.any(dim=-1)  # (batch, pages)
-        if not bool(page_mask.any(dim=1).all()):
+        every_example_read = page_mask.any(dim=1).all()
+        if torch.compiler.is_compiling():  # a compiled forward asserts on the device instead of reading it back
+            torch._assert_async(every_example_read, "every example needs at least one page with tokens")
+        elif not bool(every_example_read):
             raise ValueError("every example needs at least one page with tokens")
         # a page without tokens attends to its first position: finite states that no mixing weight reads
         readable = tokens.clone()
