@@ -192,7 +192,7 @@ def test_the_loss_and_its_gradients_are_the_fairseq_criterions(copy_task_dir, mo
 
 @pytest.mark.parametrize("chunk", [0, 2], ids=["whole logits", "two summary tokens at a time"])
 def test_the_training_forward_compiles_whole_and_gives_the_eager_loss_and_gradients(copy_task_dir, chunk):
-    """What `Seq2SeqTrainer(torch_compile=True)` compiles: the forward with labels, `fullgraph=True` (no graph break:
+    """What `Seq2SeqTrainer(torch_compile=True)` compiles, the forward with labels, with `fullgraph=True` (no break:
     the check that every example has a page asserts on the device instead of reading it back)."""
     args, task, model = build_tiny(copy_task_dir, "--label-smoothing", "0.1")
     hf = pagesum_hf_model(args, model.state_dict(), {"label_smoothing": 0.1, "loss_chunk_tokens": chunk}).train()
