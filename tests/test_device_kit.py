@@ -122,6 +122,22 @@ def test_a_step_far_past_its_estimate_is_stopped_and_the_next_one_still_runs(tmp
     assert box.time_box(1000) == pytest.approx(box.time_left(), abs=1)  # never more than the call has left
 
 
+def test_a_started_step_runs_beside_the_steps_after_it_and_is_recorded_when_waited_for(tmp_path):
+    """As the scale groups are listed beside the tests: the started step waits for a file that only the next step
+    writes, so it passes only if both run at once."""
+    box = quick_kit(tmp_path)
+    signal = tmp_path / "written by the next step"
+    waits = ("import pathlib, time\n"
+             f"while not pathlib.Path({str(signal)!r}).exists(): time.sleep(0.05)\n"
+             "print('listed')")
+    beside = box.start("beside", [sys.executable, "-c", waits], "scale.log", 30, stdout=tmp_path / "printed")
+    after = box.step("after", [sys.executable, "-c", f"open({str(signal)!r}, 'w').close()"], "tests.log", 30)
+    listed = box.wait(beside)
+    assert (after["status"], listed["status"]) == ("passed", "passed")
+    assert (tmp_path / "printed").read_text() == "listed\n"
+    assert [step["name"] for step in box.record["steps"]] == ["after", "beside"]
+
+
 def test_a_step_without_time_left_is_skipped_not_started(tmp_path):
     box = quick_kit(tmp_path, budget=kit.RESERVE_SECONDS + 5)
     entry = box.step("late", [sys.executable, "-c", "raise SystemExit(3)"], "kit.log", box.time_left())

@@ -13,7 +13,8 @@ its start and idle time included) runs ``PLAN`` in order:
    wheels (a machine kept warm between calls). ``--wheelhouse-dry-run`` instead checks the
    wheelhouse lock and installs only the project's wheel: the rehearsal on a machine that
    has everything else.
-2. tests: pytest on the GPU-only tests (``GPU_TESTS``).
+2. tests: pytest on the GPU-only tests (``GPU_TESTS``), while the scale benchmark lists its
+   groups and their estimates beside them.
 3. the benchmarks: each row group of ``benchmarks.scale`` in its own process, told the time
    left, and the one-page decoding table (``BENCHMARKS``). The groups append to
    ``--results``, which later calls append to as well.
@@ -33,7 +34,6 @@ Only the standard library: it runs before anything is installed.
 """
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -44,8 +44,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import IO, Dict, List, Optional, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 GPU_TESTS = ("tests/test_cuda.py", "tests/test_cuda_equals_cpu.py", "tests/test_training_precision.py",
@@ -80,6 +81,17 @@ MIN_STEP_SECONDS = 15  # a step with less time than this left is skipped
 # 4:256 in the fifth visit, 51 s, cut off by the end of the call at 186 s) must not take the steps after it
 OVERRUN = 2.5
 CAPS = {"install": 240, "import check": 120, "tests": 300, "scale: list groups": 120}  # the longest each step may take
+
+
+@dataclass
+class Running:
+    """A step started by ``Kit.start``: its record so far, and its process (None when skipped)."""
+    entry: Dict
+    log: str
+    process: Optional[subprocess.Popen] = None
+    files: Tuple[IO, ...] = ()
+    started: float = 0.0
+    timeout: float = 0.0
 
 
 class Kit:
@@ -122,6 +134,12 @@ class Kit:
         and returns {name, status: passed | failed | timed out | skipped, rc, seconds, ...}.
         Skipped, not started, when less than ``MIN_STEP_SECONDS`` or than its ``estimate`` (by
         default ``STEP_SECONDS``) is left."""
+        return self.wait(self.start(name, command, log, timeout, stdout, estimate))
+
+    def start(self, name: str, command: List[str], log: str, timeout: float, stdout: Optional[Path] = None,
+              estimate: Optional[float] = None) -> "Running":
+        """``step``'s first half: the step started (or skipped), for ``wait`` to finish, so that
+        another step may run meanwhile."""
         estimate = STEP_SECONDS.get(name) if estimate is None else estimate
         entry = {"name": name, "command": shlex.join(command), "log": log, "time_box_s": round(timeout),
                  "estimate_s": None if estimate is None else round(estimate)}
@@ -130,21 +148,28 @@ class Kit:
         if timeout < max(MIN_STEP_SECONDS, estimate or 0):
             entry.update(status="skipped", rc=None, seconds=0.0,
                          note=f"{max(timeout, 0):.0f} s left, estimate {entry['estimate_s']} s")
-            return self.finish(entry, log)
-        started = time.monotonic()
-        with open(self.out / log, "a", encoding="utf-8") as output, \
-                (open(stdout, "w", encoding="utf-8") if stdout else contextlib.nullcontext(output)) as result:
-            process = subprocess.Popen(command, cwd=REPO_ROOT, env=self.env, stdout=result, stderr=output,
-                                       start_new_session=True)
+            return Running(entry, log)
+        output = open(self.out / log, "a", encoding="utf-8")
+        result = open(stdout, "w", encoding="utf-8") if stdout else output
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=self.env, stdout=result, stderr=output,
+                                   start_new_session=True)
+        return Running(entry, log, process, (output, result), time.monotonic(), timeout)
+
+    def wait(self, running: "Running") -> Dict:
+        """``step``'s second half: waits for the step until its time box ends, then records it."""
+        entry = running.entry
+        if running.process is not None:
             try:
-                rc = process.wait(timeout=timeout)
+                rc = running.process.wait(timeout=max(running.started + running.timeout - time.monotonic(), 0))
                 entry.update(status="passed" if rc == 0 else "failed", rc=rc)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)  # the step's own process group
-                process.wait()
+                os.killpg(running.process.pid, signal.SIGKILL)  # the step's own process group
+                running.process.wait()
                 entry.update(status="timed out", rc=None)
-        entry["seconds"] = round(time.monotonic() - started, 1)
-        return self.finish(entry, log)
+            for file in set(running.files):
+                file.close()
+            entry["seconds"] = round(time.monotonic() - running.started, 1)
+        return self.finish(entry, running.log)
 
     def finish(self, entry: Dict, log: str) -> Dict:
         self.log(log, f"===== {entry['name']}: {entry['status']} ({entry['seconds']} s)\n")
@@ -233,18 +258,23 @@ def group_statuses(path: Path) -> Dict[str, str]:
     return statuses
 
 
-def list_groups(kit: Kit) -> Dict[str, float]:
-    """The scale groups the call may run, in the scale benchmark's order, with their estimates
-    (``benchmarks.scale --list``): those of the plan, or of ``--rows``."""
+def start_listing(kit: Kit) -> Running:
+    """``benchmarks.scale --list`` started: the scale groups the call may run (those of the plan,
+    or of ``--rows``), in the scale benchmark's order, with their estimates. It runs beside the
+    tests: it only imports and reckons, and the tests do not wait for it."""
     args = kit.args
-    listing = kit.scratch / "groups"
     name = "scale: list groups"
-    listed = kit.step(name, [sys.executable, "-m", "benchmarks.scale", *scale_options(args), "--list",
-                             *(["--rows", *args.rows] if args.rows else [])], "scale.log", kit.time_left(CAPS[name]),
-                      stdout=listing)
-    if listed["status"] != "passed":
+    return kit.start(name, [sys.executable, "-m", "benchmarks.scale", *scale_options(args), "--list",
+                            *(["--rows", *args.rows] if args.rows else [])], "scale.log", kit.time_left(CAPS[name]),
+                     stdout=kit.scratch / "groups")
+
+
+def listed_groups(kit: Kit, listing: Running) -> Dict[str, float]:
+    """The groups ``start_listing`` printed, once it is done: {group: estimated seconds}."""
+    if kit.wait(listing)["status"] != "passed":
         return {}
-    return {group: float(seconds) for group, seconds in (line.split() for line in read_back(listing).splitlines())}
+    printed = read_back(kit.scratch / "groups")
+    return {group: float(seconds) for group, seconds in (line.split() for line in printed.splitlines())}
 
 
 def run_group(kit: Kit, group: str, estimate: float) -> None:
@@ -268,12 +298,13 @@ def run_benchmark(kit: Kit, name: str) -> None:
 
 
 def run_plan(kit: Kit) -> None:
-    """The tests, then every planned benchmark in order, each skipped whose estimate exceeds
-    the time left (the next still tried)."""
+    """The tests (the scale groups listed meanwhile), then every planned benchmark in order, each
+    skipped whose estimate exceeds the time left (the next still tried)."""
     args = kit.args
+    listing = start_listing(kit)
     if args.tests:
         run_tests(kit)
-    estimates = list_groups(kit)
+    estimates = listed_groups(kit, listing)
     unplanned = [group for group in estimates if group not in PLAN]  # other sizes (--quick): after the plan's
     groups = list(estimates) if args.rows else [step for step in PLAN if step in estimates] + unplanned
     if args.pending:
