@@ -235,6 +235,7 @@ class PageSumPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True  # eager and sdpa: PageCrossAttention folds beams into a dense mask
     _supports_flash_attn = False
     _supports_flex_attn = False
+    _can_compile_fullgraph = True  # training and, with the static cache, decoding (tests/test_hf_pagesum.py)
 
 
 class PageSumModel(PageSumPreTrainedModel):
