@@ -6,10 +6,12 @@ row groups). Every test here is skipped, with the reason, where torch sees no CU
 docs/benchmarks/gpu.md says where they last ran."""
 
 import copy
+import importlib.metadata
 import math
 
 import pytest
 import torch
+import transformers
 from fairseq import utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.modules import MultiheadAttention
@@ -17,6 +19,7 @@ from fairseq.optim.adafactor import Adafactor
 from fairseq.optim.fp16_optimizer import MemoryEfficientFP16Optimizer
 from torch._C._autograd import DeviceType
 from torch._dynamo.utils import counters
+from packaging.requirements import Requirement
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import CompileConfig
 
@@ -260,6 +263,15 @@ def test_a_captured_training_pass_gives_the_eager_losses_and_gradients_update_af
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)
 
 
+def hf_extra_requirement() -> Requirement:
+    """The transformers the project's ``hf`` extra asks for (setup.py)."""
+    return next(requirement for requirement in map(Requirement, importlib.metadata.requires("pagesum"))
+                if requirement.name == "transformers" and requirement.marker.evaluate({"extra": "hf"}))
+
+
+@pytest.mark.skipif(transformers.__version__ not in hf_extra_requirement().specifier,
+                    reason=f"pagesum_plugin.hf needs transformers{hf_extra_requirement().specifier} (setup.py's hf "
+                    f"extra): this machine has {transformers.__version__}")
 def test_transformers_compiles_greedy_search_with_a_static_cache_and_finds_the_eager_summaries(copy_task_dir):
     """On a GPU, ``generate(cache_implementation="static")`` compiles the model's forward for greedy search by
     itself, with CUDA graphs (``mode="reduce-overhead"``): PageSum's forward compiles whole (``fullgraph=True``), one
