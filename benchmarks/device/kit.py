@@ -137,7 +137,7 @@ class Kit:
         return self.wait(self.start(name, command, log, timeout, stdout, estimate))
 
     def start(self, name: str, command: List[str], log: str, timeout: float, stdout: Optional[Path] = None,
-              estimate: Optional[float] = None) -> "Running":
+              estimate: Optional[float] = None) -> Running:
         """``step``'s first half: the step started (or skipped), for ``wait`` to finish, so that
         another step may run meanwhile."""
         estimate = STEP_SECONDS.get(name) if estimate is None else estimate
@@ -155,7 +155,7 @@ class Kit:
                                    start_new_session=True)
         return Running(entry, log, process, (output, result), time.monotonic(), timeout)
 
-    def wait(self, running: "Running") -> Dict:
+    def wait(self, running: Running) -> Dict:
         """``step``'s second half: waits for the step until its time box ends, then records it."""
         entry = running.entry
         if running.process is not None:
