@@ -50,7 +50,8 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
                           "--out-len", "4", "--train-updates", "5", "--fidelity-docs", "8"],
                          ["summaries/s", "pruned differs"]),
     "checkpoint_stall": (["--epochs", "2", "--repeats", "1"], ["persistent workers", "workers stopped every epoch"]),
-    "hf_generate": (["--device", "cpu", "--quick"], ["plugin's generator, step loop", "transformers generate", "static cache"]),
+    "hf_generate": (["--device", "cpu", "--quick"], ["plugin's generator, step loop", "transformers generate",
+                                                     "static cache"]),
     "hf_training": (["--device", "cpu", "--quick"], ["whole logits", "64 summary tokens at a time",
                                                      "The losses agree: yes"]),
 }

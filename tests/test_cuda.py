@@ -1,9 +1,10 @@
 """What only a GPU can show: decoding and page masking in half precision, the decoder's training
 self-attention on the flash kernel, the n-gram blocker on CUDA tensors, ``adamw_torch``'s fused
-CUDA update over the fp32 masters it keeps, a training pass captured as CUDA graphs, greedy search of
-the transformers model compiled by transformers with a static cache, and the scale benchmark's CUDA paths at a tiny size (the GPU kit runs these tests before the bart.large
-row groups). Every test here is skipped, with the reason, where torch sees no CUDA device;
-docs/benchmarks/gpu.md says where they last ran."""
+CUDA update over the fp32 masters it keeps, a training pass captured as CUDA graphs, greedy search
+of the transformers model compiled by transformers with a static cache, and the scale benchmark's
+CUDA paths at a tiny size (the GPU kit runs these tests before the bart.large row groups). Every
+test here is skipped, with the reason, where torch sees no CUDA device; docs/benchmarks/gpu.md says
+where they last ran."""
 
 import copy
 import importlib.metadata
@@ -18,8 +19,8 @@ from fairseq.modules import MultiheadAttention
 from fairseq.optim.adafactor import Adafactor
 from fairseq.optim.fp16_optimizer import MemoryEfficientFP16Optimizer
 from torch._C._autograd import DeviceType
-from torch._dynamo.utils import counters
 from packaging.requirements import Requirement
+from torch._dynamo.utils import counters
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import CompileConfig
 
@@ -263,15 +264,15 @@ def test_a_captured_training_pass_gives_the_eager_losses_and_gradients_update_af
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)
 
 
-def hf_extra_requirement() -> Requirement:
-    """The transformers the project's ``hf`` extra asks for (setup.py)."""
-    return next(requirement for requirement in map(Requirement, importlib.metadata.requires("pagesum"))
-                if requirement.name == "transformers" and requirement.marker.evaluate({"extra": "hf"}))
+# the transformers versions the project's ``hf`` extra asks for (setup.py)
+HF_TRANSFORMERS = next(requirement.specifier
+                       for requirement in map(Requirement, importlib.metadata.requires("pagesum"))
+                       if requirement.name == "transformers" and requirement.marker.evaluate({"extra": "hf"}))
 
 
-@pytest.mark.skipif(transformers.__version__ not in hf_extra_requirement().specifier,
-                    reason=f"pagesum_plugin.hf needs transformers{hf_extra_requirement().specifier} (setup.py's hf "
-                    f"extra): this machine has {transformers.__version__}")
+@pytest.mark.skipif(transformers.__version__ not in HF_TRANSFORMERS,
+                    reason=f"pagesum_plugin.hf needs transformers{HF_TRANSFORMERS} (setup.py's hf extra): this "
+                    f"machine has {transformers.__version__}")
 def test_transformers_compiles_greedy_search_with_a_static_cache_and_finds_the_eager_summaries(copy_task_dir):
     """On a GPU, ``generate(cache_implementation="static")`` compiles the model's forward for greedy search by
     itself, with CUDA graphs (``mode="reduce-overhead"``): PageSum's forward compiles whole (``fullgraph=True``), one
@@ -286,7 +287,7 @@ def test_transformers_compiles_greedy_search_with_a_static_cache_and_finds_the_e
     torch._dynamo.reset()
     counters.clear()
     for _ in range(2):
-        summaries = hf.generate(input_ids=src, cache_implementation="static", compile_config=CompileConfig(fullgraph=True),
-                                **greedy)
+        summaries = hf.generate(input_ids=src, cache_implementation="static",
+                                compile_config=CompileConfig(fullgraph=True), **greedy)
         assert torch.equal(summaries, expected)
     assert counters["stats"]["unique_graphs"] == 1 and expected.size(1) > 3

@@ -216,8 +216,8 @@ def test_an_example_without_a_page_is_refused_in_one_line(twins, compiled):
     _, hf, dictionary = twins
     src = paged_batch(documents(dictionary, 2, 3, seed=1), dictionary)
     src[1] = PAD  # the second example has no token
-    forward = torch.compile(hf.forward, fullgraph=True, backend="eager") if compiled else hf.forward
     torch._dynamo.reset()
+    forward = torch.compile(hf.forward, fullgraph=True, backend="eager") if compiled else hf.forward
     with pytest.raises(RuntimeError if compiled else ValueError, match="every example needs at least one page"):
         forward(input_ids=src, decoder_input_ids=decoder_input([[5, 6], [7, 8]], dictionary)[1])
 

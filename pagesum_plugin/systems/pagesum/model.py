@@ -72,8 +72,6 @@ class PageFacts(NamedTuple):
     every_slot: bool = False
 
 
-
-
 class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
     """BART's encoder applied to every page independently (positions 0..len-1 per page)."""
 
