@@ -371,7 +371,8 @@ def main(argv=None):
     size = CPU_SMALL if args.quick else BART_LARGE if device.type == "cuda" else BART_BASE
     name = {CPU_SMALL: "cpu_small", BART_LARGE: "bart.large", BART_BASE: "bart.base"}[size]
     print(f"Machine: {describe_device(device)}. Dimensions: {name} (d={size.embed_dim}, {size.heads} heads, "
-          f"vocab {size.vocab_words + 4}) in {dtype_name(dtype)}, random weights, beam {args.beam}.", flush=True)
+          f"vocab {size.vocab_words + 4}) in {dtype_name(dtype)}, random weights, beam {args.beam}; transformers "
+          f"{transformers.__version__}.", flush=True)
     if "one-page" in args.tables:
         print(f"\nOne page of {args.page_len} tokens, {size.layers}+{size.layers} layers, a {args.short}-token "
               f"summary, batch 1 ({args.repeats} rounds, taking turns; best round, and the median over rounds "

@@ -1,28 +1,22 @@
 """What only a GPU can show: decoding and page masking in half precision, the decoder's training
 self-attention on the flash kernel, the n-gram blocker on CUDA tensors, ``adamw_torch``'s fused
-CUDA update over the fp32 masters it keeps, a training pass captured as CUDA graphs, greedy search
-of the transformers model compiled by transformers with a static cache, and the scale benchmark's
+CUDA update over the fp32 masters it keeps, a training pass captured as CUDA graphs, and the scale benchmark's
 CUDA paths at a tiny size (the GPU kit runs these tests before the bart.large row groups). Every
 test here is skipped, with the reason, where torch sees no CUDA device; docs/benchmarks/gpu.md says
 where they last ran."""
 
 import copy
-import importlib.metadata
 import math
 
 import pytest
 import torch
-import transformers
 from fairseq import utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.modules import MultiheadAttention
 from fairseq.optim.adafactor import Adafactor
 from fairseq.optim.fp16_optimizer import MemoryEfficientFP16Optimizer
 from torch._C._autograd import DeviceType
-from packaging.requirements import Requirement
-from torch._dynamo.utils import counters
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from transformers import CompileConfig
 
 from benchmarks.common import Backward, Launched, criterion_and_sample
 from benchmarks.scale import results
@@ -32,11 +26,9 @@ from benchmarks.scale.kernels import durations
 from builders.models import (assert_gradients_close, build_tiny, decoder_input, log_probs, make_source_sensitive,
                              paged_batch)
 from builders.systems import SUMMARIES, pages
-from pagesum_plugin.checkpoints.convert import pagesum_hf_model
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.generation.ngram_blocking import NoRepeatNGramBlocker
-from pagesum_plugin.hf import summary_lengths
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention
 from pagesum_plugin.optim.adafactor_batched import BatchedAdafactor
 from pagesum_plugin.training_capture import CapturedTraining
@@ -262,32 +254,3 @@ def test_a_captured_training_pass_gives_the_eager_losses_and_gradients_update_af
     assert len(captured.shapes) == 2
     for p, q in zip(model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)
-
-
-# the transformers versions the project's ``hf`` extra asks for (setup.py)
-HF_TRANSFORMERS = next(requirement.specifier
-                       for requirement in map(Requirement, importlib.metadata.requires("pagesum"))
-                       if requirement.name == "transformers" and requirement.marker.evaluate({"extra": "hf"}))
-
-
-@pytest.mark.skipif(transformers.__version__ not in HF_TRANSFORMERS,
-                    reason=f"pagesum_plugin.hf needs transformers{HF_TRANSFORMERS} (setup.py's hf extra): this "
-                    f"machine has {transformers.__version__}")
-def test_transformers_compiles_greedy_search_with_a_static_cache_and_finds_the_eager_summaries(copy_task_dir):
-    """On a GPU, ``generate(cache_implementation="static")`` compiles the model's forward for greedy search by
-    itself, with CUDA graphs (``mode="reduce-overhead"``): PageSum's forward compiles whole (``fullgraph=True``), one
-    graph for every step after the first, and gives the summaries of the dynamic cache, eager, in this search and the
-    next (pages of every count, padding pages among them)."""
-    args, task, model = build_tiny(copy_task_dir)
-    model = make_source_sensitive(model, task.dictionary)
-    hf = pagesum_hf_model(args, model.state_dict(), {"label_smoothing": 0.1}).cuda().eval()
-    src = pages(task, (3, 1, 4, 2)).cuda()
-    greedy = dict(num_beams=1, do_sample=False, **summary_lengths(1, 20))
-    expected = hf.generate(input_ids=src, **greedy)
-    torch._dynamo.reset()
-    counters.clear()
-    for _ in range(2):
-        summaries = hf.generate(input_ids=src, cache_implementation="static",
-                                compile_config=CompileConfig(fullgraph=True), **greedy)
-        assert torch.equal(summaries, expected)
-    assert counters["stats"]["unique_graphs"] == 1 and expected.size(1) > 3

@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import transformers
 
 from benchmarks.common import BART_LARGE
 from benchmarks.device import kit, wheelhouse
@@ -72,8 +73,16 @@ def test_the_wheelhouse_lock_holds_exactly_what_the_machine_lacks_at_the_version
     assert not {"numpy", "sentencepiece", "tokenizers", "pyyaml"} & set(needs), "the machine has these"
 
 
+def test_the_wheelhouse_carries_what_the_machine_has_at_a_version_the_project_excludes():
+    machine = wheelhouse.machine_packages()
+    assert (machine["transformers"], machine["torch"], machine["tokenizers"]) == ("5.17.0", "2.11.0", None)
+    assert "transformers" in wheelhouse.runtime_needs(), "the hf extra needs transformers>=5.24"
+    newer = {**machine, "transformers": transformers.__version__}
+    assert "transformers" not in wheelhouse.runtime_needs(present=newer)
+
+
 def test_the_wheelhouse_never_carries_torch_even_to_a_machine_without_it():
-    needs = wheelhouse.runtime_needs(present=set())
+    needs = wheelhouse.runtime_needs(present={})
     assert not [name for name in needs if wheelhouse.NEVER.match(name)]
     assert "numpy" in needs  # without the machine's packages, everything else is carried
 
@@ -142,6 +151,30 @@ def test_a_step_without_time_left_is_skipped_not_started(tmp_path):
     box = quick_kit(tmp_path, budget=kit.RESERVE_SECONDS + 5)
     entry = box.step("late", [sys.executable, "-c", "raise SystemExit(3)"], "kit.log", box.time_left())
     assert entry["status"] == "skipped" and entry["rc"] is None
+
+
+def test_a_carried_transformers_that_does_not_import_on_the_machine_is_removed_and_the_machines_own_is_used(
+        tmp_path):
+    """transformers 5.24 is carried for the hf extra, but needs a newer huggingface-hub than 5.17 did: where the
+    machine's is older, the carried copy goes and the visit runs on the machine's transformers."""
+    site = tmp_path / "site"
+    (site / "transformers").mkdir(parents=True)
+    (site / "transformers" / "__init__.py").write_text(
+        "raise ImportError('huggingface-hub>=1.31.0,<3.0 is required for a normal functioning of this module, '\n"
+        "                  'but found huggingface-hub==1.20.0.')\n")
+    (site / "transformers-5.24.0.dist-info").mkdir()
+    (tmp_path / "wheels").mkdir()
+    box = kit.Kit(kit.parse_args(["--out", str(tmp_path / "out"), "--site", str(site), "--wheelhouse",
+                                  str(tmp_path / "wheels"), "--device", "cpu"]))
+    box.out.mkdir()
+    kit.install(box)
+
+    assert not list(site.iterdir()), "the carried transformers and its metadata are gone"
+    checks = [step["status"] for step in box.record["steps"] if step["name"] == "import check"]
+    assert checks == ["passed", "passed"]
+    assert box.record["environment"]["transformers"] == transformers.__version__
+    assert "the carried transformers does not import here (huggingface-hub>=1.31.0,<3.0 is required" \
+        in (box.out / "kit.log").read_text()
 
 
 def test_a_failing_step_is_recorded_with_its_exit_status(tmp_path):

@@ -1,6 +1,7 @@
 """pagesum_plugin.hf runs where fairseq is not installed: a process in which ``import fairseq`` fails builds a
 PageSum model, saves it as safetensors, loads it back (by its class and through the Auto classes), reads a raw
-document into pages with PageSumProcessor and generates."""
+document into pages with PageSumProcessor and generates. Where transformers is older than the ``hf`` extra asks,
+it refuses at import, in one line."""
 
 import os
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import textwrap
 
 from builders.cli import REPO_ROOT
+from pagesum_plugin.hf import REQUIRED
 
 WITHOUT_FAIRSEQ = textwrap.dedent('''
     import importlib.abc, sys
@@ -77,3 +79,13 @@ def test_the_transformers_model_needs_no_fairseq(tmp_path):
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1].startswith("ok")  # after the BPE trainer's progress lines
+
+
+def test_a_transformers_older_than_the_hf_extra_asks_is_refused_at_import_in_one_line():
+    """transformers 5.17 imports the model but fails at its first cross-attention, deep inside a forward pass."""
+    older = "import transformers\ntransformers.__version__ = '5.17.0'\nimport pagesum_plugin.hf\n"
+    done = subprocess.run([sys.executable, "-c", older], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == \
+        f"ImportError: pagesum_plugin.hf needs transformers{REQUIRED} (setup.py's hf extra): this environment has 5.17.0"
+    assert REQUIRED is not None, "read from the installed package's metadata"

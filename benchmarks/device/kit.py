@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import IO, Dict, List, Optional, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-GPU_TESTS = ("tests/test_cuda.py", "tests/test_cuda_equals_cpu.py", "tests/test_training_precision.py",
+GPU_TESTS = ("tests/test_cuda.py", "tests/test_cuda_transformers.py", "tests/test_cuda_equals_cpu.py",
+             "tests/test_training_precision.py",
              "tests/test_half_precision_stress.py")
 # What the call measures, most valuable first: the tests, then the scale groups (ids of
 # ``benchmarks.scale --list``) and other benchmarks (``BENCHMARKS``) in the order the project needs
@@ -213,13 +214,32 @@ def install(kit: Kit) -> None:
                                      args.site, *map(str, wheels)], "kit.log", kit.time_left(CAPS["install"]))
         if entry["status"] == "passed":
             stamp.write_text(json.dumps(contents))
-    check = kit.step("import check", [sys.executable, "-m", "benchmarks.device.check", args.site], "kit.log",
+    environment = import_check(kit)
+    carried = carried_files(Path(args.site), "transformers")
+    if environment and environment.get("transformers_error") and carried:
+        for path in carried:
+            shutil.rmtree(path)
+        kit.log("kit.log", f"the carried transformers does not import here ({environment['transformers_error']}): "
+                           f"removed from {args.site}, the machine's own is used\n")
+        import_check(kit)
+
+
+def import_check(kit: Kit) -> Optional[Dict]:
+    """``benchmarks.device.check``: the versions the steps will run, recorded as the environment."""
+    check = kit.step("import check", [sys.executable, "-m", "benchmarks.device.check", kit.args.site], "kit.log",
                      kit.time_left(CAPS["import check"]), stdout=kit.scratch / "check.out")
     printed = read_back(kit.scratch / "check.out").strip().splitlines()
     kit.log("kit.log", "\n".join(printed) + "\n")
-    if check["status"] == "passed" and printed:
-        kit.record["environment"] = json.loads(printed[-1])
-        kit.save()
+    if check["status"] != "passed" or not printed:
+        return None
+    kit.record["environment"] = json.loads(printed[-1])
+    kit.save()
+    return kit.record["environment"]
+
+
+def carried_files(site: Path, package: str) -> List[Path]:
+    """What the wheelhouse installed of ``package`` in ``site``: its folder and its metadata."""
+    return sorted(path for path in (site / package, *site.glob(f"{package}-*.dist-info")) if path.is_dir())
 
 
 def run_tests(kit: Kit) -> None:

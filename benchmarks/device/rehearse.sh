@@ -15,8 +15,10 @@ REHEARSAL=${REHEARSAL:-.rehearsal}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 [ -x "$REHEARSAL/venv/bin/python" ] || "$PYTHON312" -m venv "$REHEARSAL/venv"
-# the GPU machine's image, at the versions it was seen with (benchmarks/device/gpu_machine_packages.txt)
-"$REHEARSAL/venv/bin/pip" install -q "torch==2.11.0" "transformers==5.17.0" "tokenizers>=0.23,<0.24" \
+# the GPU machine's image: the versions seen there (name==version in gpu_machine_packages.txt), and the rest
+seen=$(grep -E '^[A-Za-z0-9_.-]+==' benchmarks/device/gpu_machine_packages.txt)
+# shellcheck disable=SC2086
+"$REHEARSAL/venv/bin/pip" install -q $seen "tokenizers>=0.23,<0.24" \
     "sentencepiece>=0.2.2,<0.3" "safetensors>=0.8,<0.9" "numpy>=2.5,<2.6" scipy scikit-learn regex sacrebleu tqdm \
     six absl-py pyyaml packaging pytest pytest-xdist
 [ -x .venv/bin/python ] || bash setup.sh

@@ -1,9 +1,10 @@
 """The wheelhouse that a GPU machine with no package index needs to run this project's GPU kit.
 
-What it carries: every distribution that the project (``pagesum``'s requirements) and fairseq
-(``ve-fairseq``'s, less torch, torchaudio and the CUDA libraries: the machine's own CUDA torch
-stays) need at run time, following the requirements down, that the machine does not already
-have (``gpu_machine_packages.txt``); at the versions installed here, where the tests pass; as
+What it carries: every distribution that the project (``pagesum``'s requirements and its ``hf``
+extra's) and fairseq (``ve-fairseq``'s, less torch, torchaudio and the CUDA libraries: the
+machine's own CUDA torch stays) need at run time, following the requirements down, that the
+machine does not already have (``gpu_machine_packages.txt``), or has at a version seen there that a
+requirement excludes (transformers); at the versions installed here, where the tests pass; as
 cp312 manylinux wheels, or, for the few published only as source archives
 (antlr4-python3-runtime 4.9.3, rouge-score 0.1.2), pure-Python wheels built here; and a wheel
 of this project, built from the checkout. Never torch. At most 64 MiB in all: a build that
@@ -44,6 +45,7 @@ LIMIT_MIB = 64  # what one call to the GPU machine can carry, the checkout's oth
 MIB = 2**20
 PROJECT = "pagesum"
 ROOTS = (PROJECT, "ve-fairseq")  # what the kit imports: the project, fairseq, and what they need
+EXTRAS = ("hf",)  # the project's extras the GPU tests need: the transformers model's
 NEVER = re.compile(r"^(torch|torchaudio|torchvision|triton|nvidia-.*)$")  # the machine's own CUDA stack
 # The machine's interpreter, for the requirements' environment markers
 TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "implementation_name": "cpython",
@@ -82,29 +84,39 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def machine_packages(path: Path = MACHINE_PACKAGES) -> Set[str]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return {canonical(line.strip()) for line in lines if line.strip() and not line.startswith("#")}
+def machine_packages(path: Path = MACHINE_PACKAGES) -> Dict[str, Optional[str]]:
+    """name -> the version seen on the machine (None where the list does not say) of every
+    distribution its image has."""
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    pinned = [line.partition("==") for line in lines if line and not line.startswith("#")]
+    return {canonical(name): version or None for name, _, version in pinned}
 
 
-def runtime_needs(roots=ROOTS, present: Optional[Set[str]] = None) -> Dict[str, str]:
-    """name -> version installed here, of every distribution that ``roots`` need at run time on
-    the machine and that it lacks (``present``), requirements followed down; the roots included."""
+def runtime_needs(roots=ROOTS, present: Optional[Dict[str, Optional[str]]] = None) -> Dict[str, str]:
+    """name -> version installed here, of every distribution that ``roots`` (the project with
+    ``EXTRAS``) need at run time on the machine and that it lacks, or has at a version some
+    requirement excludes (``present``: ``machine_packages``), requirements followed down; the
+    roots included."""
     present = machine_packages() if present is None else present
-    needs, queue = {}, list(roots)
+    needs, queue = {}, [Requirement(root) for root in roots]
     while queue:
-        name = canonical(queue.pop())
-        if name in needs or NEVER.match(name) or (name in present and name not in roots):
+        requirement = queue.pop()
+        name = canonical(requirement.name)
+        seen = present.get(name)
+        excluded = seen is not None and not requirement.specifier.contains(seen, prereleases=True)
+        if name in needs or NEVER.match(name) or (name in present and name not in roots and not excluded):
             continue
         try:
             distribution = metadata.distribution(name)
         except metadata.PackageNotFoundError:
             raise SystemExit(f"wheelhouse: {name} is needed at run time but not installed here (run bash setup.sh)")
         needs[name] = distribution.version
+        extras = ("", *EXTRAS) if name == PROJECT else ("",)
         for line in distribution.requires or []:
             requirement = Requirement(line)
-            if requirement.marker is None or requirement.marker.evaluate(TARGET):
-                queue.append(requirement.name)
+            if requirement.marker is None or any(requirement.marker.evaluate({**TARGET, "extra": extra})
+                                                 for extra in extras):
+                queue.append(requirement)
     return needs
 
 
