@@ -2,7 +2,7 @@
 if torch came from the wheelhouse (``python -m benchmarks.device.check SITE``) rather than
 from the machine's own installation. transformers is reported, not required: a carried one that
 needs a newer package than the machine has fails to import, and the kit then falls back to the
-machine's own (``kit.import_check``)."""
+machine's own (``kit.install``)."""
 
 import json
 import os
@@ -13,6 +13,14 @@ import numpy
 import torch
 
 import pagesum_plugin
+
+try:  # optional here: reported, not required; its BART model too, which transformers imports when first asked for
+    import transformers
+    from transformers import BartForConditionalGeneration  # noqa: F401
+except ImportError as error:  # e.g. a carried transformers that needs a newer huggingface-hub
+    transformers, TRANSFORMERS_ERROR = None, " ".join(str(error).split())
+else:
+    TRANSFORMERS_ERROR = None
 
 
 def where(module) -> str:
@@ -27,12 +35,8 @@ def main(site: str) -> None:
     versions = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
                 "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                 "fairseq": fairseq.__version__, "numpy": numpy.__version__}
-    try:  # its BART model too: transformers imports its models only when first asked for them
-        import transformers
-        from transformers import BartForConditionalGeneration  # noqa: F401
-    except ImportError as error:  # e.g. a carried transformers that needs a newer huggingface-hub
-        versions["transformers"] = None
-        versions["transformers_error"] = " ".join(str(error).split())
+    if transformers is None:
+        versions.update(transformers=None, transformers_error=TRANSFORMERS_ERROR)
     else:
         versions["transformers"] = transformers.__version__
         origin["transformers"] = where(transformers)
