@@ -40,6 +40,7 @@ from ..bart.arguments import as_bart_args, bart_dimensions
 from ..bart.model import LongInputBARTModel, TokenWeightsOnRequest, wrap_layer
 from ...modules.decoder_self_attention import set_cache_beams
 from ...modules.fused_layer import FusedDecoderLayer, as_config
+from ...modules.output_projection import FewRowProjection
 from ...modules.layer_norm import recomputing_norms
 from .memory import (
     MEMORY_KINDS,
@@ -168,7 +169,7 @@ class AwesomeEncoder(TransformerEncoder):
         return reordered
 
 
-class AwesomeDecoder(TokenWeightsOnRequest, TransformerDecoder):
+class AwesomeDecoder(FewRowProjection, TokenWeightsOnRequest, TransformerDecoder):
     """BART's decoder with memories of earlier segments' summaries in some layers; a decoding
     step computes no token weights that nobody reads."""
 

@@ -48,6 +48,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayer, Transform
 from ..bart.arguments import bart_dimensions
 from ..bart.model import LongInputBARTModel, SyncFreeDecoder, wrap_layer
 from ...modules.fused_layer import FusedAttentionLayer
+from ...modules.output_projection import FewRowProjection
 from .attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossAttention, document_shapes
 
 logger = logging.getLogger(__name__)
@@ -156,7 +157,7 @@ class HEDEncoder(TransformerEncoder):
         }
 
 
-class HEDDecoder(SyncFreeDecoder, TransformerDecoder):
+class HEDDecoder(FewRowProjection, SyncFreeDecoder, TransformerDecoder):
     """BART's decoder with hierarchical cross-attention; reports the documents' weights."""
 
     def build_decoder_layer(self, args, no_encoder_attn=False):

@@ -33,6 +33,7 @@ from ...architectures import HEPOS_STRIDE, HEPOS_WINDOW
 from ..bart.arguments import as_bart_args, bart_dimensions
 from ..bart.model import LongInputBARTModel, SyncFreeDecoder, SyncFreeEncoder, TokenWeightsOnRequest, wrap_layer
 from ...modules.fused_layer import FusedAttentionLayer
+from ...modules.output_projection import FewRowProjection
 from .efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 from .attention import CrossAttention, HeposAttention, LinformerCrossAttention
 
@@ -171,7 +172,7 @@ class HeposEncoder(SyncFreeEncoder, TransformerEncoderBase):
         return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, has_pads)
 
 
-class HeposDecoder(TokenWeightsOnRequest, SyncFreeDecoder, TransformerDecoderBase):
+class HeposDecoder(FewRowProjection, TokenWeightsOnRequest, SyncFreeDecoder, TransformerDecoderBase):
     """BART's decoder with the chosen encoder-decoder attention; a decoding step computes no
     token weights that nobody reads."""
 

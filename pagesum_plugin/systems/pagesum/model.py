@@ -42,6 +42,7 @@ from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
 from ..bart.arguments import bart_dimensions
 from ..bart.model import NO_ALIGNMENT, LongInputBARTModel, SyncFreeDecoder, SyncFreeEncoder, wrap_layer
 from ...modules.fused_layer import FusedDecoderLayer
+from ...modules.output_projection import FewRowProjection
 from ...modules.decoder_self_attention import DecoderSelfAttention, set_cache_beams
 from ...modules.page_mixing import PageLayout, real_pages, rows_of_pages, unpack_pages
 
@@ -206,7 +207,7 @@ def concatenate_pages(encoder_out: Dict[str, List[Tensor]]) -> Dict[str, List[Te
     }
 
 
-class PageSumDecoder(SyncFreeDecoder, TransformerDecoder):
+class PageSumDecoder(FewRowProjection, SyncFreeDecoder, TransformerDecoder):
     """BART's decoder run on every page, mixed by learned page confidences."""
 
     beams_share_pages: bool = False  # set with the encoder's by PageSumModel.set_beam_size
