@@ -1,9 +1,9 @@
 """What only a GPU can show: decoding and page masking in half precision, the decoder's training
 self-attention on the flash kernel, the n-gram blocker on CUDA tensors, ``adamw_torch``'s fused
-CUDA update over the fp32 masters it keeps, a training pass captured as CUDA graphs, and the scale benchmark's
-CUDA paths at a tiny size (the GPU kit runs these tests before the bart.large row groups). Every
-test here is skipped, with the reason, where torch sees no CUDA device; docs/benchmarks/gpu.md says
-where they last ran."""
+CUDA update over the fp32 masters it keeps, a training pass captured as CUDA graphs, and the
+scale benchmark's CUDA paths at a tiny size (the GPU kit runs these tests before the bart.large
+row groups). Every test here is skipped, with the reason, where torch sees no CUDA device;
+docs/benchmarks/gpu.md says where they last ran."""
 
 import copy
 import math

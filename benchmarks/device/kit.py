@@ -50,8 +50,7 @@ from typing import IO, Dict, List, Optional, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 GPU_TESTS = ("tests/test_cuda.py", "tests/test_cuda_transformers.py", "tests/test_cuda_equals_cpu.py",
-             "tests/test_training_precision.py",
-             "tests/test_half_precision_stress.py")
+             "tests/test_training_precision.py", "tests/test_half_precision_stress.py")
 # What the call measures, most valuable first: the tests, then the scale groups (ids of
 # ``benchmarks.scale --list``) and other benchmarks (``BENCHMARKS``) in the order the project needs
 # their numbers. tests/test_device_kit.py checks that the plan names every GPU group once.
