@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from benchmarks.compiled_training import measure
 from builders.models import assert_gradients_close, build_tiny, decoder_input
@@ -41,6 +42,30 @@ def test_a_compiled_training_step_gives_the_eager_loss_and_every_gradient(name, 
     target, prev = decoder_input(SUMMARIES, task.dictionary)
     (expected_loss, expected_grads), (loss, grads) = compiled_against_eager(model, src, prev, target,
                                                                             task.dictionary.pad())
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-6)
+    assert_gradients_close(grads, expected_grads)
+
+
+def test_with_every_document_slot_laid_out_heds_layers_compile_once_for_every_batch_of_a_shape(copy_task_dir):
+    """What a captured HED pass runs (``EverySlotLayout``, ``--capture-training``): no layout
+    worked out from the documents' lengths, whose length groups the packed layout's graphs are
+    specialised to, so a batch of the same shape with other documents compiles nothing new; no
+    graph break, and the packed eager pass's loss and gradients."""
+    task, model, src = trained_system("hed", copy_task_dir)
+    pad = task.dictionary.pad()
+    other = pages(task, (2, 3, 1, 2), seed=3)  # the same shape, other documents' lengths
+    assert other.shape == src.shape and not torch.equal(other.ne(pad).sum(2), src.ne(pad).sum(2))
+    target, prev = decoder_input(SUMMARIES, task.dictionary)
+    model.train()
+    expected_loss, expected_grads = loss_and_grads(model, src, prev, target, pad)
+    torch._dynamo.reset()
+    counters.clear()
+    compile_model_layers(model, "aot_eager")
+    facts = model.encoder.static_host_facts(src)
+    loss, grads = loss_and_grads(model, src, prev, target, pad, host_facts=facts)
+    graphs = counters["stats"]["unique_graphs"]
+    loss_and_grads(model, other, prev, target, pad, host_facts=facts)
+    assert graphs > 0 and counters["stats"]["unique_graphs"] == graphs and dict(counters["graph_break"]) == {}
     torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-6)
     assert_gradients_close(grads, expected_grads)
 

@@ -1,8 +1,8 @@
 """What only a GPU can show: decoding and page masking in half precision, the decoder's training
 self-attention on the flash kernel, the n-gram blocker on CUDA tensors, ``adamw_torch``'s fused
-CUDA update over the fp32 masters it keeps, a training pass captured as CUDA graphs, and the
-scale benchmark's CUDA paths at a tiny size (the GPU kit runs these tests before the bart.large
-row groups). Every test here is skipped, with the reason, where torch sees no CUDA device;
+CUDA update over the fp32 masters it keeps, PageSum's and HED's training passes captured as CUDA
+graphs, and the scale benchmark's CUDA paths at a tiny size (the GPU kit runs these tests before
+the bart.large row groups). Every test here is skipped, with the reason, where torch sees no CUDA device;
 docs/benchmarks/gpu.md says where they last ran."""
 
 import copy
@@ -23,6 +23,7 @@ from benchmarks.scale import results
 from benchmarks.scale.cli import main as scale
 from benchmarks.scale.cli import parse_args
 from benchmarks.scale.kernels import durations
+from builders.hed import build_hed
 from builders.models import (assert_gradients_close, build_tiny, decoder_input, log_probs, make_source_sensitive,
                              paged_batch)
 from builders.systems import SUMMARIES, pages
@@ -223,12 +224,13 @@ def cuda_training_batch(task, summaries, page_counts):
     return criterion_and_sample(task, pages(task, page_counts).cuda(), target.cuda(), prev.cuda(), 3)
 
 
-def test_a_captured_training_pass_gives_the_eager_losses_and_gradients_update_after_update(copy_task_dir):
-    """``--capture-training``: batches of two shapes with padding pages (every slot run, padding
-    ones masked), the weights moving between updates, and two micro-batches accumulated into one
-    update, replayed from CUDA graphs, against the same steps eager (packed pages) on a copy of the
-    model (fp32, no dropout)."""
-    _, task, model = build_tiny(copy_task_dir)
+@pytest.mark.parametrize("build", [build_tiny, build_hed], ids=["pagesum", "hed"])
+def test_a_captured_training_pass_gives_the_eager_losses_and_gradients_update_after_update(build, copy_task_dir):
+    """``--capture-training``: batches of two shapes with padding pages or documents (every slot
+    run, padding ones masked), the weights moving between updates, and two micro-batches accumulated
+    into one update, replayed from CUDA graphs, against the same steps eager (packed pages or
+    documents) on a copy of the model (fp32, no dropout)."""
+    _, task, model = build(copy_task_dir)
     model = make_source_sensitive(model, task.dictionary).cuda().train()
     eager_model = copy.deepcopy(model)
     shifted = [[t + 20 for t in summary] for summary in SUMMARIES]

@@ -149,6 +149,28 @@ def test_padding_documents_change_nothing(hed):
     assert torch.equal(padded_map, plain_map)
 
 
+def test_every_slot_laid_out_whole_gives_the_packed_states_of_every_real_token_and_keeps_each_documents_slot(hed):
+    """The layout of a captured training pass (``EverySlotLayout``): padding documents, one of
+    them between two real ones, and padding tokens stay in the packed row, and change nothing
+    for the real tokens; the document map gives each real token its slot, -1 to padding."""
+    _, task, model = hed
+    pad = task.dictionary.pad()
+    src = paged_batch(clusters_of(task, 9, (3, 3, 1)), task.dictionary, max_pages=4)  # (3, 4, doc_len)
+    src[1, 1] = pad  # the second cluster's middle document is padding
+    packed = model.encoder(src)
+    every_slot = model.encoder(src, host_facts=model.encoder.static_host_facts(src))
+    states = every_slot["encoder_out"][0].transpose(0, 1)  # (batch, max_docs * doc_len, dim)
+    doc_map = every_slot["encoder_padding_mask"][0]  # (batch, max_docs * doc_len)
+    slots = torch.arange(src.size(1))[None, :, None].expand_as(src)
+    assert torch.equal(doc_map, torch.where(src.ne(pad), slots, -1).view(src.size(0), -1))
+    assert bool(states.isfinite().all()), "padding rows stay finite"
+    packed_states, packed_map = packed["encoder_out"][0].transpose(0, 1), packed["encoder_padding_mask"][0]
+    for cluster in range(src.size(0)):
+        torch.testing.assert_close(states[cluster][doc_map[cluster] >= 0],
+                                   packed_states[cluster][packed_map[cluster] >= 0], atol=1e-5, rtol=1e-5)
+    assert torch.equal(every_slot["src_lengths"][0], packed["src_lengths"][0])
+
+
 def test_within_document_scores_cost_at_most_twice_the_sum_of_squared_lengths(hed):
     _, task, _ = hed
     low, _ = vocab(task.dictionary)
@@ -184,7 +206,7 @@ def test_a_document_with_padding_before_its_end_is_refused_with_its_cluster_and_
 
 
 def test_the_layout_knows_on_the_host_the_document_shapes_that_its_map_gives(hed):
-    """The decoder lays its keys out by every document's length and the longest; the encoder's
+    """The decoder lays its keys out by every document's first column and length, and the longest; the encoder's
     layout hands them over without asking the device, so they must be what its document map
     gives, a padding document between two real ones included."""
     _, task, _ = hed
@@ -192,9 +214,11 @@ def test_the_layout_knows_on_the_host_the_document_shapes_that_its_map_gives(hed
     src = paged_batch(clusters_of(task, 9, (3, 3, 1)), task.dictionary)  # (3, 3, doc_len)
     src[1, 1] = pad  # the second cluster's middle document is padding
     layout = DocumentLayout(src, pad)
-    lengths, longest = document_shapes(layout.document_map())
-    assert torch.equal(layout.lengths_by_slot, lengths) and layout.longest == longest
+    starts, lengths, longest = document_shapes(layout.document_map())
+    known = layout.shapes()
+    assert torch.equal(known.starts, starts) and torch.equal(known.lengths, lengths) and known.longest == longest
     assert lengths[1].ne(0).tolist() == [True, True, False]  # its third document is its second now
+    assert starts[1].tolist() == [0, int(lengths[1, 0]), 0]
 
 
 def test_training_gradients_are_finite_with_clusters_of_one_document(hed):

@@ -1,11 +1,12 @@
 """A training pass captured as CUDA graphs (``--capture-training``, ``training_capture.py``), as far
 as the CPU can show it: given the facts its encoder would read back, taken from the batch's shape
 alone, a pass of every capturable system reads nothing back from the device, which a capture
-requires, and gives the criterion's loss, logging output and gradients (PageSum running every
-page slot, padding pages masked out); the step keeps the graphs of its last shapes and accumulates micro-batches
-although each replay writes over the same gradient buffers (a stand-in for the graphs that does to
-memory what their replays do: ``benchmarks/graph_standin.py``); what cannot be captured trains eager and
-says why in one line. tests/test_cuda.py runs the real graphs against eager on CUDA."""
+requires, and gives the criterion's loss, logging output and gradients (PageSum running every page
+slot and HED every document slot, padding masked out); the step keeps the graphs of its last shapes
+and accumulates micro-batches although each replay writes over the same gradient buffers (a stand-in
+for the graphs that does to memory what their replays do: ``benchmarks/graph_standin.py``); what
+cannot be captured trains eager and says why in one line. tests/test_cuda.py runs the real graphs
+against eager on CUDA."""
 
 import collections
 import logging
@@ -26,7 +27,7 @@ from pagesum_recipes.profiling import HostSyncs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CAPTURABLE = ["pagesum", "bart", "hepos", "hepos-sinkhorn-full"]
+CAPTURABLE = ["pagesum", "bart", "hepos", "hepos-sinkhorn-full", "hed"]
 CHUNK_TOKENS = 3  # the loss a few summary tokens at a time, as the recipes take it: several chunks
 
 
@@ -177,7 +178,6 @@ def test_a_shape_is_captured_once_and_the_last_kept_shapes_are_kept(copy_task_di
 
 
 @pytest.mark.parametrize("name, reason", [
-    ("hed", "HEDEncoder reads the device during its pass"),
     ("awesome", "AwesomeEncoder reads the device during its pass"),
     ("pagesum-global", "global decoding joins each example's pages by their lengths, read from the device"),
 ])

@@ -116,12 +116,13 @@ def trained_system(name, data_dir):
     return task, model, source(task)
 
 
-def loss_and_grads(model, src, prev, target, pad):
+def loss_and_grads(model, src, prev, target, pad, **forward):
     """(the summed NLL of ``target``, every parameter's gradient by name) of one forward and
-    backward; torch's seed fixed, for the noise of Sinkhorn's sorting network in training."""
+    backward; torch's seed fixed, for the noise of Sinkhorn's sorting network in training.
+    ``forward``: the model's other arguments (``host_facts``)."""
     torch.manual_seed(0)
     model.zero_grad()
-    logits, _ = model(src, None, prev)
+    logits, _ = model(src, None, prev, **forward)
     lprobs = torch.log_softmax(logits.float(), dim=-1)
     nll = -lprobs.gather(2, target.unsqueeze(2)).squeeze(2)
     loss = nll.masked_fill(target.eq(pad), 0.0).sum()

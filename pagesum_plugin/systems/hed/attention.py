@@ -36,7 +36,7 @@ cross-attention unchanged and reorder it with the states.
 """
 
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -59,9 +59,8 @@ class DocumentLayout:
     numpy) from one read-back of the documents' lengths, and its index tensors reach the
     device in one copy that does not wait for it (``to_device``). The shapes the layers take
     from it (``max_docs``, ``longest``, ``cluster_width``) are numbers on the host: no layer of
-    the encoder asks the device anything. ``lengths_by_slot`` and ``longest`` are what
-    ``document_shapes`` gives of its ``document_map``: the decoder's cross-attentions take them
-    from here.
+    the encoder asks the device anything. ``shapes()`` is what ``document_shapes`` gives of its
+    ``document_map``: the decoder's cross-attentions take it from here.
     """
 
     def __init__(self, src_tokens: Tensor, pad: int):
@@ -102,6 +101,8 @@ class DocumentLayout:
         cluster_of_token = cluster_of_doc[doc_of_token]  # (n_tokens,)
         cluster_start = np.cumsum(cluster_tokens) - cluster_tokens  # (batch,)
         offset_in_cluster = np.arange(self.n_tokens) - cluster_start[cluster_of_token]  # (n_tokens,)
+        starts_by_slot = np.zeros_like(lengths_by_slot)  # (batch, max_docs): each document's first column, 0: none
+        starts_by_slot[cluster_of_doc, slot_of_doc] = doc_start - cluster_start[cluster_of_doc]
 
         groups = length_groups(doc_lengths, doc_start)
         # packed index of every row of the groups' outputs, to put them back in order
@@ -110,11 +111,11 @@ class DocumentLayout:
         restore[group_tokens] = np.arange(self.n_tokens)
 
         kept = [np.nonzero(valid) for _, _, valid in groups]  # (row, column) of every real token of a group
-        (token_in_source, self.positions, self.doc_counts, self.doc_lengths, self.doc_start, self.cluster_of_doc,
-         self.slot_of_doc, self.doc_of_token, self.cluster_tokens, self.cluster_of_token, self.offset_in_cluster,
-         self.restore, self.lengths_by_slot, *by_group) = to_device(
-            [token_in_source, positions, doc_counts, doc_lengths, doc_start, cluster_of_doc, slot_of_doc, doc_of_token,
-             cluster_tokens, cluster_of_token, offset_in_cluster, restore, lengths_by_slot,
+        (token_in_source, self.positions, self.doc_start, self.cluster_of_doc, self.slot_of_doc, self.doc_of_token,
+         self.cluster_tokens, self.cluster_of_token, self.offset_in_cluster, self.restore, self.lengths_by_slot,
+         self.starts_by_slot, *by_group) = to_device(
+            [token_in_source, positions, doc_start, cluster_of_doc, slot_of_doc, doc_of_token, cluster_tokens,
+             cluster_of_token, offset_in_cluster, restore, lengths_by_slot, starts_by_slot,
              *(a for (docs, gather, valid), (rows, columns) in zip(groups, kept)
                for a in (docs, gather, valid, rows, columns))], device)
         self.tokens = src_tokens.reshape(-1)[token_in_source]  # (n_tokens,)
@@ -145,6 +146,59 @@ class DocumentLayout:
         """(n_tokens, *rest) -> (batch, max_docs, *rest): every cluster's SOD rows, zero-filled."""
         dense = packed.new_zeros((self.batch_size, self.max_docs) + tuple(packed.shape[1:]))
         return dense.index_put((self.cluster_of_doc, self.slot_of_doc), packed[self.doc_start])
+
+    def shapes(self) -> "DocumentShapes":
+        """``document_shapes(self.document_map())``, known without asking the device."""
+        return DocumentShapes(self.starts_by_slot, self.lengths_by_slot, self.longest)
+
+
+class EverySlotLayout(DocumentLayout):
+    """The layout of a batch's shape alone, for a pass that may read nothing back from the device
+    (a training pass captured as a CUDA graph, ``training_capture.py``): every document slot of
+    ``src_tokens`` (batch, max_docs, doc_len) is a document of ``doc_len`` tokens, padding
+    included, in one length group, and the packed row is ``src_tokens`` flattened.
+
+    Padding takes no part in what the real tokens compute: it is left out of every softmax that
+    a real token's row takes (within its document, over the other SODs, in the decoder), and only
+    its own rows read it. A padding slot attends to its first token, so that its rows stay finite.
+    Documents keep their slots (a padding document between two real ones stays a gap in the
+    document map, where ``DocumentLayout`` closes it up), and so the loss and the gradients equal
+    the packed layout's, to rounding (``tests/test_training_capture.py``). What the packed layout
+    checks on the host (no padding inside a document, a document in every cluster) is not checked."""
+
+    def __init__(self, src_tokens: Tensor, pad: int):
+        device = src_tokens.device
+        self.batch_size, self.max_docs, self.longest = src_tokens.shape
+        self.n_docs, self.cluster_width = self.batch_size * self.max_docs, self.max_docs * self.longest
+        self.n_tokens = self.n_docs * self.longest
+        self.real = src_tokens.ne(pad)  # (batch, max_docs, doc_len)
+        self.tokens = src_tokens.reshape(-1)  # (n_tokens,)
+        docs = torch.arange(self.n_docs, device=device)  # (n_docs,)
+        columns = torch.arange(self.longest, device=device)  # (doc_len,)
+        self.positions = columns.repeat(self.n_docs)  # (n_tokens,): every slot restarts at 0
+        self.doc_start = docs * self.longest  # (n_docs,)
+        self.cluster_of_doc, self.slot_of_doc = docs // self.max_docs, docs % self.max_docs  # (n_docs,)
+        self.lengths_by_slot = self.real.sum(dim=2)  # (batch, max_docs)
+        self.starts_by_slot = (torch.arange(self.max_docs, device=device) * self.longest).expand(
+            self.batch_size, self.max_docs).masked_fill(self.lengths_by_slot == 0, 0)  # (batch, max_docs)
+        self.cluster_tokens = self.lengths_by_slot.sum(dim=1)  # (batch,)
+        valid = self.real.view(self.n_docs, self.longest).clone()  # (n_docs, doc_len)
+        valid[:, 0] = True  # a real document's SOD; a padding slot's one key, read by its own rows only
+        self.restore = None  # the one group's rows are the packed rows
+        self.groups = [(docs, None, valid, None)]
+
+    def to_clusters(self, packed: Tensor) -> Tensor:
+        """(n_tokens, *rest) -> (batch, max_docs * doc_len, *rest), padding where the slots have it."""
+        return packed.view((self.batch_size, self.cluster_width) + tuple(packed.shape[1:]))
+
+    def document_map(self) -> Tensor:
+        """(batch, max_docs * doc_len) long: the slot of every real token, -1 on padding."""
+        slots = torch.arange(self.max_docs, device=self.tokens.device)[None, :, None]  # (1, max_docs, 1)
+        return torch.where(self.real, slots, -1).view(self.batch_size, self.cluster_width)
+
+    def start_tokens_by_cluster(self, packed: Tensor) -> Tensor:
+        """(n_tokens, *rest) -> (batch, max_docs, *rest): every slot's first row."""
+        return packed.view((self.batch_size, self.max_docs, self.longest) + tuple(packed.shape[1:]))[:, :, 0]
 
 
 def length_groups(lengths: np.ndarray, starts: np.ndarray) -> List[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -190,14 +244,17 @@ def within_documents(q: Tensor, k: Tensor, v: Tensor, layout: DocumentLayout, dr
     """
     outputs, sod_lse = [], q.new_zeros((layout.n_docs, q.size(1)), dtype=torch.float32)
     for docs, gather, valid, kept in layout.groups:
-        # (n_g, len_g, heads, head_dim) -> (n_g, heads, len_g, head_dim)
-        qg, kg, vg = (t[gather].transpose(1, 2) for t in (q, k, v))
+        # (n_g, len_g, heads, head_dim) -> (n_g, heads, len_g, head_dim); no ``gather``: the packed rows as they are
+        qg, kg, vg = ((t[gather] if gather is not None else t.view(valid.shape + t.shape[1:])).transpose(1, 2)
+                      for t in (q, k, v))
         mask = valid[:, None, None, :]  # (n_g, 1, 1, len_g): keys of the document
         out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, dropout_p=dropout_p, scale=1.0)
-        outputs.append(out.transpose(1, 2)[kept])  # (tokens of the group, heads, head_dim)
+        out = out.transpose(1, 2)  # (n_g, len_g, heads, head_dim)
+        outputs.append(out[kept] if kept is not None else out.flatten(0, 1))  # (tokens of the group, heads, head_dim)
         sod_scores = torch.matmul(qg[:, :, :1], kg.transpose(-1, -2)).squeeze(2).float()  # (n_g, heads, len_g)
         sod_lse = sod_lse.index_copy(0, docs, torch.logsumexp(sod_scores.masked_fill(~mask[:, :, 0], float("-inf")), -1))
-    return torch.cat(outputs)[layout.restore], sod_lse
+    out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
+    return (out[layout.restore] if layout.restore is not None else out), sod_lse
 
 
 def link_start_tokens(
@@ -212,7 +269,7 @@ def link_start_tokens(
     qs, ks, vs = (layout.start_tokens_by_cluster(t) for t in (q, k, v))  # (batch, max_docs, heads, head_dim)
     scores = torch.einsum("bqhd,bkhd->bhqk", qs, ks).float()  # (batch, heads, max_docs, max_docs)
     slots = torch.arange(layout.max_docs, device=q.device)
-    exists = slots[None, :] < layout.doc_counts[:, None]  # (batch, max_docs)
+    exists = layout.lengths_by_slot > 0  # (batch, max_docs)
     allowed = exists[:, None, :] & (slots[:, None] != slots[None, :])[None]  # (batch, query, key): other SODs
     linked = allowed.any(dim=2)  # (batch, max_docs): the cluster has another document
     # rows without any other SOD compute on zeros and are then replaced: no NaN, no gradient
@@ -296,37 +353,47 @@ def hierarchical_softmax(scores: Tensor, document_map: Tensor, lengths: Tensor) 
     return weights, log_s.exp()
 
 
-def document_shapes(document_map: Tensor) -> Tuple[Tensor, int]:
-    """(the tokens of every document (batch, max_docs), the longest document) of a document map
-    (batch, src_len): what each cross-attention of a decoder lays its keys out by, read back from
-    the device once, in one list, for all of them (``HEDDecoder``)."""
+class DocumentShapes(NamedTuple):
+    """Where the documents of a document map (batch, src_len) sit: what each cross-attention of a
+    decoder lays its keys out by (``by_document``)."""
+    starts: Tensor  # (batch, max_docs) the first column of every document, 0 where there is none
+    lengths: Tensor  # (batch, max_docs) its tokens, 0: none
+    longest: int  # the longest document's tokens, on the host
+
+
+def document_shapes(document_map: Tensor) -> DocumentShapes:
+    """The ``DocumentShapes`` of a document map, read back from the device once, in one list, for
+    every cross-attention of a decoder (``HEDDecoder``)."""
     batch, src_len = document_map.shape
-    # column d + 1: the tokens of document d, for as many documents as a source could hold (column 0: padding)
+    # column d + 1: document d, for as many documents as a source could hold (column 0: padding)
+    columns = torch.arange(src_len, device=document_map.device).expand(batch, src_len)
     counts = torch.zeros(batch, src_len + 1, dtype=torch.long, device=document_map.device).scatter_add_(
         1, document_map + 1, torch.ones_like(document_map))
+    firsts = torch.full((batch, src_len + 1), src_len, device=document_map.device).scatter_reduce_(
+        1, document_map + 1, columns, "amin")
     docs, longest = torch.stack([document_map.max() + 1, counts[:, 1:].max()]).tolist()
-    return counts[:, 1: 1 + docs], longest
+    lengths = counts[:, 1: 1 + docs]
+    return DocumentShapes(firsts[:, 1: 1 + docs].masked_fill(lengths == 0, 0), lengths, longest)
 
 
 def document_lengths(document_map: Tensor) -> Tensor:
     """(batch, src_len) document map -> (batch, max_docs) tokens of every document (0: none)."""
-    return document_shapes(document_map)[0]
+    return document_shapes(document_map).lengths
 
 
-def by_document(k: Tensor, v: Tensor, lengths: Tensor, doc_len: Optional[int] = None) -> Dict[str, Tensor]:
-    """Keys and values (clusters, heads, src_len, head_dim), documents contiguous and in order
-    with ``lengths`` (clusters, max_docs) tokens, laid out per document:
-    (clusters, max_docs, heads, doc_len, head_dim), and which of their keys are real,
-    (clusters, max_docs, doc_len). A missing document (length 0) reads its cluster's first
-    key, so that its attention is finite: its document weight is exactly 0."""
+def by_document(k: Tensor, v: Tensor, shapes: DocumentShapes) -> Dict[str, Tensor]:
+    """Keys and values (clusters, heads, src_len, head_dim), each document's keys contiguous
+    where ``shapes`` puts them, laid out per document: (clusters, max_docs, heads, doc_len,
+    head_dim), and which of their keys are real, (clusters, max_docs, doc_len). A missing
+    document (length 0) reads its cluster's first key, so that its attention is finite: its
+    document weight is exactly 0."""
     clusters, heads, src_len, head_dim = k.shape
+    starts, lengths, doc_len = shapes
     docs = lengths.size(1)
-    doc_len = int(lengths.max()) if doc_len is None else doc_len  # once per source
-    start = torch.cumsum(lengths, 1) - lengths  # (clusters, max_docs)
     slot = torch.arange(doc_len, device=k.device)  # (doc_len,)
     allowed = slot < lengths[:, :, None]  # (clusters, max_docs, doc_len)
     allowed[:, :, 0] = True  # a missing document's one key (see above); a real one's SOD
-    positions = (start[:, :, None] + slot).clamp(max=src_len - 1).masked_fill(~allowed, 0)
+    positions = (starts[:, :, None] + slot).clamp(max=src_len - 1).masked_fill(~allowed, 0)
     index = positions.view(clusters, 1, docs * doc_len, 1).expand(clusters, heads, docs * doc_len, head_dim)
 
     def lay_out(x: Tensor) -> Tensor:  # contiguous, so that each step reads it as a view, with no copy
@@ -357,7 +424,7 @@ class HierarchicalCrossAttention(MultiheadAttention):
     of a forward pass, so that its layers do not each read the document lengths back.
     """
 
-    known_shapes: Optional[Tuple[Tensor, Tuple[Tensor, int]]] = None
+    known_shapes: Optional[Tuple[Tensor, DocumentShapes]] = None
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
                 key_padding_mask: Optional[Tensor] = None,
@@ -403,10 +470,9 @@ class HierarchicalCrossAttention(MultiheadAttention):
         v = self.v_proj(value).view(src_len, clusters, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         # k, v: (clusters, heads, src_len, head_dim)
         known = self.known_shapes
-        # (clusters, max_docs): the width stays fixed; the longest document
-        lengths, doc_len = known[1] if known is not None and known[0] is document_map else document_shapes(document_map)
-        saved = {"document_map": document_map, "document_lengths": lengths, "beam": beam}
-        return {**saved, **by_document(k, v, lengths, doc_len)}
+        shapes = known[1] if known is not None and known[0] is document_map else document_shapes(document_map)
+        saved = {"document_map": document_map, "document_lengths": shapes.lengths, "beam": beam}
+        return {**saved, **by_document(k, v, shapes)}
 
     def _attend(self, q: Tensor, saved: Dict) -> Tuple[Tensor, Tensor]:
         """Eq. 5 as sum_n s_n (softmax within document n) V_n, each document's attention

@@ -16,7 +16,9 @@ stays within each document, except that SOD tokens also attend to each other
 (``systems/hed/attention.py``). The encoder works on the documents' tokens packed
 without padding and returns each cluster's documents concatenated: states
 (src_len, batch, dim), and in place of the padding mask the document map (batch,
-src_len) that the decoder's cross-attention needs (-1 on padding).
+src_len) that the decoder's cross-attention needs (-1 on padding). A training pass
+captured as CUDA graphs (``static_host_facts``) lays out every document slot whole
+instead, padding included, so that it reads nothing back from the device.
 
 Decoder (Section 4.2). BART's decoder, whose cross-attention in every head of every
 layer normalises within each document (Eq. 3) and scales documents by the softmax of
@@ -49,13 +51,14 @@ from ..bart.arguments import bart_dimensions
 from ..bart.model import LongInputBARTModel, SyncFreeDecoder, wrap_layer
 from ...modules.fused_layer import FusedAttentionLayer
 from ...modules.output_projection import FewRowProjection
-from .attention import DocumentLayout, DocumentSelfAttention, HierarchicalCrossAttention, document_shapes
+from .attention import (DocumentLayout, DocumentSelfAttention, EverySlotLayout, HierarchicalCrossAttention,
+                        document_shapes)
 
 logger = logging.getLogger(__name__)
 
 HED_SOURCE_POSITIONS = 4096  # Section 5.3: 4,096 source tokens, BART's 1,024 positions tiled
-# [document map, its document_shapes]: what the encoder's layout knows on the host, so that a decoder
-# reading this very map need not ask the device; only the encoder's own output has it (fairseq's
+# [document map, its DocumentShapes]: what the encoder's layout knows without asking the device, so that
+# a decoder reading this very map need not ask it; only the encoder's own output has it (fairseq's
 # reorder_encoder_out keeps its own keys)
 DOCUMENT_SHAPES = "document_shapes"
 POSITIONS_KEY = "encoder.embed_positions.weight"
@@ -122,16 +125,23 @@ class HEDEncoder(TransformerEncoder):
             x = self.quant_noise(x)
         return x
 
+    def static_host_facts(self, src_tokens: Tensor) -> bool:
+        """What a pass over any batch of the shape of ``src_tokens`` takes in place of the documents'
+        lengths, which it would read back: that every document slot is laid out whole
+        (``EverySlotLayout``)."""
+        return True
+
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
-                token_embeddings: Optional[Tensor] = None):
+                token_embeddings: Optional[Tensor] = None, host_facts: Optional[bool] = None):
         # src_tokens: (batch, max_docs, doc_len); (batch, src_len) is a cluster of one document
+        # host_facts: ``static_host_facts``, for a pass that reads nothing back; None: the packed layout
         if src_tokens.dim() == 2:
             src_tokens = src_tokens.unsqueeze(1)
         if src_tokens.dim() != 3:
             raise ValueError(f"HED expects src_tokens of shape (batch, docs, doc_len), got {tuple(src_tokens.shape)}")
         if token_embeddings is not None:
             raise NotImplementedError("HED embeds its documents itself")
-        layout = DocumentLayout(src_tokens, self.padding_idx)
+        layout = (EverySlotLayout if host_facts else DocumentLayout)(src_tokens, self.padding_idx)
 
         x = self.embed_documents(layout).unsqueeze(1)  # (n_tokens, 1, dim): one packed row
         states = [x] if return_all_hiddens else []
@@ -153,7 +163,7 @@ class HEDEncoder(TransformerEncoder):
             "encoder_states": [to_clusters(s) for s in states],  # List[(src_len, batch, dim)]
             "src_tokens": [],
             "src_lengths": [layout.cluster_tokens.unsqueeze(1)],  # (batch, 1)
-            DOCUMENT_SHAPES: [document_map, layout.lengths_by_slot, layout.longest],  # (batch, max_docs), int
+            DOCUMENT_SHAPES: [document_map, layout.shapes()],
         }
 
 
@@ -184,9 +194,8 @@ class HEDDecoder(FewRowProjection, SyncFreeDecoder, TransformerDecoder):
             incremental_state is None or "document_map" not in attentions[0]._get_input_buffer(incremental_state))
         known = None
         if laying_out:
-            encoders = encoder_out.get(DOCUMENT_SHAPES)  # [document map, lengths (batch, max_docs), longest]
-            known = (maps[0], (encoders[1], encoders[2]) if encoders and encoders[0] is maps[0]
-                     else document_shapes(maps[0]))
+            encoders = encoder_out.get(DOCUMENT_SHAPES)  # [document map, its DocumentShapes]
+            known = (maps[0], encoders[1] if encoders and encoders[0] is maps[0] else document_shapes(maps[0]))
         for attention in attentions:
             attention.known_shapes = known
         try:
