@@ -8,14 +8,14 @@ the pass eager in a region the count leaves out (``graph_standin.py``), so that 
 the errors mean something there.
 
 A step is forward, the recipes' loss (the plugin's criterion, ``LOSS_CHUNK_TOKENS`` summary
-tokens at a time) and backward, of PageSum at each depth of ``--layers`` (tiny widths on the
-CPU, ``bart.large``'s on CUDA in bf16). Operators launched: the top-level ATen operators
+tokens at a time) and backward, of PageSum, or HED with each page a document (``--system``), at
+each depth of ``--layers`` (tiny widths on the CPU, ``bart.large``'s on CUDA in bf16). Operators launched: the top-level ATen operators
 torch's profiler records outside every compiled region (in backward too), after two warm-up
 steps; on the CPU the layers compile through ``aot_eager`` (no code is generated, so the times
 say nothing), on CUDA through inductor. A second table times what a call through ``compiled``
 (every compiled layer's and loss chunk's) adds to the host's time, beside its graph.
 
-    python -m benchmarks.compiled_training --device cpu
+    python -m benchmarks.compiled_training --device cpu [--system hed]
 """
 
 import argparse
@@ -33,6 +33,12 @@ from pagesum_plugin.training_capture import CapturedTraining
 from pagesum_recipes.profiling import CountedGraphs
 
 STANDIN_NOTE = ", here their stand-in on the CPU (its times mean nothing)"
+# --system: (its bart.large architecture, the name the tables give it, the tokens each layer of a stack reads
+# per (batch, pages, page_len, tgt_len): PageSum decodes every page, HED each cluster once)
+SYSTEMS = {
+    "pagesum": ("pagesum_bart_large", "PageSum", lambda b, p, n, t: b * p * (n + t)),
+    "hed": ("hed_bart_large", "HED (each page a document)", lambda b, p, n, t: b * (p * n + t)),
+}
 
 
 def launched_outside_compiled(step: Callable[[], None]) -> int:
@@ -121,7 +127,8 @@ def measure(args, layers: int, device, dtype, captured: bool = True) -> Dict[str
     base = BART_LARGE if device.type == "cuda" else CPU_TINY
     size = ModelSize(base.embed_dim, base.ffn_dim, layers, base.heads, base.vocab_words)
     torch.manual_seed(args.seed)
-    task, model = build_model("pagesum_bart_large", size, "--max-source-positions", str(args.page_len), dropout=0.0)
+    arch, _, tokens_per_layer = SYSTEMS[args.system]
+    task, model = build_model(arch, size, "--max-source-positions", str(args.page_len), dropout=0.0)
     model.to(device=device, dtype=dtype).train()
     generator = torch.Generator().manual_seed(args.seed)
     src = paged_source(task.dictionary, args.batch, args.pages, args.page_len, generator).to(device)
@@ -131,7 +138,7 @@ def measure(args, layers: int, device, dtype, captured: bool = True) -> Dict[str
     eager_grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     eager_ops = launched_outside_compiled(step)
     eager_s = best_seconds(step, device, args.repeats)
-    layer_tokens = args.batch * args.pages * (args.page_len + args.tgt_len) * layers  # encoder + page decoders
+    layer_tokens = tokens_per_layer(args.batch, args.pages, args.page_len, args.tgt_len) * layers  # both stacks
     eager_kept = ffn_wide_kept(step, model, layer_tokens)
 
     counted = CountedGraphs("inductor" if device.type == "cuda" else "aot_eager")
@@ -192,6 +199,7 @@ def compiled_call_cost(calls: int) -> Dict[str, float]:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_device_args(parser)
+    parser.add_argument("--system", choices=sorted(SYSTEMS), default="pagesum")
     parser.add_argument("--layers", type=int, nargs="+", default=[2, 6, 12], help="encoder = decoder layers")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--pages", type=int, default=3)
@@ -209,7 +217,8 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     device, dtype = start(args)
-    print(f"Machine: {describe_device(device)}. PageSum in {str(dtype).split('.')[-1]}, batch {args.batch}, "
+    print(f"Machine: {describe_device(device)}. {SYSTEMS[args.system][1]} in {str(dtype).split('.')[-1]}, "
+          f"batch {args.batch}, "
           f"{args.pages} pages of {args.page_len} tokens, {args.tgt_len}-token summaries; a training step: forward, "
           f"the recipes' loss ({LOSS_CHUNK_TOKENS} summary tokens at a time), backward. Operators: top-level ATen "
           f"operators outside compiled regions; errors relative (the gradients' to the largest); times: best of "

@@ -32,7 +32,8 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
                                                                "one encoder + decoder layer", "cross-attention",
                                                                "Step time at 2 layers"]),
     "causal_attention": (["--device", "cpu", "--quick"], ["masked ms", "causal ms", "where a loss reads"]),
-    "compiled_training": (["--device", "cpu", "--layers", "2", "--repeats", "1"],
+    # PageSum's steps are measured by tests/test_compiled_training.py
+    "compiled_training": (["--device", "cpu", "--system", "hed", "--layers", "2", "--repeats", "1", "--calls", "200"],
                           ["eager: operators / step", "compiled: operators outside", "gradient error",
                            "captured: operators outside the graphs", "a compiled call adds us"]),
     "search_memory": (["--pages", "1", "--page-len", "16", "--tokens", "4", "--repeats", "1"],

@@ -101,7 +101,8 @@ def test_the_floats_a_layer_reads_are_constants_of_its_graphs_not_inputs_made_at
 
 
 def settings(layers, tgt_len=6):
-    return argparse.Namespace(seed=0, batch=2, pages=3, page_len=16, tgt_len=tgt_len, repeats=1, layers=layers)
+    return argparse.Namespace(system="pagesum", seed=0, batch=2, pages=3, page_len=16, tgt_len=tgt_len, repeats=1,
+                              layers=layers)
 
 
 @pytest.mark.slow  # three steps compiled (about 25 s)
