@@ -1,9 +1,9 @@
 """What only a GPU can show: decoding and page masking in half precision, the decoder's training
-self-attention on the flash kernel, the n-gram blocker on CUDA tensors, ``adamw_torch``'s fused
-CUDA update over the fp32 masters it keeps, PageSum's and HED's training passes captured as CUDA
-graphs, and the scale benchmark's CUDA paths at a tiny size (the GPU kit runs these tests before
-the bart.large row groups). Every test here is skipped, with the reason, where torch sees no CUDA device;
-docs/benchmarks/gpu.md says where they last ran."""
+self-attention on the flash kernel, the n-gram blocker on CUDA tensors, ``adamw_torch``'s fused CUDA
+update over the fp32 masters it keeps, PageSum's (page and global decoding) and HED's training
+passes captured as CUDA graphs, and the scale benchmark's CUDA paths at a tiny size (the GPU kit
+runs these tests before the bart.large row groups). Every test here is skipped, with the reason,
+where torch sees no CUDA device; docs/benchmarks/gpu.md says where they last ran."""
 
 import copy
 import math
@@ -224,7 +224,8 @@ def cuda_training_batch(task, summaries, page_counts):
     return criterion_and_sample(task, pages(task, page_counts).cuda(), target.cuda(), prev.cuda(), 3)
 
 
-@pytest.mark.parametrize("build", [build_tiny, build_hed], ids=["pagesum", "hed"])
+@pytest.mark.parametrize("build", [build_tiny, lambda d: build_tiny(d, "--page-decoding", "global"), build_hed],
+                         ids=["pagesum", "pagesum-global", "hed"])
 def test_a_captured_training_pass_gives_the_eager_losses_and_gradients_update_after_update(build, copy_task_dir):
     """``--capture-training``: batches of two shapes with padding pages or documents (every slot
     run, padding ones masked), the weights moving between updates, and two micro-batches accumulated

@@ -27,7 +27,7 @@ from pagesum_recipes.profiling import HostSyncs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CAPTURABLE = ["pagesum", "bart", "hepos", "hepos-sinkhorn-full", "hed"]
+CAPTURABLE = ["pagesum", "pagesum-global", "bart", "hepos", "hepos-sinkhorn-full", "hed"]
 CHUNK_TOKENS = 3  # the loss a few summary tokens at a time, as the recipes take it: several chunks
 
 
@@ -179,7 +179,6 @@ def test_a_shape_is_captured_once_and_the_last_kept_shapes_are_kept(copy_task_di
 
 @pytest.mark.parametrize("name, reason", [
     ("awesome", "AwesomeEncoder reads the device during its pass"),
-    ("pagesum-global", "global decoding joins each example's pages by their lengths, read from the device"),
 ])
 def test_a_system_whose_pass_reads_the_device_trains_eager_and_says_why_once(name, reason, copy_task_dir, caplog):
     task, model, src = trained_system(name, copy_task_dir)

@@ -119,15 +119,16 @@ class PageSumEncoder(SyncFreeEncoder, TransformerEncoder):
         if every_slot:
             encoder_out[PADDING_SLOTS] = [~real_page.view(-1)]
         if self.page_decoding == "global":
-            encoder_out = concatenate_pages(encoder_out)
+            encoder_out = join_every_slot(encoder_out, batch) if every_slot else concatenate_pages(encoder_out)
         return encoder_out
 
     def static_host_facts(self, src_tokens: Tensor) -> PageFacts:
         """Facts that hold for every batch of the shape of src_tokens (batch, max_pages, page_len),
         taken from the shape alone, so that a pass given them reads nothing back: every page slot
         is encoded and decoded, a padding page as an empty page (``<s> </s>``) that the page
-        softmax leaves out; every column is kept; padding is assumed. The pass computes what the
-        packed pass computes, to rounding."""
+        softmax leaves out (global decoding: that its memory masks, ``join_every_slot``); every
+        column is kept; padding is assumed. The pass computes what the packed pass computes, to
+        rounding."""
         batch, max_pages, page_len = src_tokens.shape
         return PageFacts(batch * max_pages, max_pages, max_pages, page_len, 0, every_slot=True)
 
@@ -203,6 +204,33 @@ def concatenate_pages(encoder_out: Dict[str, List[Tensor]]) -> Dict[str, List[Te
         "src_tokens": [],
         "src_lengths": [kept_counts.unsqueeze(1)],
         "page_counts": [torch.ones_like(page_counts)],
+        PAGE_COUNT_RANGE: [1, 1],
+    }
+
+
+def join_every_slot(encoder_out: Dict[str, List[Tensor]], batch: int) -> Dict[str, List[Tensor]]:
+    """Global decoding over every page slot encoded (``PageSumEncoder.static_host_facts``): each
+    example's slots side by side as one memory, the padding positions and the padding slots
+    masked, so that nothing is read back from the device. The decoder's cross-attention then
+    gives what it gives over ``concatenate_pages``' memory, to rounding: the masked keys take no
+    part in it.
+
+    (page_len, batch * max_pages, dim) -> (max_pages * page_len, batch, dim)
+    """
+    states = encoder_out["encoder_out"][0]  # (page_len, batch * max_pages, dim)
+    page_len, _, dim = states.shape
+    # (batch * max_pages, page_len): a padding slot was encoded as <s> </s>, which its memory leaves out
+    padding = encoder_out["encoder_padding_mask"][0] | encoder_out[PADDING_SLOTS][0].unsqueeze(1)
+    memory = states.transpose(0, 1).reshape(batch, -1, dim)  # (batch, max_pages * page_len, dim)
+    memory_padding = padding.view(batch, -1)  # (batch, max_pages * page_len)
+    return {
+        "encoder_out": [memory.transpose(0, 1)],  # (max_pages * page_len, batch, dim)
+        "encoder_padding_mask": [memory_padding],
+        "encoder_embedding": [],
+        "encoder_states": [],
+        "src_tokens": [],
+        "src_lengths": [(~memory_padding).sum(dim=1, keepdim=True)],  # (batch, 1)
+        "page_counts": [memory_padding.new_ones(batch, dtype=torch.long)],
         PAGE_COUNT_RANGE: [1, 1],
     }
 
@@ -350,11 +378,6 @@ class PageSumModel(LongInputBARTModel):
         """Page decoding mixes independently decoded pages, so a subset of them decodes alone;
         global decoding reads all pages as one sequence."""
         return self.page_decoding == "page"
-
-    def training_capture_refusal(self) -> Optional[str]:
-        if self.page_decoding == "global":
-            return "global decoding joins each example's pages by their lengths, read from the device"
-        return super().training_capture_refusal()
 
     def keep_pages(self, encoder_out: Dict[str, List[Tensor]], kept: Tensor) -> Dict[str, List[Tensor]]:
         """The encoder output of only the pages ``kept`` (batch, k): ``PageSumEncoder.keep_pages``."""
