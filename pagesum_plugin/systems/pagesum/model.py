@@ -218,7 +218,7 @@ def join_every_slot(encoder_out: Dict[str, List[Tensor]], batch: int) -> Dict[st
     (page_len, batch * max_pages, dim) -> (max_pages * page_len, batch, dim)
     """
     states = encoder_out["encoder_out"][0]  # (page_len, batch * max_pages, dim)
-    page_len, _, dim = states.shape
+    dim = states.size(2)
     # (batch * max_pages, page_len): a padding slot was encoded as <s> </s>, which its memory leaves out
     padding = encoder_out["encoder_padding_mask"][0] | encoder_out[PADDING_SLOTS][0].unsqueeze(1)
     memory = states.transpose(0, 1).reshape(batch, -1, dim)  # (batch, max_pages * page_len, dim)
