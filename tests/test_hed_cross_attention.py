@@ -6,7 +6,7 @@ import torch
 from benchmarks.reference.modules import before
 from builders.hed import build_hed, document_sizes, reference_cross_attention
 from builders.models import decoder_input, paged_batch, random_pages, vocab
-from pagesum_plugin.systems.hed.attention import HierarchicalCrossAttention, document_lengths, hierarchical_softmax
+from pagesum_plugin.systems.hed.attention import HierarchicalCrossAttention, document_shapes, hierarchical_softmax
 
 SIZES = [[5, 3, 9], [7], [2, 6, 4, 3]]  # tokens per document (SOD included) of three clusters
 
@@ -18,12 +18,20 @@ def document_map(sizes_per_cluster):
     return torch.tensor([row + [-1] * (width - len(row)) for row in rows])
 
 
+def every_slot_map(sizes_per_cluster):
+    """(batch, max_docs * slot_len): the map of every document slot laid out whole
+    (``EverySlotLayout``), padding after each document and whole padding slots."""
+    slots, slot_len = max(map(len, sizes_per_cluster)), max(max(sizes) for sizes in sizes_per_cluster)
+    return torch.tensor([[n if n < len(sizes) and i < sizes[n] else -1 for n in range(slots) for i in range(slot_len)]
+                         for sizes in sizes_per_cluster])
+
+
 @pytest.fixture(scope="module")
 def attended():
     """Random scores for 6 queries of each of three clusters, and their weights."""
     doc_map = document_map(SIZES)
     scores = torch.randn(len(SIZES), 6, doc_map.size(1), generator=torch.Generator().manual_seed(0)) * 3
-    weights, doc_weights = hierarchical_softmax(scores, doc_map, document_lengths(doc_map))
+    weights, doc_weights = hierarchical_softmax(scores, doc_map, *document_shapes(doc_map)[:2])
     return scores, doc_map, weights, doc_weights
 
 
@@ -79,7 +87,7 @@ def test_scores_far_apart_stay_finite():
     """A document whose scores sit 200 below another's: no overflow, no NaN, weights exact."""
     doc_map = document_map([[3, 4]])
     scores = torch.tensor([[[0.0, -1.0, 2.0, -200.0, -201.0, -199.0, -200.5]]])
-    weights, doc_weights = hierarchical_softmax(scores, doc_map, document_lengths(doc_map))
+    weights, doc_weights = hierarchical_softmax(scores, doc_map, *document_shapes(doc_map)[:2])
     expected, expected_s = reference_cross_attention(scores[0], [3, 4])
     torch.testing.assert_close(weights[0], expected)
     torch.testing.assert_close(doc_weights[0], expected_s)
@@ -163,13 +171,15 @@ def attend(module, query, memory, doc_map, reference, steps=None):
                    static_kv=True, need_head_weights=True) for t in range(steps)]
 
 
+@pytest.mark.parametrize("layout", [document_map, every_slot_map])
 @pytest.mark.parametrize("beam", [1, 3])
-def test_attention_by_document_through_sdpa_equals_the_dense_scores(beam):
+def test_attention_by_document_through_sdpa_equals_the_dense_scores(beam, layout):
     """Eq. 5 as one SDPA attention per document mixed by the SOD weights gives the outputs
     and document weights of the dense score matrix and hierarchical_softmax, with padding
-    keys and missing documents, in a full pass and step by step with beams sharing a cluster."""
+    keys and missing documents, in a full pass and step by step with beams sharing a cluster;
+    documents packed, or each in a slot of its own with padding between them."""
     module = cross_attention_module()
-    doc_map = document_map(SIZES)  # (3, src_len): clusters of 3, 1 and 4 documents
+    doc_map = layout(SIZES)  # (3, src_len): clusters of 3, 1 and 4 documents
     rng = torch.Generator().manual_seed(1)
     memory = torch.randn(doc_map.size(1), len(SIZES), 32, generator=rng)  # (src_len, clusters, dim)
     query = torch.randn(5, len(SIZES) * beam, 32, generator=rng)  # (tgt_len, clusters x beam, dim)

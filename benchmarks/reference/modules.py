@@ -34,7 +34,7 @@ from pagesum_plugin.modules.fused_attention import FusedCrossAttention
 from pagesum_plugin.modules.layer_norm import RecomputedLayerNorm
 from pagesum_plugin.modules.swap import swap_modules
 from pagesum_plugin.systems.bart.model import SyncFreeDecoder
-from pagesum_plugin.systems.hed.attention import HierarchicalCrossAttention, document_lengths, hierarchical_softmax
+from pagesum_plugin.systems.hed.attention import HierarchicalCrossAttention, document_shapes, hierarchical_softmax
 from pagesum_plugin.systems.hepos.attention import CrossAttention
 from pagesum_plugin.systems.hepos.efficient_attention import (SinkhornAttention, SlidingWindowAttention,
                                                               sinkhorn_attention, sliding_window_attention)
@@ -103,7 +103,8 @@ class HEDCrossAttentionBefore:
         k = self.k_proj(key).view(src_len, clusters, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         v = self.v_proj(value).view(src_len, clusters, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         # k, v: (clusters, heads, src_len, head_dim)
-        return {"document_map": document_map, "document_lengths": document_lengths(document_map), "beam": beam,
+        starts, lengths, _ = document_shapes(document_map)  # (clusters, max_docs) each
+        return {"document_map": document_map, "document_starts": starts, "document_lengths": lengths, "beam": beam,
                 "prev_key": k, "prev_value": v}
 
     def _attend(self, q: Tensor, saved: Dict) -> Tuple[Tensor, Tensor]:
@@ -112,7 +113,7 @@ class HEDCrossAttentionBefore:
         src_len = k.size(2)
         scores = torch.matmul(q, k.transpose(-1, -2))  # (clusters, heads, queries, src_len)
         weights, doc_weights = hierarchical_softmax(scores.view(clusters, -1, src_len), saved["document_map"],
-                                                    saved["document_lengths"])
+                                                    saved["document_starts"], saved["document_lengths"])
         probs = self.dropout_module(weights.type_as(v)).view(clusters, heads, queries, src_len)
         return torch.matmul(probs, v), doc_weights.view(clusters, heads, queries, -1)
 

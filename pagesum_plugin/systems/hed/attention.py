@@ -323,19 +323,19 @@ class DocumentSelfAttention(MultiheadAttention):
 # --------------------------------------------------------------------------- decoder
 
 
-def hierarchical_softmax(scores: Tensor, document_map: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
+def hierarchical_softmax(scores: Tensor, document_map: Tensor, start: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
     """Eq. 3-5 for many queries at once.
 
-    scores:       (batch, queries, src_len) cross-attention scores a
-    document_map: (batch, src_len) document of every key, -1 on padding; documents are
-                  contiguous and in order, each starting with its SOD token
-    lengths:      (batch, max_docs) tokens of every document, 0 where a cluster has fewer
+    scores:        (batch, queries, src_len) cross-attention scores a
+    document_map:  (batch, src_len) document of every key, -1 on padding; each document's
+                   keys contiguous, starting with its SOD token
+    start, lengths: (batch, max_docs) where each document starts and its tokens, 0 where a
+                   cluster has fewer (``document_shapes``)
     returns the key weights s_n w_{n,k} (batch, queries, src_len), 0 on padding, and the
     document weights s (batch, queries, max_docs), 0 on missing documents; both fp32.
     """
     batch, n_queries, src_len = scores.shape
     exists = lengths > 0  # (batch, max_docs)
-    start = torch.where(exists, torch.cumsum(lengths, 1) - lengths, 0)  # (batch, max_docs) position of each SOD
     index = document_map.clamp(min=0).unsqueeze(1).expand(batch, n_queries, src_len)
     a = scores.float().masked_fill(document_map.lt(0).unsqueeze(1), float("-inf"))
 
@@ -374,11 +374,6 @@ def document_shapes(document_map: Tensor) -> DocumentShapes:
     docs, longest = torch.stack([document_map.max() + 1, counts[:, 1:].max()]).tolist()
     lengths = counts[:, 1: 1 + docs]
     return DocumentShapes(firsts[:, 1: 1 + docs].masked_fill(lengths == 0, 0), lengths, longest)
-
-
-def document_lengths(document_map: Tensor) -> Tensor:
-    """(batch, src_len) document map -> (batch, max_docs) tokens of every document (0: none)."""
-    return document_shapes(document_map).lengths
 
 
 def by_document(k: Tensor, v: Tensor, shapes: DocumentShapes) -> Dict[str, Tensor]:
@@ -501,7 +496,8 @@ class HierarchicalCrossAttention(MultiheadAttention):
         q = (self.q_proj(query) * self.scaling).view(tgt_len, rows, heads, head_dim).permute(1, 2, 0, 3)
         k = self.k_proj(key).view(key.size(0), rows, heads, head_dim).permute(1, 2, 0, 3)
         scores = torch.matmul(q, k.transpose(-1, -2)).reshape(rows, heads * tgt_len, -1)
-        weights, doc_weights = hierarchical_softmax(scores, document_map, document_lengths(document_map))
+        starts, lengths, _ = document_shapes(document_map)
+        weights, doc_weights = hierarchical_softmax(scores, document_map, starts, lengths)
         return (weights.view(rows, heads, tgt_len, -1).transpose(0, 1),
                 doc_weights.view(rows, heads, tgt_len, -1).transpose(0, 1))
 
