@@ -48,6 +48,14 @@ from torch import Tensor
 LENGTH_GROUP_RATIO = math.sqrt(2.0)  # documents whose lengths differ less share a padded group
 
 
+class DocumentShapes(NamedTuple):
+    """Where the documents of a document map (batch, src_len) sit: what each cross-attention of a
+    decoder lays its keys out by (``by_document``)."""
+    starts: Tensor  # (batch, max_docs) the first column of every document, 0 where there is none
+    lengths: Tensor  # (batch, max_docs) its tokens, 0: none
+    longest: int  # the longest document's tokens, on the host
+
+
 class DocumentLayout:
     """Where every token of a batch of clusters sits; built once per encoder call.
 
@@ -147,7 +155,7 @@ class DocumentLayout:
         dense = packed.new_zeros((self.batch_size, self.max_docs) + tuple(packed.shape[1:]))
         return dense.index_put((self.cluster_of_doc, self.slot_of_doc), packed[self.doc_start])
 
-    def shapes(self) -> "DocumentShapes":
+    def shapes(self) -> DocumentShapes:
         """``document_shapes(self.document_map())``, known without asking the device."""
         return DocumentShapes(self.starts_by_slot, self.lengths_by_slot, self.longest)
 
@@ -351,14 +359,6 @@ def hierarchical_softmax(scores: Tensor, document_map: Tensor, start: Tensor, le
     offset = log_s - document_lse  # (batch, queries, max_docs): c_n
     weights = torch.softmax(a + offset.gather(2, index), dim=-1)  # Eq. 3 and 5 in one softmax
     return weights, log_s.exp()
-
-
-class DocumentShapes(NamedTuple):
-    """Where the documents of a document map (batch, src_len) sit: what each cross-attention of a
-    decoder lays its keys out by (``by_document``)."""
-    starts: Tensor  # (batch, max_docs) the first column of every document, 0 where there is none
-    lengths: Tensor  # (batch, max_docs) its tokens, 0: none
-    longest: int  # the longest document's tokens, on the host
 
 
 def document_shapes(document_map: Tensor) -> DocumentShapes:
