@@ -9,11 +9,12 @@ the errors mean something there.
 
 A step is forward, the recipes' loss (the plugin's criterion, ``LOSS_CHUNK_TOKENS`` summary
 tokens at a time) and backward, of PageSum, or HED with each page a document (``--system``), at
-each depth of ``--layers`` (tiny widths on the CPU, ``bart.large``'s on CUDA in bf16). Operators launched: the top-level ATen operators
-torch's profiler records outside every compiled region (in backward too), after two warm-up
-steps; on the CPU the layers compile through ``aot_eager`` (no code is generated, so the times
-say nothing), on CUDA through inductor. A second table times what a call through ``compiled``
-(every compiled layer's and loss chunk's) adds to the host's time, beside its graph.
+each depth of ``--layers`` (tiny widths on the CPU, ``bart.large``'s on CUDA in bf16). Operators
+launched: the top-level ATen operators torch's profiler records outside every compiled region
+(in backward too), after two warm-up steps; on the CPU the layers compile through ``aot_eager``
+(no code is generated, so the times say nothing), on CUDA through inductor. A second table times
+what a call through ``compiled`` (every compiled layer's and loss chunk's) adds to the host's
+time, beside its graph.
 
     python -m benchmarks.compiled_training --device cpu [--system hed]
 """
@@ -218,8 +219,7 @@ def main(argv=None):
     args = parse_args(argv)
     device, dtype = start(args)
     print(f"Machine: {describe_device(device)}. {SYSTEMS[args.system][1]} in {str(dtype).split('.')[-1]}, "
-          f"batch {args.batch}, "
-          f"{args.pages} pages of {args.page_len} tokens, {args.tgt_len}-token summaries; a training step: forward, "
+          f"batch {args.batch}, {args.pages} pages of {args.page_len} tokens, {args.tgt_len}-token summaries; a training step: forward, "
           f"the recipes' loss ({LOSS_CHUNK_TOKENS} summary tokens at a time), backward. Operators: top-level ATen "
           f"operators outside compiled regions; errors relative (the gradients' to the largest); times: best of "
           f"{args.repeats}; ffn-wide kept: the feed-forward's ffn-wide tensors autograd keeps for backward, per "

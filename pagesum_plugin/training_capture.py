@@ -13,11 +13,12 @@ loss and the logging output's tensors (``PagedLabelSmoothedCrossEntropy.losses``
 batch's tensors. A captured pass may not read anything back from the device, nor change its
 shapes by what it reads: the one read-back of the encoder's pass is replaced by what holds for
 every batch of the shape (``static_host_facts``): PageSum encodes and decodes every page slot, a
-padding page as an empty page that the page softmax leaves out, and keeps every column; the flat
-encoders pass the padding mask to every layer; HED lays out every document slot whole
-(``EverySlotLayout``). The result is the packed pass's, to rounding. The logging output's counts
-are the host's (``counts``). The update (the optimizer's step, the gradients' scaling and norm)
-stays eager: the plugin's fused optimizers launch a few operators for all the weights.
+padding page as an empty page that the page softmax (or global decoding's memory) leaves out,
+and keeps every column; the flat encoders pass the padding mask to every layer; HED lays out
+every document slot whole (``EverySlotLayout``). The result is the packed pass's, to rounding.
+The logging output's counts are the host's (``counts``). The update (the optimizer's step, the
+gradients' scaling and norm) stays eager: the plugin's fused optimizers launch a few operators
+for all the weights.
 
 What a shape keeps. Each captured shape has a memory pool of its own: the pass's activations
 and the static buffers of its inputs, outputs and gradients. ``CapturedTraining`` keeps the last

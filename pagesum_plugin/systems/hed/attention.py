@@ -331,13 +331,13 @@ class DocumentSelfAttention(MultiheadAttention):
 # --------------------------------------------------------------------------- decoder
 
 
-def hierarchical_softmax(scores: Tensor, document_map: Tensor, start: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
+def hierarchical_softmax(scores: Tensor, document_map: Tensor, starts: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
     """Eq. 3-5 for many queries at once.
 
     scores:        (batch, queries, src_len) cross-attention scores a
     document_map:  (batch, src_len) document of every key, -1 on padding; each document's
                    keys contiguous, starting with its SOD token
-    start, lengths: (batch, max_docs) where each document starts and its tokens, 0 where a
+    starts, lengths: (batch, max_docs) where each document starts and its tokens, 0 where a
                    cluster has fewer (``document_shapes``)
     returns the key weights s_n w_{n,k} (batch, queries, src_len), 0 on padding, and the
     document weights s (batch, queries, max_docs), 0 on missing documents; both fp32.
@@ -354,7 +354,7 @@ def hierarchical_softmax(scores: Tensor, document_map: Tensor, start: Tensor, le
     within = torch.bmm(torch.exp(a - peak.gather(2, index)), members)  # (batch, queries, max_docs)
     document_lse = peak + torch.log(within.masked_fill(~exists.unsqueeze(1), 1.0))
 
-    sod_scores = a.gather(2, start.unsqueeze(1).expand(batch, n_queries, lengths.size(1)))
+    sod_scores = a.gather(2, starts.unsqueeze(1).expand(batch, n_queries, lengths.size(1)))
     log_s = torch.log_softmax(sod_scores.masked_fill(~exists.unsqueeze(1), float("-inf")), dim=-1)  # Eq. 4
     offset = log_s - document_lse  # (batch, queries, max_docs): c_n
     weights = torch.softmax(a + offset.gather(2, index), dim=-1)  # Eq. 3 and 5 in one softmax

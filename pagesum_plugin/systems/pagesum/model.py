@@ -196,16 +196,7 @@ def concatenate_pages(encoder_out: Dict[str, List[Tensor]]) -> Dict[str, List[Te
     max_len = int(kept_counts.max())
     memory = unpack_pages(kept_states, kept_counts, max_len, fill=0.0)  # (batch, max_len, dim)
     memory_padding = torch.arange(max_len, device=padding.device)[None, :] >= kept_counts[:, None]
-    return {
-        "encoder_out": [memory.transpose(0, 1)],  # (max_len, batch, dim)
-        "encoder_padding_mask": [memory_padding],  # (batch, max_len)
-        "encoder_embedding": [],
-        "encoder_states": [],
-        "src_tokens": [],
-        "src_lengths": [kept_counts.unsqueeze(1)],
-        "page_counts": [torch.ones_like(page_counts)],
-        PAGE_COUNT_RANGE: [1, 1],
-    }
+    return one_memory(memory, memory_padding, kept_counts)
 
 
 def join_every_slot(encoder_out: Dict[str, List[Tensor]], batch: int) -> Dict[str, List[Tensor]]:
@@ -223,14 +214,20 @@ def join_every_slot(encoder_out: Dict[str, List[Tensor]], batch: int) -> Dict[st
     padding = encoder_out["encoder_padding_mask"][0] | encoder_out[PADDING_SLOTS][0].unsqueeze(1)
     memory = states.transpose(0, 1).reshape(batch, -1, dim)  # (batch, max_pages * page_len, dim)
     memory_padding = padding.view(batch, -1)  # (batch, max_pages * page_len)
+    return one_memory(memory, memory_padding, (~memory_padding).sum(dim=1))
+
+
+def one_memory(memory: Tensor, padding: Tensor, tokens: Tensor) -> Dict[str, List[Tensor]]:
+    """Global decoding's encoder output: each example's memory (batch, mem_len, dim), its padding
+    (batch, mem_len) and its real tokens (batch,), read by the decoder as one page."""
     return {
-        "encoder_out": [memory.transpose(0, 1)],  # (max_pages * page_len, batch, dim)
-        "encoder_padding_mask": [memory_padding],
+        "encoder_out": [memory.transpose(0, 1)],  # (mem_len, batch, dim)
+        "encoder_padding_mask": [padding],
         "encoder_embedding": [],
         "encoder_states": [],
         "src_tokens": [],
-        "src_lengths": [(~memory_padding).sum(dim=1, keepdim=True)],  # (batch, 1)
-        "page_counts": [memory_padding.new_ones(batch, dtype=torch.long)],
+        "src_lengths": [tokens.unsqueeze(1)],  # (batch, 1)
+        "page_counts": [torch.ones_like(tokens)],
         PAGE_COUNT_RANGE: [1, 1],
     }
 
