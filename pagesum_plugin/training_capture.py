@@ -16,9 +16,10 @@ every batch of the shape (``static_host_facts``): PageSum encodes and decodes ev
 padding page as an empty page that the page softmax (or global decoding's memory) leaves out,
 and keeps every column; the flat encoders pass the padding mask to every layer; HED lays out
 every document slot whole (``EverySlotLayout``). The result is the packed pass's, to rounding.
-The logging output's counts are the host's (``counts``). The update (the optimizer's step, the
-gradients' scaling and norm) stays eager: the plugin's fused optimizers launch a few operators
-for all the weights.
+AWESOME captures each segment's pass, the memories passed between them as tensors
+(``systems/awesome/captured_segments.py``). The logging output's counts are the host's
+(``counts``). The update (the optimizer's step, the gradients' scaling and norm) stays eager:
+the plugin's fused optimizers launch a few operators for all the weights.
 
 What a shape keeps. Each captured shape has a memory pool of its own: the pass's activations
 and the static buffers of its inputs, outputs and gradients. ``CapturedTraining`` keeps the last
@@ -47,6 +48,7 @@ from collections import OrderedDict
 from typing import Callable, Dict, Hashable, Iterator, List, Optional, Set, Tuple
 
 import torch
+from fairseq.optim.amp_optimizer import AMPOptimizer
 from torch import Tensor, nn
 
 logger = logging.getLogger(__name__)
@@ -84,10 +86,10 @@ def batch_tensors(sample: Dict) -> List[Tensor]:
     return [sample["net_input"][name] for name in names] + [sample["target"]]
 
 
-def refusal(model: nn.Module, criterion, sample: Dict, device: str = "cuda") -> Optional[str]:
+def refusal(model: nn.Module, criterion, sample: Dict, device: str = "cuda", optimizer=None) -> Optional[str]:
     """Why this batch cannot train captured on ``device`` (the type of the devices whose graphs
-    the capture makes), or None."""
-    return model_refusal(model, criterion) or batch_refusal(sample, device)
+    the capture makes) through ``optimizer`` (fairseq's wrapper), or None."""
+    return model_refusal(model, criterion) or batch_refusal(sample, device) or optimizer_refusal(optimizer)
 
 
 def model_refusal(model: nn.Module, criterion) -> Optional[str]:
@@ -112,11 +114,18 @@ def batch_refusal(sample: Dict, device: str) -> Optional[str]:
     if sample["target"].device.type != device:
         return f"the batch is not on {device.upper()}"
     if torch.is_autocast_enabled("cuda"):
-        return "an autocast (--amp) caches its casts across calls, which a capture cannot"
+        return "an autocast caches its casts across calls, which a capture cannot"
     try:
         hash(tuple(split_net_input(sample["net_input"])[1].items()))
     except TypeError:
         return "the net input holds entries that are neither tensors nor fixed values"
+    return None
+
+
+def optimizer_refusal(optimizer) -> Optional[str]:
+    """Why no batch can train captured through ``optimizer``, fairseq's wrapper, or None."""
+    if isinstance(optimizer, AMPOptimizer):
+        return "--amp runs the pass under an autocast, which caches its casts across calls, which a capture cannot"
     return None
 
 
@@ -147,11 +156,12 @@ def kept_gradients(parameters: List[nn.Parameter]) -> Iterator[None]:
     for p in held:
         p.grad = None
     yield
+    added = [(p, grad) for p, grad in zip(held, kept) if p.grad is not None]
+    if added:  # in one operator
+        torch._foreach_add_([p.grad for p, _ in added], [grad for _, grad in added])
     for p, grad in zip(held, kept):
         if p.grad is None:
             p.grad = grad
-        else:
-            p.grad.add_(grad)
 
 
 class CapturedTraining:
@@ -173,11 +183,19 @@ class CapturedTraining:
         as fairseq's step does; eager where ``refusal`` says why."""
         if self.model_refused is None or self.model_refused[0] is not model:  # not every module at every update
             self.model_refused = (model, model_refusal(model, self.criterion))
-        reason = self.model_refused[1] or batch_refusal(sample, self.device)
+        reason = self.model_refused[1] or batch_refusal(sample, self.device) or optimizer_refusal(optimizer)
         if reason is not None:
             self.say(f"--capture-training: this batch trains eager: {reason}")
+            return self.eager_step(model, sample, optimizer, ignore_grad)
+        return self.captured_step(model, sample, optimizer, ignore_grad)
+
+    def eager_step(self, model: nn.Module, sample: Dict, optimizer, ignore_grad: bool):
+        """fairseq's step (``FairseqTask.train_step``): the pass under --amp's autocast, then backward."""
+        with torch.autocast("cuda") if isinstance(optimizer, AMPOptimizer) else contextlib.nullcontext():
             loss, sample_size, logging_output = self.criterion(model, sample)
-            return self.backward(loss, optimizer, ignore_grad), sample_size, logging_output
+        return self.backward(loss, optimizer, ignore_grad), sample_size, logging_output
+
+    def captured_step(self, model: nn.Module, sample: Dict, optimizer, ignore_grad: bool):
         with kept_gradients([p for p in model.parameters() if p.requires_grad]):
             loss, sample_size, logging_output = self.captured_losses(model, sample)
             return self.backward(loss, optimizer, ignore_grad), sample_size, logging_output
@@ -192,33 +210,40 @@ class CapturedTraining:
     def captured_losses(self, model: nn.Module, sample: Dict):
         """``criterion(model, sample)``, its pass replayed from the graphs of the batch's shape."""
         key = shape_key(sample)
+        tensors = batch_tensors(sample)
+        host_facts = model.encoder.static_host_facts(sample["net_input"]["src_tokens"])
+        graphs = self.graphs(key, lambda: LossOfShape(model, self.criterion, sample, host_facts), tensors,
+                             f"the pass of a batch of shape {describe(key)}")
+        loss, measured = graphs(*tensors)
+        sample_size, counted = self.criterion.counts(sample)
+        return loss, sample_size, {**counted, **logged(measured)}
+
+    def graphs(self, key: Hashable, module: Callable[[], nn.Module], tensors: List[Tensor], what: str) -> Callable:
+        """The graphs of ``key``: kept, or ``module()`` captured with copies of ``tensors`` as its
+        static inputs (``what`` names it in the log)."""
         graphs = self.shapes.pop(key, None)
         if graphs is None:
-            graphs = self.captured(model, sample, key)
+            if len(self.shapes) >= self.kept:
+                self.shapes.popitem(last=False)  # its graphs and memory pool go with it
+                self.say(f"--capture-training: batches of more than {self.kept} shapes; each new one is captured "
+                         "again (three warm-up passes and the capture): give every batch one shape")
+            started = time.perf_counter()
+            graphs = self.capture(module(), tuple(t.clone() for t in tensors))
+            logger.info(f"--capture-training: captured {what} in {time.perf_counter() - started:.1f} s")
         self.shapes[key] = graphs  # the newest last
-        loss, measured = graphs(*batch_tensors(sample))
-        sample_size, counted = self.criterion.counts(sample)
-        # the logging output's own copies, out of autograd's graph: the graph's outputs are written over
-        # by its next replay, and the graphed node makes every output one that requires a gradient
-        return loss, sample_size, {**counted, **{name: value.detach().clone() for name, value in measured.items()}}
-
-    def captured(self, model: nn.Module, sample: Dict, key: Hashable) -> Callable:
-        if len(self.shapes) >= self.kept:
-            self.shapes.popitem(last=False)  # its graphs and memory pool go with it
-            self.say(f"--capture-training: batches of more than {self.kept} shapes; each new one is captured "
-                     "again (three warm-up passes and the capture): give every batch one shape")
-        started = time.perf_counter()
-        host_facts = model.encoder.static_host_facts(sample["net_input"]["src_tokens"])
-        module = LossOfShape(model, self.criterion, sample, host_facts)
-        graphs = self.capture(module, tuple(t.clone() for t in batch_tensors(sample)))  # the static inputs
-        logger.info(f"--capture-training: captured the pass of a batch of shape {describe(key)} in "
-                    f"{time.perf_counter() - started:.1f} s")
         return graphs
 
     def say(self, line: str) -> None:
         if line not in self.said:
             self.said.add(line)
             logger.warning(line)
+
+
+def logged(measured: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    """The logging output's own copies of a replay's tensors, out of autograd's graph: the graph's
+    outputs are written over by its next replay, and the graphed node makes every output one that
+    requires a gradient."""
+    return {name: value.detach().clone() for name, value in measured.items()}
 
 
 def describe(key: Hashable) -> str:

@@ -211,6 +211,29 @@ def test_a_batch_runs_segment_by_segment_through_training(prepared):
     assert torch.isfinite(loss)
 
 
+def test_with_capture_training_every_training_segment_is_padded_to_the_splits_longest(prepared):
+    """Its input and its target, so that batches of one size have one segment shape to capture;
+    validation batches keep their own."""
+    data_dir, _ = prepared
+    plain = build_awesome(data_dir, "--segmentation", "length")[1]
+    padded = build_awesome(data_dir, "--segmentation", "length", "--capture-training")[1]
+    for task in (plain, padded):
+        task.load_dataset("train")
+        task.load_dataset("valid")
+    train = padded.datasets["train"]
+    longest = (int(train.longest_input.max()), int(train.longest_target.max()))
+
+    def widths(task, split, index):
+        dataset = task.datasets[split]
+        batch = dataset.collater([dataset[index]])
+        return (batch["net_input"]["src_tokens"].size(2), batch["segment_target"].size(2),
+                batch["segment_prev_output_tokens"].size(2))
+
+    assert {widths(padded, "train", i) for i in range(len(train))} == {(longest[0], longest[1], longest[1])}
+    assert {widths(plain, "train", i) for i in range(len(train))} != {(longest[0], longest[1], longest[1])}
+    assert all(widths(padded, "valid", i) == widths(plain, "valid", i) for i in range(len(padded.datasets["valid"])))
+
+
 def test_documents_are_cut_to_their_leading_segments_within_the_token_budget(prepared):
     data_dir, _ = prepared
     full = build_awesome(data_dir, "--segmentation", "length")[1]

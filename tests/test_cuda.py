@@ -1,7 +1,7 @@
 """What only a GPU can show: decoding and page masking in half precision, the decoder's training
 self-attention on the flash kernel, the n-gram blocker on CUDA tensors, ``adamw_torch``'s fused CUDA
-update over the fp32 masters it keeps, PageSum's (page and global decoding) and HED's training
-passes captured as CUDA graphs, and the scale benchmark's CUDA paths at a tiny size (the GPU kit
+update over the fp32 masters it keeps, PageSum's (page and global decoding), HED's and AWESOME's
+training passes captured as CUDA graphs, and the scale benchmark's CUDA paths at a tiny size (the GPU kit
 runs these tests before the bart.large row groups). Every test here is skipped, with the reason,
 where torch sees no CUDA device; docs/benchmarks/gpu.md says where they last ran."""
 
@@ -23,6 +23,7 @@ from benchmarks.scale import results
 from benchmarks.scale.cli import main as scale
 from benchmarks.scale.cli import parse_args
 from benchmarks.scale.kernels import durations
+from builders.awesome import build_awesome, ended_apart, randomize_memories, segment_criterion
 from builders.models import (assert_gradients_close, build_tiny, decoder_input, log_probs, make_source_sensitive,
                              paged_batch)
 from builders.systems import SUMMARIES, TRAINED_SYSTEMS, pages
@@ -31,6 +32,7 @@ from pagesum_plugin.generation.ngram_blocking import ban_repeated_ngrams
 from pagesum_plugin.generation.ngram_blocking import NoRepeatNGramBlocker
 from pagesum_plugin.modules.decoder_self_attention import DecoderSelfAttention
 from pagesum_plugin.optim.adafactor_batched import BatchedAdafactor
+from pagesum_plugin.systems.awesome.captured_segments import CapturedSegments
 from pagesum_plugin.training_capture import CapturedTraining
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none)")
@@ -254,5 +256,37 @@ def test_a_captured_training_pass_gives_the_eager_losses_and_gradients_update_af
         assert grads[0].keys() == grads[1].keys()
         assert_gradients_close(grads[0], grads[1], rtol=1e-4)  # every slot run against packed pages: rounding
     assert len(captured.shapes) == 2
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)
+
+
+def test_awesomes_captured_segments_give_the_eager_steps_losses_and_gradients_update_after_update(copy_task_dir):
+    """``--capture-training`` for AWESOME: documents ending at different segments, each of the
+    three segment passes replayed from CUDA graphs, batches of one shape with other tokens or
+    fewer segments, two micro-batches in one update, the weights moving between updates, against
+    the task's eager step on a copy of the model (fp32, no dropout)."""
+    _, task, model = build_awesome(copy_task_dir)
+    model = randomize_memories(model).cuda().train()
+    eager_model = copy.deepcopy(model)
+    criterion = segment_criterion(task)
+    first, other = (utils.move_to_cuda(ended_apart(task.dictionary, shift)) for shift in (0, 10))
+    two_segments = {**first, "net_input": {**first["net_input"], "src_tokens": first["net_input"]["src_tokens"][:, :2]},
+                    "segment_target": first["segment_target"][:, :2],
+                    "segment_prev_output_tokens": first["segment_prev_output_tokens"][:, :2]}
+    captured = CapturedSegments(criterion, eager=task.train_segments)
+    for micro_batches in [[first], [other], [two_segments], [first, other]]:  # the 4th: --update-freq 2
+        grads, losses = [], []
+        for m, step in ((model, lambda s: captured.train_step(model, s, Backward)),
+                        (eager_model, lambda s: task.train_segments(s, eager_model, criterion, Backward, False))):
+            m.zero_grad(set_to_none=True)
+            losses.append([step(sample)[0] for sample in micro_batches])
+            grads.append({name: p.grad.clone() for name, p in m.named_parameters() if p.grad is not None})
+            with torch.no_grad():
+                for p in m.parameters():
+                    if p.grad is not None:
+                        p -= 0.05 * p.grad
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
+        assert_gradients_close(grads[0], grads[1], rtol=1e-4)  # empty segments run against rows dropped: rounding
+    assert len(captured.shapes) == 3
     for p, q in zip(model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)

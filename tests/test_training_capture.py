@@ -5,8 +5,8 @@ requires, and gives the criterion's loss, logging output and gradients (PageSum 
 slot and HED every document slot, padding masked out); the step keeps the graphs of its last shapes
 and accumulates micro-batches although each replay writes over the same gradient buffers (a stand-in
 for the graphs that does to memory what their replays do: ``benchmarks/graph_standin.py``); what
-cannot be captured trains eager and says why in one line. tests/test_cuda.py runs the real graphs
-against eager on CUDA."""
+cannot be captured trains eager and says why in one line (AWESOME's segments:
+tests/test_awesome_capture.py). tests/test_cuda.py runs the real graphs against eager on CUDA."""
 
 import collections
 import logging
@@ -14,10 +14,11 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.optim.amp_optimizer import AMPOptimizer
 
 from benchmarks.common import Backward, criterion_and_sample
 from benchmarks.graph_standin import static_buffers
-from builders.awesome import build_awesome, segment_sample
 from builders.models import assert_gradients_close, build_tiny, decoder_input
 from builders.systems import SUMMARIES, pages, trained_system
 from pagesum_plugin import training_capture
@@ -177,40 +178,6 @@ def test_a_shape_is_captured_once_and_the_last_kept_shapes_are_kept(copy_task_di
     assert caplog.text.count("--capture-training: captured the pass of a batch of shape") == 4
 
 
-@pytest.mark.parametrize("name, reason", [
-    ("awesome", "AwesomeEncoder reads the device during its pass"),
-])
-def test_a_system_whose_pass_reads_the_device_trains_eager_and_says_why_once(name, reason, copy_task_dir, caplog):
-    task, model, src = trained_system(name, copy_task_dir)
-    criterion, sample = criterion_and_sample(task, src, *decoder_input(SUMMARIES, task.dictionary), CHUNK_TOKENS)
-    if name == "awesome":
-        sample["net_input"]["src_tokens"] = src
-    expected_loss, _, expected_grads = eager_step(model.train(), criterion, sample)
-    step = CapturedTraining(criterion, capture=pytest.fail, device="cpu")
-    with caplog.at_level(logging.WARNING, logger=training_capture.__name__):
-        for _ in range(2):
-            torch.manual_seed(0)
-            model.zero_grad(set_to_none=True)
-            loss, _, _ = step.train_step(model, sample, Backward)
-    said = [r.getMessage() for r in caplog.records if r.name == training_capture.__name__]
-    assert said == [f"--capture-training: this batch trains eager: {reason}"]
-    torch.testing.assert_close(loss.detach(), expected_loss, rtol=0, atol=0)
-    assert_gradients_close(gradients(model), expected_grads, rtol=0)
-
-
-def test_awesomes_task_trains_segment_by_segment_eager_and_says_why_once(copy_task_dir, caplog):
-    args, task, model = build_awesome(copy_task_dir, "--capture-training")
-    low = task.dictionary.nspecial
-    sample = segment_sample([[[low + 1, low + 2, low + 3], [low + 4, low + 5]]], [[[low + 6], [low + 7, low + 8]]],
-                            task.dictionary)
-    with caplog.at_level(logging.WARNING):
-        for _ in range(2):
-            task.train_step(sample, model, task.build_criterion(args), Backward, update_num=0)
-    said = [r.getMessage() for r in caplog.records if "--capture-training" in r.getMessage()]
-    assert said == ["--capture-training: AWESOME trains eager, segment by segment: AwesomeEncoder reads the device "
-                    "during its pass"]
-
-
 def test_what_else_keeps_a_batch_from_being_captured_is_named(copy_task_dir):
     model, criterion, sample = training_batch("pagesum", copy_task_dir)
     assert refusal(model, criterion, sample, "cpu") is None
@@ -220,6 +187,9 @@ def test_what_else_keeps_a_batch_from_being_captured_is_named(copy_task_dir):
     _, _, checkpointed = build_tiny(criterion.task.cfg.data, "--checkpoint-activations")
     assert "--checkpoint-activations" in refusal(checkpointed, criterion, sample, "cpu")
     assert "the criterion" in refusal(model, object(), sample, "cpu")
+    args, _, _ = build_tiny(criterion.task.cfg.data, "--amp")
+    amp = AMPOptimizer.build_optimizer(convert_namespace_to_omegaconf(args), list(model.parameters()))
+    assert refusal(model, criterion, sample, "cpu", amp).startswith("--amp runs the pass under an autocast")
 
 
 def test_the_task_trains_eager_on_the_cpu_when_asked_to_capture_and_says_so(copy_task_dir, caplog):

@@ -92,11 +92,13 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
             measured["n_correct"], measured["total"] = (count.data for count in accuracy)
         return loss, measured
 
-    def counts(self, sample) -> Tuple[int, Dict[str, int]]:
-        """The sample size and the logging output's counts: what the host knows of a batch."""
-        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        return sample_size, {"ntokens": sample["ntokens"], "nsentences": sample["target"].size(0),
-                             "sample_size": sample_size}
+    def counts(self, sample, sentences: Optional[int] = None) -> Tuple[int, Dict[str, int]]:
+        """The sample size and the logging output's counts: what the host knows of a batch.
+        ``sentences``: the rows that hold a summary, where not every row of the target does
+        (AWESOME's captured segments, which documents without the segment pass through)."""
+        sentences = sample["target"].size(0) if sentences is None else sentences
+        sample_size = sentences if self.sentence_avg else sample["ntokens"]
+        return sample_size, {"ntokens": sample["ntokens"], "nsentences": sentences, "sample_size": sample_size}
 
     def chunked_losses(self, model, net_output, sample) -> Tuple[Tensor, Tensor, Optional[Tuple[Tensor, Tensor]]]:
         """(loss, nll_loss, (n_correct, total) or None) summed over the target, from the

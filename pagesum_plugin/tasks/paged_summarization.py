@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Dict, Optional, Union
+from typing import Dict, Optional
 
 from fairseq import metrics
 from fairseq.dataclass import ChoiceEnum
@@ -165,8 +165,8 @@ class PagedSummarizationTask(OneDictionaryTask):
         self._hypotheses: Dict[int, str] = {}  # fairseq-generate's best hypotheses so far, by input index
         self._rouge_generator = None
         self._first_update: Optional[float] = None  # when the layers were compiled: the first update is timed
-        # --capture-training's graphs, once the first update runs (False: a task that trains eager said so)
-        self._captured: Union[CapturedTraining, bool, None] = None
+        # --capture-training's graphs, once the first update runs
+        self._captured: Optional[CapturedTraining] = None
 
     def decoding_defaults(self, system: str = "") -> GenerationDefaults:
         """Every decoding setting of this task for the registered model ``system``: its dataset's

@@ -18,6 +18,7 @@ import pagesum_plugin.registration  # noqa: F401  (registers the tasks, models a
 from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_papers
 from pagesum_plugin.corpus.codec import TextCodec
+from pagesum_plugin.criterions.paged_cross_entropy import PagedLabelSmoothedCrossEntropy
 from pagesum_plugin.corpus.format import CorpusMeta
 from pagesum_plugin.corpus.storage import SplitWriter
 from pagesum_plugin.corpus.readers import example_from_raw
@@ -139,6 +140,24 @@ def segment_sample(segment_lists, summary_lists, dictionary) -> dict:
         "segment_target": target, "segment_prev_output_tokens": prev,
         "target": data_utils.collate_tokens(full, pad, eos),
     }
+
+
+def ended_apart(dictionary, shift: int = 0) -> dict:
+    """Three documents of 2, 4 and 1 segments, as collated: the second runs alone from its third
+    segment on. ``shift``: other tokens, the same shapes."""
+    w = dictionary.nspecial + shift
+    segments = [[[w + 1, w + 2, w + 3], [w + 4, w + 5]],
+                [[w + 6] * 5, [w + 7, w + 8], [w + 9] * 4, [w + 10]],
+                [[w + 11, w + 12]]]
+    summaries = [[[w + 13], [w + 14, w + 15]],
+                 [[w + 16, w + 17, w + 18], [w + 19], [w + 20, w + 21], [w + 22] * 3],
+                 [[w + 23, w + 24]]]
+    return segment_sample(segments, summaries, dictionary)
+
+
+def segment_criterion(task) -> PagedLabelSmoothedCrossEntropy:
+    """The recipes' criterion for AWESOME, its loss 3 summary tokens at a time."""
+    return PagedLabelSmoothedCrossEntropy(task, sentence_avg=False, label_smoothing=0.1, loss_chunk_tokens=3)
 
 
 def random_segments(rng: np.random.RandomState, n: int, low: int, high: int, min_len: int = 4, max_len: int = 10):

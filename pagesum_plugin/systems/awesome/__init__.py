@@ -7,6 +7,8 @@ The model, its layers and its tasks:
 * ``memory.py``: the attentive and compressive memories (Sec. 3.1, Eq. 1-12);
 * ``task.py``: the ``segmented_summarization`` task, a training step that runs the segments in
   order, and ``summarize()``'s reading of a raw document;
+* ``captured_segments.py``: that step with each segment's pass replayed from CUDA graphs
+  (``--capture-training``);
 * ``dataset.py`` and ``salient_content.py``: the segments of a stored corpus and the salient
   sentences put into each segment's input;
 * ``generator.py``: decoding segment by segment, the memories carried across;

@@ -12,7 +12,7 @@ carries those of the other segments, see ``salient_content.py``) and every segme
     target                    (batch, full_len)               <s> whole summary </s>
 """
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -58,7 +58,7 @@ class SegmentedSummarizationDataset(ExampleDataset):
     def __init__(self, corpus: CorpusSplit, view: ViewConfig, dictionary, segment_ids: np.ndarray,
                  targets: SegmentTargets, salient: Optional[np.ndarray], headers: Optional[SalientHeaders],
                  max_input_tokens: int, max_summary_tokens: int, max_document_tokens: Optional[int],
-                 shuffle: bool = True, seed: int = 1):
+                 shuffle: bool = True, seed: int = 1, fixed_shapes: bool = False):
         if view.view != "segments":
             raise ValueError(f"segmented summarization reads the segments view, not {view.view!r}")
         if salient is not None and headers is None:
@@ -90,6 +90,11 @@ class SegmentedSummarizationDataset(ExampleDataset):
         self.longest_target = np.zeros(len(self), dtype=np.int64)
         np.maximum.at(self.longest_target, example[kept], target_sizes[kept])
         self.example_tokens = self.src_sizes + self.tgt_sizes
+        # fixed_shapes: every segment padded to the split's longest input and target, so that the
+        # segments of batches of one size have one shape (what --capture-training replays)
+        self.fixed_segment: Optional[Tuple[int, int]] = None
+        if fixed_shapes and len(self):
+            self.fixed_segment = (int(self.longest_input.max()), int(self.longest_target.max()))
 
     def __len__(self) -> int:
         return len(self.segment_counts)
@@ -120,10 +125,12 @@ class SegmentedSummarizationDataset(ExampleDataset):
         if len(samples) == 0:
             return {}
         pad, eos = self.dictionary.pad(), self.dictionary.eos()
-        src_tokens = collate_pages([s["segments"] for s in samples], pad, pad_to_multiple)
-        segment_target = collate_pages([s["segment_targets"] for s in samples], pad)  # (batch, max_segments, tgt_len)
+        seg_len, tgt_len = self.fixed_segment or (0, 0)
+        src_tokens = collate_pages([s["segments"] for s in samples], pad, pad_to_multiple, (0, seg_len))
+        # (batch, max_segments, tgt_len)
+        segment_target = collate_pages([s["segment_targets"] for s in samples], pad, shape=(0, tgt_len))
         shifted = [[torch.cat([t[-1:], t[:-1]]) for t in s["segment_targets"]] for s in samples]  # </s> <s> ...
-        segment_prev = collate_pages(shifted, pad)
+        segment_prev = collate_pages(shifted, pad, shape=(0, tgt_len))
         targets = [s["target"] for s in samples]
         return {
             "id": torch.LongTensor([s["id"] for s in samples]),

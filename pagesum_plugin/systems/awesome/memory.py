@@ -37,7 +37,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq.modules import LayerNorm, MultiheadAttention
+from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from ...modules.fused_attention import FusedCrossAttention
@@ -54,6 +54,11 @@ class MemorySlots:
     values: Tensor  # (rows, m, dim)
     empty: Tensor  # (rows, m) bool, True where a slot holds nothing yet
     filled: bool = False  # known on the host: no slot is empty (the attentive memory's always)
+
+    @staticmethod
+    def full(values: Tensor) -> "MemorySlots":
+        """Slots that all hold something (the attentive memory's): values (rows, m, dim)."""
+        return MemorySlots(values, values.new_zeros(values.shape[:2], dtype=torch.bool), filled=True)
 
     def index_select(self, rows: Tensor) -> "MemorySlots":
         return MemorySlots(self.values.index_select(0, rows), self.empty.index_select(0, rows), self.filled)
@@ -220,13 +225,11 @@ class AttentiveMemory(nn.Module):
 
     def initial_slots(self, rows: int, like: Optional[Tensor] = None) -> MemorySlots:
         """M^0 for ``rows`` rows: the learned initial memory (``like`` is not needed)."""
-        values = self.initial.unsqueeze(0).expand(rows, -1, -1)  # (rows, m, dim)
-        return MemorySlots(values, values.new_zeros(rows, self.slots, dtype=torch.bool), filled=True)
+        return MemorySlots.full(self.initial.unsqueeze(0).expand(rows, -1, -1))  # (rows, m, dim)
 
     def write(self, previous: MemorySlots, states: Tensor, padding: Tensor) -> MemorySlots:
         """M^t from M^{t-1} and the segment's states (Eq. 9-12)."""
-        values = self.update(previous.values, states, padding)
-        return MemorySlots(values, values.new_zeros(values.size(0), self.slots, dtype=torch.bool), filled=True)
+        return MemorySlots.full(self.update(previous.values, states, padding))
 
     def read(self, x: Tensor, slots: MemorySlots, normalize_before: bool,
              incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None) -> Tensor:

@@ -108,12 +108,18 @@ class AwesomeEncoder(TransformerEncoder):
     def memories(self) -> list:
         return [layer.memory for layer in self.layers if isinstance(layer, MemoryEncoderLayer)]
 
+    def static_host_facts(self, src_tokens: Tensor) -> Tuple[bool]:
+        """What a pass over any segment of the shape of ``src_tokens``, (rows, seg_len), may take
+        for the fact it would read back, whether the segment holds padding: that it does."""
+        return (True,)
+
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
                 token_embeddings: Optional[Tensor] = None, encoder_memory: Optional[List[MemorySlots]] = None,
-                decoder_memory: Optional[List[MemorySlots]] = None):
+                decoder_memory: Optional[List[MemorySlots]] = None, host_facts: Optional[Tuple[bool]] = None):
         """src_tokens: (rows, seg_len) or (rows, 1, seg_len). ``encoder_memory``: the slots
         every memory layer reads (default: the initial memory); ``decoder_memory`` is passed
-        on to the decoder in the output, where beam search reorders it with the rows."""
+        on to the decoder in the output, where beam search reorders it with the rows.
+        ``host_facts`` (``static_host_facts``): given, the pass reads nothing back."""
         if src_tokens.dim() == 3:
             if src_tokens.size(1) != 1:
                 raise ValueError(f"AWESOME reads one segment per row, got src_tokens {tuple(src_tokens.shape)}")
@@ -125,7 +131,7 @@ class AwesomeEncoder(TransformerEncoder):
             encoder_memory = [m.initial_slots(rows, self.embed_tokens.weight) for m in memories]
 
         padding = src_tokens.eq(self.padding_idx)  # (rows, seg_len)
-        has_pads = bool(padding.any())  # read back once, not at every layer
+        has_pads = bool(padding.any()) if host_facts is None else host_facts[0]  # read back once, not at every layer
         x, embedding = self.forward_embedding(src_tokens, token_embeddings)
         if has_pads:
             x = x * (1 - padding.unsqueeze(-1).type_as(x))
@@ -318,6 +324,19 @@ class AwesomeModel(LongInputBARTModel):
         model.memory_grad_segments = args.memory_grad_segments
         return model
 
+    def training_capture_refusal(self) -> Optional[str]:
+        """Why a segment's training pass cannot be captured (``systems/awesome/captured_segments.py``),
+        or None: only the attentive memory, with a window of one write, gives every segment
+        after the second a pass of one structure and shape."""
+        if any(m.kind == "compressive" for m in self.encoder.memories + self.decoder.memories):
+            return ("the compressive memory keeps each row's filled slots, a number read from the device "
+                    "(--memory compressive)")
+        if self.memory_grad_segments != 1:
+            return (f"--memory-grad-segments {self.memory_grad_segments}: a segment's window of writes grows with "
+                    "its place in the document, each write replayed with a seed of its own; 1 (the default) is "
+                    "captured")
+        return super().training_capture_refusal()
+
     def read_memory(self, memory: Optional[SegmentMemory], rows: int) -> Tuple[List[MemorySlots], List[MemorySlots]]:
         """The slots every memory layer reads for this segment: the pending writes applied
         (in the current graph), or the initial memories before the first segment."""
@@ -344,15 +363,17 @@ class AwesomeModel(LongInputBARTModel):
         memory: Optional[SegmentMemory] = None,
         features_only: bool = False,
         return_all_hiddens: bool = False,
+        host_facts: Optional[Tuple[bool]] = None,
         **unused,
     ):
         """One segment per row: src_tokens (rows, seg_len), prev_output_tokens (rows, tgt_len).
-        With ``memory``, reads what it holds and leaves this segment's write in it."""
+        With ``memory``, reads what it holds and leaves this segment's write in it. With
+        ``host_facts`` (``encoder.static_host_facts``), the pass reads nothing back."""
         rows = src_tokens.size(0)
         encoder_chains, decoder_chains = self.memory_windows(memory, rows)
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
                                    encoder_memory=[c[-1] for c in encoder_chains],
-                                   decoder_memory=[c[-1] for c in decoder_chains])
+                                   decoder_memory=[c[-1] for c in decoder_chains], host_facts=host_facts)
         x, extra = self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only)
         if memory is not None:
             self._leave_writes(memory, encoder_chains, encoder_out["memory_states"],

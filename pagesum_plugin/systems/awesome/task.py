@@ -4,7 +4,8 @@ on the ``segments`` view, with the segments cut by Algorithm 1 and every segment
 segments in every segment's input (``--salient-sentences``). A training step runs the segments
 of a batch in order, carrying the memories from one to the next with stopped gradients, and
 back-propagates each segment's loss before the next segment runs, so the peak memory of a step
-does not grow with the number of segments. Decoding is segment by segment too
+does not grow with the number of segments; with ``--capture-training``, each segment's pass is
+replayed from CUDA graphs (``captured_segments.py``). Decoding is segment by segment too
 (``systems/awesome/generator.py``), with the per-segment generation defaults. For
 ``summarize()``, the task reads a raw document as the training data was read: segmented the same
 way, with the salient sentences given or picked by a trained extractor (loaded once per path).
@@ -32,6 +33,7 @@ from ...corpus.format import EncodedDocument
 from ...corpus.storage import CorpusSplit
 from ...corpus.views import ViewConfig
 from .salient_content import SalientHeaders
+from .captured_segments import CapturedSegments, batch_logging_output
 from .dataset import SegmentedSummarizationDataset, segment_inputs
 from .generator import SegmentSequenceGenerator
 from .memory import SegmentMemory
@@ -78,6 +80,7 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
         corpus = CorpusSplit(self.cfg.data, split)
+        training = split == getattr(self.cfg, "train_subset", "train")
         num_units = len(corpus.structure.unit_length)
         segment_ids, targets = load_segmentation(self.cfg.data, split, self.cfg.segmentation, num_units)
         settings = segmentation_settings(self.cfg.data, split, self.cfg.segmentation)
@@ -90,8 +93,8 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         dataset = SegmentedSummarizationDataset(
             corpus, self.view, self.dictionary, segment_ids, targets, salient, headers,
             max_input_tokens=self.cfg.max_input_tokens, max_summary_tokens=self.max_summary_tokens,
-            max_document_tokens=self.cfg.max_document_tokens,
-            shuffle=(split == getattr(self.cfg, "train_subset", "train")), seed=self.cfg.seed,
+            max_document_tokens=self.cfg.max_document_tokens, shuffle=training, seed=self.cfg.seed,
+            fixed_shapes=training and self.cfg.capture_training,  # one shape to capture
         )
         self.datasets[split] = dataset
         logger.info(f"{split}: {len(dataset)} examples, {int(dataset.segment_counts.sum())} segments "
@@ -124,16 +127,17 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
             }
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if self.cfg.capture_training and self._captured is None:
-            self._captured = False  # said once
-            logger.warning(f"--capture-training: AWESOME trains eager, segment by segment: "
-                           f"{model.training_capture_refusal()}")
-        with self.first_update_timed():
-            return self._train_segments(sample, model, criterion, optimizer, update_num, ignore_grad)
-
-    def _train_segments(self, sample, model, criterion, optimizer, update_num, ignore_grad):
         model.train()
         model.set_num_updates(update_num)
+        if self.cfg.capture_training and self._captured is None:
+            self._captured = CapturedSegments(criterion, eager=self.train_segments)
+        with self.first_update_timed():
+            if self._captured is None:
+                return self.train_segments(sample, model, criterion, optimizer, ignore_grad)
+            return self._captured.train_step(model, sample, optimizer, ignore_grad)
+
+    def train_segments(self, sample, model, criterion, optimizer, ignore_grad):
+        """The eager step: the segments in order, each back-propagated before the next runs."""
         memory = SegmentMemory()
         autocast = torch.autocast("cuda") if isinstance(optimizer, AMPOptimizer) else contextlib.nullcontext()
         total, logs = None, []
@@ -146,7 +150,7 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
                 optimizer.backward(loss)  # this segment's graph is freed before the next one is built
             total = loss.detach() if total is None else total + loss.detach()
             logs.append(logging_output)
-        merged = _sum_logs(logs, sample)
+        merged = batch_logging_output(logs, sample)
         return total, merged["sample_size"], merged
 
     def valid_step(self, sample, model, criterion):
@@ -155,7 +159,7 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
         with torch.no_grad():
             results = [criterion(model, step) for step in self.segment_steps(sample, memory)]
         total = sum(loss for loss, _, _ in results)
-        logging_output = _sum_logs([log for _, _, log in results], sample)
+        logging_output = batch_logging_output([log for _, _, log in results], sample)
         if self.cfg.eval_rouge:
             logging_output.update(self.validation_rouge(sample, model))
         return total, logging_output["sample_size"], logging_output
@@ -254,13 +258,3 @@ def _trim(tokens: torch.Tensor, pad: int) -> torch.Tensor:
     """(rows, len) right-padded -> without the columns that are padding in every row."""
     return tokens[:, : int(tokens.ne(pad).sum(dim=1).max())].contiguous()
 
-
-def _sum_logs(logs: List[Dict], sample: Dict) -> Dict:
-    """One logging output for the batch: the segments' outputs summed, counted in documents."""
-    merged: Dict = {}
-    for log in logs:
-        for key, value in log.items():
-            merged[key] = merged.get(key, 0) + value
-    merged["nsegments"] = merged.get("nsentences", 0)
-    merged["nsentences"] = merged["ndocuments"] = sample["nsentences"]
-    return merged
