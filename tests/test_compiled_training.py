@@ -33,9 +33,6 @@ def compiled_against_eager(model, src, prev, target, pad):
     return expected, loss_and_grads(model, src, prev, target, pad)
 
 
-# HED's document layout indexes by data-dependent counts: torch.compile breaks its graph there, and
-# reports the backward it could not trace in the compiled region before running it eager
-@pytest.mark.filterwarnings("ignore:Error detected in IndexPutBackward0")
 @pytest.mark.parametrize("name", ["pagesum", "hepos", "bart", "hed", "awesome"])
 def test_a_compiled_training_step_gives_the_eager_loss_and_every_gradient(name, copy_task_dir):
     task, model, src = trained_system(name, copy_task_dir)

@@ -178,6 +178,8 @@ def test_a_shape_is_captured_once_and_the_last_kept_shapes_are_kept(copy_task_di
     assert caplog.text.count("--capture-training: captured the pass of a batch of shape") == 4
 
 
+@pytest.mark.filterwarnings("ignore:`torch.cuda.amp.GradScaler")  # fairseq's --amp wrapper asks for it by its old name
+@pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled, but CUDA is not available")
 def test_what_else_keeps_a_batch_from_being_captured_is_named(copy_task_dir):
     model, criterion, sample = training_batch("pagesum", copy_task_dir)
     assert refusal(model, criterion, sample, "cpu") is None
