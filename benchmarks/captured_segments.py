@@ -21,7 +21,7 @@ from typing import Dict
 import torch
 
 from benchmarks.common import (BART_LARGE, CPU_TINY, Backward, ModelSize, add_device_args, best_seconds, build_model,
-                               describe_device, device_defaults, markdown_table, random_tokens, start)
+                               describe_device, device_defaults, dtype_name, markdown_table, random_tokens, start)
 from benchmarks.compiled_training import STANDIN_NOTE, outside_compiled
 from benchmarks.graph_standin import capture_options
 from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS
@@ -99,14 +99,14 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     device, dtype = start(args)
-    print(f"Machine: {describe_device(device)}. AWESOME (attentive memory in the last 3 layers of each stack, or all of fewer, "
-          f"{args.memory_slots} slots) in {str(dtype).split('.')[-1]}, {args.batch} documents, segments of "
-          f"{args.segment_len} tokens with {args.tgt_len}-token summaries, half the documents one segment short; a "
-          f"training step: every segment's forward pass, the recipes' loss ({LOSS_CHUNK_TOKENS} summary tokens at a "
-          f"time) and backward, the memory carried. Captured: each segment's pass replayed from CUDA graphs "
-          f"(--capture-training){'' if device.type == 'cuda' else STANDIN_NOTE}. Operators: top-level ATen "
-          f"operators outside the graphs; errors relative (the gradients' to the largest); times: best of "
-          f"{args.repeats}.\n")
+    captured = "" if device.type == "cuda" else STANDIN_NOTE
+    print(f"Machine: {describe_device(device)}. AWESOME in {dtype_name(dtype)}: its attentive memory in the last 3 "
+          f"layers of each stack (every layer of fewer), {args.memory_slots} slots; {args.batch} documents, half of "
+          f"them one segment short; segments of {args.segment_len} tokens, {args.tgt_len}-token summaries. A "
+          f"training step: every segment's forward pass, the recipes' loss ({LOSS_CHUNK_TOKENS} summary tokens at "
+          f"a time) and backward, the memory carried. Captured: each segment's pass replayed from CUDA graphs "
+          f"(--capture-training){captured}. Operators: top-level ATen operators outside the graphs; errors "
+          f"relative (the gradients' to the largest); times: best of {args.repeats}.\n")
     rows = []
     for layers in args.layers:
         for segments in args.segments:

@@ -34,7 +34,8 @@ def awesome_training(data_dir, *extra_args):
 def padded(sample, pad: int, source: int, summary: int):
     """The batch with its segments ``source`` and its summaries ``summary`` tokens wider, as the
     task pads training batches to the split's longest segment under --capture-training."""
-    wider = {key: F.pad(sample[key], (0, summary), value=pad) for key in ("segment_target", "segment_prev_output_tokens")}
+    wider = {key: F.pad(sample[key], (0, summary), value=pad)
+             for key in ("segment_target", "segment_prev_output_tokens")}
     src = F.pad(sample["net_input"]["src_tokens"], (0, source), value=pad)
     return {**sample, **wider, "net_input": {**sample["net_input"], "src_tokens": src}}
 
