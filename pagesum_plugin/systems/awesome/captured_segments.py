@@ -159,7 +159,7 @@ class CapturedSegments(CapturedTraining):
             summed.add_replayed()
             # out of autograd's graph: a replay's outputs must not link the next segment's node to this one
             carried = [sources[:, t], summaries[:, t], *(x.detach() for x in written + read)]
-            total = loss.clone() if total is None else total + loss
+            total = loss.clone() if total is None else total + loss  # a copy: the replay's next call writes over it
             _, counted = self.criterion.counts({"target": targets[:, t], "ntokens": tokens[t]}, sentences=documents[t])
             logs.append({**counted, **logged(measured)})
         summed.give_back()
