@@ -3,6 +3,7 @@ salient content by text concatenation (Sec. 3.2), and the dataset that puts them
 
 import collections
 import itertools
+import logging
 
 import numpy as np
 import pytest
@@ -232,6 +233,17 @@ def test_with_capture_training_every_training_segment_is_padded_to_the_splits_lo
     assert {widths(padded, "train", i) for i in range(len(train))} == {(longest[0], longest[1], longest[1])}
     assert {widths(plain, "train", i) for i in range(len(train))} != {(longest[0], longest[1], longest[1])}
     assert all(widths(padded, "valid", i) == widths(plain, "valid", i) for i in range(len(padded.datasets["valid"])))
+
+
+@pytest.mark.parametrize("max_tokens, warned", [(4000, True), (None, False)])
+def test_batching_the_padded_segments_by_tokens_is_warned_against(prepared, max_tokens, warned, caplog):
+    """Batches by --max-tokens vary in size, and every size is another segment shape to capture."""
+    data_dir, _ = prepared
+    task = build_awesome(data_dir, "--segmentation", "length", "--capture-training")[1]
+    task.load_dataset("train")
+    with caplog.at_level(logging.WARNING):
+        task.get_batch_iterator(task.datasets["train"], max_tokens=max_tokens, max_sentences=2)
+    assert ("give --batch-size alone" in caplog.text) == warned
 
 
 def test_documents_are_cut_to_their_leading_segments_within_the_token_budget(prepared):

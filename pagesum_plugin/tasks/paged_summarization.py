@@ -202,7 +202,7 @@ class PagedSummarizationTask(OneDictionaryTask):
         # no example may be lost.
         if required_batch_size_multiple != 1:
             logger.info("paged_summarization batches by whole examples: using --required-batch-size-multiple 1")
-        if getattr(dataset, "fixed_source", None) is not None and kwargs.get("max_tokens") is not None:
+        if getattr(dataset, "fixed_shapes", False) and kwargs.get("max_tokens") is not None:
             logger.warning("--capture-training with --max-tokens: batches by tokens vary in size, and every size is a "
                            "shape to capture; give --batch-size alone")
         return super().get_batch_iterator(dataset, required_batch_size_multiple=1, **kwargs)
