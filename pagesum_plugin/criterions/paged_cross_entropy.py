@@ -95,7 +95,8 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     def counts(self, sample, sentences: Optional[int] = None) -> Tuple[int, Dict[str, int]]:
         """The sample size and the logging output's counts: what the host knows of a batch.
         ``sentences``: the rows that hold a summary, where not every row of the target does
-        (AWESOME's captured segments, which documents without the segment pass through)."""
+        (AWESOME's captured segments, which documents without the segment pass through); given,
+        the sample's target is not read."""
         sentences = sample["target"].size(0) if sentences is None else sentences
         sample_size = sentences if self.sentence_avg else sample["ntokens"]
         return sample_size, {"ntokens": sample["ntokens"], "nsentences": sentences, "sample_size": sample_size}

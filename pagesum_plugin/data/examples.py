@@ -14,8 +14,12 @@ class ExampleDataset(FairseqDataset):
     most significant last, as ``np.lexsort`` reads them)."""
 
     example_tokens: np.ndarray  # (n_examples,) the tokens an example costs in a batch
-    # every batch padded to the split's limits, so that batches of one size have one shape (--capture-training)
-    fixed_shapes: bool = False
+
+    @property
+    def fixed_shapes(self) -> bool:
+        """Whether every batch is padded to the split's limits, so that batches of one size have
+        one shape (--capture-training)."""
+        return False
 
     def __init__(self, shuffle: bool, seed: int):
         self.shuffle, self.seed, self.epoch = shuffle, seed, 1

@@ -67,7 +67,6 @@ class PagedSummarizationDataset(ExampleDataset):
         if fixed_shapes and len(self.page_counts):
             self.fixed_source = (int(self.page_counts.max()), int(self.longest_page.max()))
             self.fixed_summary = int(self.tgt_sizes.max())
-            self.fixed_shapes = True
         # what one example costs: its pages for the encoder, plus the summary for the
         # decoder, once per page where it runs on every page (page views, segments) and
         # once where the pages are one sequence's parts (documents with boundaries)
@@ -76,6 +75,10 @@ class PagedSummarizationDataset(ExampleDataset):
 
     def __len__(self) -> int:
         return len(self.page_counts)
+
+    @property
+    def fixed_shapes(self) -> bool:
+        return self.fixed_source is not None
 
     def __getitem__(self, index: int) -> Dict:
         bos, eos = self.dictionary.bos(), self.dictionary.eos()

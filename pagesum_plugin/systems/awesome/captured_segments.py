@@ -54,6 +54,7 @@ class SegmentPass(nn.Module):
         self.position = position  # an index into PASSES
         self.host_facts = host_facts
         self.encoder_layers = len(model.encoder.memories)
+        self.layers = self.encoder_layers + len(model.decoder.memories)  # memory layers, encoder then decoder
         self.pad = model.decoder.padding_idx
 
     def forward(self, src_tokens: Tensor, prev_output_tokens: Tensor, target: Tensor, *carried: Tensor):
@@ -72,10 +73,9 @@ class SegmentPass(nn.Module):
         if self.position == 0:
             return memory
         previous_source, previous_summary, *tensors = carried
-        layers = len(tensors) if self.position == 1 else len(tensors) // 2
-        states, slots = tensors[:layers], tensors[layers:] or [None] * layers
+        states, slots = tensors[:self.layers], tensors[self.layers:] or [None] * self.layers
         paddings = [previous_source.eq(self.pad)] * self.encoder_layers + \
-                   [previous_summary.eq(self.pad)] * (layers - self.encoder_layers)  # each (rows, len)
+                   [previous_summary.eq(self.pad)] * (self.layers - self.encoder_layers)  # each (rows, len)
         pending = [PendingWrite(None if values is None else MemorySlots.full(values), [SegmentStates(h, padding)])
                    for h, padding, values in zip(states, paddings, slots)]
         memory.encoder, memory.decoder = pending[:self.encoder_layers], pending[self.encoder_layers:]
@@ -116,12 +116,13 @@ class SummedGradients:
             p.grad = grad
 
 
-def every_row_segments(sample: Dict, pad: int, eos: int) -> Tuple[Tensor, Tensor, Tensor]:
+def every_row_segments(sample: Dict, exists: Tensor, eos: int) -> Tuple[Tensor, Tensor, Tensor]:
     """(sources, summary inputs, targets), each (batch, max_segments, len): the batch's segments
-    with every row in every one, a segment a document lacks starting with ``</s>``."""
-    src_tokens = sample["net_input"]["src_tokens"]  # (batch, max_segments, seg_len)
-    lacking = ~real_pages(src_tokens, pad)  # (batch, max_segments)
-    sources, summaries = src_tokens.clone(), sample["segment_prev_output_tokens"].clone()
+    with every row in every one, a segment a document lacks (``exists``: (batch, max_segments)
+    bool) starting with ``</s>``."""
+    lacking = ~exists
+    sources = sample["net_input"]["src_tokens"].clone()  # (batch, max_segments, seg_len)
+    summaries = sample["segment_prev_output_tokens"].clone()
     sources[:, :, 0].masked_fill_(lacking, eos)
     summaries[:, :, 0].masked_fill_(lacking, eos)
     return sources, summaries, sample["segment_target"]
@@ -141,10 +142,10 @@ class CapturedSegments(CapturedTraining):
 
     def captured_step(self, model: nn.Module, sample: Dict, optimizer, ignore_grad: bool):
         dictionary = self.criterion.task.target_dictionary
-        sources, summaries, targets = every_row_segments(sample, dictionary.pad(), dictionary.eos())
+        exists = real_pages(sample["net_input"]["src_tokens"], dictionary.pad())  # (batch, max_segments)
+        sources, summaries, targets = every_row_segments(sample, exists, dictionary.eos())
         # what the host knows of each segment, read back once: the documents that have it and its target tokens
-        documents, tokens = torch.stack([real_pages(sample["net_input"]["src_tokens"], dictionary.pad()).sum(0),
-                                         targets.ne(dictionary.pad()).sum(dim=(0, 2))]).tolist()
+        documents, tokens = torch.stack([exists.sum(0), targets.ne(dictionary.pad()).sum(dim=(0, 2))]).tolist()
         host_facts = model.encoder.static_host_facts(sources[:, 0])
         total, logs, carried = None, [], []
         summed = SummedGradients([p for p in model.parameters() if p.requires_grad])
@@ -160,7 +161,7 @@ class CapturedSegments(CapturedTraining):
             # out of autograd's graph: a replay's outputs must not link the next segment's node to this one
             carried = [sources[:, t], summaries[:, t], *(x.detach() for x in written + read)]
             total = loss.clone() if total is None else total + loss  # a copy: the replay's next call writes over it
-            _, counted = self.criterion.counts({"target": targets[:, t], "ntokens": tokens[t]}, sentences=documents[t])
+            _, counted = self.criterion.counts({"ntokens": tokens[t]}, sentences=documents[t])
             logs.append({**counted, **logged(measured)})
         summed.give_back()
         merged = batch_logging_output(logs, sample)

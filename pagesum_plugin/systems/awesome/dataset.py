@@ -95,10 +95,13 @@ class SegmentedSummarizationDataset(ExampleDataset):
         self.fixed_segment: Optional[Tuple[int, int]] = None
         if fixed_shapes and len(self):
             self.fixed_segment = (int(self.longest_input.max()), int(self.longest_target.max()))
-            self.fixed_shapes = True
 
     def __len__(self) -> int:
         return len(self.segment_counts)
+
+    @property
+    def fixed_shapes(self) -> bool:
+        return self.fixed_segment is not None
 
     # ---- one example ------------------------------------------------------------------
 

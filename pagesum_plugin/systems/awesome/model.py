@@ -37,7 +37,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoder, Tr
 
 from ...architectures import AWESOME_SLOTS
 from ..bart.arguments import as_bart_args, bart_dimensions
-from ..bart.model import LongInputBARTModel, TokenWeightsOnRequest, wrap_layer
+from ..bart.model import LongInputBARTModel, SyncFreeEncoder, TokenWeightsOnRequest, wrap_layer
 from ...modules.decoder_self_attention import set_cache_beams
 from ...modules.fused_layer import FusedDecoderLayer, as_config
 from ...modules.output_projection import FewRowProjection
@@ -108,10 +108,7 @@ class AwesomeEncoder(TransformerEncoder):
     def memories(self) -> list:
         return [layer.memory for layer in self.layers if isinstance(layer, MemoryEncoderLayer)]
 
-    def static_host_facts(self, src_tokens: Tensor) -> Tuple[bool]:
-        """What a pass over any segment of the shape of ``src_tokens``, (rows, seg_len), may take
-        for the fact it would read back, whether the segment holds padding: that it does."""
-        return (True,)
+    static_host_facts = SyncFreeEncoder.static_host_facts  # the flat encoders' one fact: the segment holds padding
 
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
                 token_embeddings: Optional[Tensor] = None, encoder_memory: Optional[List[MemorySlots]] = None,
