@@ -1,6 +1,6 @@
 """AWESOME's training step, its segments' passes captured as CUDA graphs (``--capture-training``,
 ``systems/awesome/captured_segments.py``), against the task's eager step: the operators the host
-launches, the loss and gradients, and the time.
+launches, the loss and gradients, the time and, on CUDA, the peak memory.
 
 A step is the task's: a batch's segments in order, each one's forward pass, the recipes' loss
 (the plugin's criterion, ``LOSS_CHUNK_TOKENS`` summary tokens at a time) and backward, the
@@ -21,7 +21,8 @@ from typing import Dict
 import torch
 
 from benchmarks.common import (BART_LARGE, CPU_TINY, Backward, ModelSize, add_device_args, best_seconds, build_model,
-                               describe_device, device_defaults, dtype_name, markdown_table, random_tokens, start)
+                               cuda_peaks, describe_device, device_defaults, dtype_name, free_memory, markdown_table,
+                               random_tokens, start)
 from benchmarks.compiled_training import STANDIN_NOTE, outside_compiled
 from benchmarks.graph_standin import capture_options
 from pagesum_plugin.architectures import LOSS_CHUNK_TOKENS
@@ -68,19 +69,29 @@ def measure(args, layers: int, segments: int, device, dtype) -> Dict[str, object
         model.zero_grad(set_to_none=True)
         return captured.train_step(model, sample, Backward)[0]
 
+    def peak_reserved(step):
+        """The allocator's peak over one step, in GB: a captured step's graphs' memory pool included."""
+        free_memory(device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        step()
+        peaks = cuda_peaks(device)
+        return None if peaks is None else peaks.reserved / 1e9
+
     results = {}
     for name, step in (("eager", eager_step), ("captured", captured_step)):
         step(), step()  # warm-up; the captured step's first captures its passes
         loss = step()
-        results[name] = (float(loss), gradients(), *outside_compiled(step), best_seconds(step, device, args.repeats))
-    (eager_loss, eager_grads, eager_ops, eager_kernels, eager_s) = results["eager"]
-    (loss, grads, ops, kernels, seconds) = results["captured"]
+        results[name] = (float(loss), gradients(), *outside_compiled(step), best_seconds(step, device, args.repeats),
+                         peak_reserved(step))
+    (eager_loss, eager_grads, eager_ops, eager_kernels, eager_s, eager_gb) = results["eager"]
+    (loss, grads, ops, kernels, seconds, gb) = results["captured"]
     scale = max(float(g.abs().max()) for g in eager_grads.values())
     return {"layers": layers, "segments": segments, "eager ops": eager_ops, "eager kernels": eager_kernels,
             "captured ops": ops, "captured kernels": kernels, "graphs": len(captured.shapes),
             "loss error": abs(loss - eager_loss) / abs(eager_loss),
             "grad error": max(float((grads[name] - g).abs().max()) for name, g in eager_grads.items()) / scale,
-            "eager s": eager_s, "captured s": seconds}
+            "eager s": eager_s, "captured s": seconds, "eager GB": eager_gb, "captured GB": gb}
 
 
 def parse_args(argv=None):
@@ -106,7 +117,8 @@ def main(argv=None):
           f"training step: every segment's forward pass, the recipes' loss ({LOSS_CHUNK_TOKENS} summary tokens at "
           f"a time) and backward, the memory carried. Captured: each segment's pass replayed from CUDA graphs "
           f"(--capture-training){captured}. Operators: top-level ATen operators outside the graphs; errors "
-          f"relative (the gradients' to the largest); times: best of {args.repeats}.\n")
+          f"relative (the gradients' to the largest); times: best of {args.repeats}; peak reserved: the allocator's "
+          f"over one step, the captured graphs' memory pool included (CUDA only).\n")
     rows = []
     for layers in args.layers:
         for segments in args.segments:
@@ -114,10 +126,16 @@ def main(argv=None):
             rows.append([layers, segments, m["eager ops"], m["captured ops"],
                          f"{m['eager ops'] / m['captured ops']:.1f}x",
                          f"{m['eager kernels']} / {m['captured kernels']}", m["graphs"], f"{m['loss error']:.1e}",
-                         f"{m['grad error']:.1e}", f"{m['eager s']:.4f}", f"{m['captured s']:.4f}"])
+                         f"{m['grad error']:.1e}", f"{m['eager s']:.4f}", f"{m['captured s']:.4f}",
+                         gigabytes(m["eager GB"]), gigabytes(m["captured GB"])])
     print(markdown_table(["layers", "segments", "eager: operators / step", "captured: operators outside the graphs",
                           "fewer", "views aside: eager / captured", "passes captured", "loss error",
-                          "gradient error", "eager step s", "captured step s"], rows))
+                          "gradient error", "eager step s", "captured step s", "eager peak reserved GB",
+                          "captured peak reserved GB"], rows))
+
+
+def gigabytes(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 if __name__ == "__main__":

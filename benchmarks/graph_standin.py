@@ -21,10 +21,14 @@ REPLAYED = "graph replay (stand-in)"
 def capture_options(device: torch.device) -> Dict[str, object]:
     """``CapturedTraining``'s options on ``device``: its own (the real graphs) on CUDA, this
     stand-in on the CPU."""
-    return {} if device.type == "cuda" else {"capture": static_buffers, "device": "cpu"}
+    return {} if device.type == "cuda" else {"capture": static_buffers, "device": "cpu", "new_pool": StandInPool}
 
 
-def static_buffers(module: nn.Module, sample_args: Tuple[Tensor, ...]) -> Callable:
+class StandInPool:
+    """A memory pool's handle where there is none: what ``static_buffers`` is handed."""
+
+
+def static_buffers(module: nn.Module, sample_args: Tuple[Tensor, ...], pool: StandInPool = None) -> Callable:
     parameters = tuple(module.parameters())
     static_inputs = tuple(sample_args)
     outputs: List[Tensor] = []  # the static outputs, made at the first call

@@ -21,13 +21,19 @@ AWESOME captures each segment's pass, the memories passed between them as tensor
 (``counts``). The update (the optimizer's step, the gradients' scaling and norm) stays eager:
 the plugin's fused optimizers launch a few operators for all the weights.
 
-What a shape keeps. Each captured shape has a memory pool of its own: the pass's activations
-and the static buffers of its inputs, outputs and gradients. ``CapturedTraining`` keeps the last
-``KEPT_SHAPES``; a batch of a new shape is captured (three warm-up passes, then the capture),
-replacing the oldest. Batches of one shape capture once: with ``--capture-training`` the task
-pads its training batches to the split's most pages, longest page and longest summary, so that
-batches of one ``--batch-size`` have one shape. Batches whose shapes kept changing would capture
-at every update, so a shape past the kept ones is said in the log.
+What a shape keeps. Every graph a ``CapturedTraining`` captures shares one memory pool: the
+passes' activations, and the static buffers of their inputs, outputs and gradients. Sharing is
+safe because no pass's memory is needed across another's replay: a step replays a pass's
+forward graph and its backward graph one after the other, and a graph's outputs that the next
+pass reads (AWESOME's memories) are its static buffers, held while the graph is kept, and copied
+into the next graph's own inputs before it replays. So the pool holds the largest pass's
+activations once, not once a shape (or a segment's place), beside every kept graph's static
+buffers. ``CapturedTraining`` keeps the last ``KEPT_SHAPES``; a batch of a new shape is captured
+(three warm-up passes, then the capture), replacing the oldest. Batches of one shape capture
+once: with ``--capture-training`` the task pads its training batches to the split's most pages,
+longest page and longest summary, so that batches of one ``--batch-size`` have one shape.
+Batches whose shapes kept changing would capture at every update, so a shape past the kept ones
+is said in the log.
 
 Gradients. A replayed backward hands autograd the static buffers it wrote, and autograd may
 keep such a buffer as a parameter's ``.grad`` rather than copy it; the next replay writes over
@@ -53,7 +59,7 @@ from torch import Tensor, nn
 
 logger = logging.getLogger(__name__)
 
-KEPT_SHAPES = 2  # captured shapes kept at once, each with its own memory pool
+KEPT_SHAPES = 2  # captured shapes kept at once, all in one memory pool
 WARMUP_PASSES = 3  # torch's default: lazy set-ups (cuBLAS handles, compiled graphs) run before the capture
 
 
@@ -137,11 +143,12 @@ def shape_key(sample: Dict) -> Hashable:
     return tuple(tensors), tuple(sorted(fixed.items()))
 
 
-def graphed(module: nn.Module, tensors: Tuple[Tensor, ...]) -> Callable:
+def graphed(module: nn.Module, tensors: Tuple[Tensor, ...], pool) -> Callable:
     """``module`` captured by ``torch.cuda.make_graphed_callables``: a forward graph and a
-    backward graph, in a memory pool of their own. Parameters that take no part in the pass
-    keep no gradient, as in eager."""
-    return torch.cuda.make_graphed_callables(module, tensors, num_warmup_iters=WARMUP_PASSES, allow_unused_input=True)
+    backward graph, in ``pool`` (``torch.cuda.graph_pool_handle``), shared with the other graphs
+    captured there. Parameters that take no part in the pass keep no gradient, as in eager."""
+    return torch.cuda.make_graphed_callables(module, tensors, num_warmup_iters=WARMUP_PASSES, allow_unused_input=True,
+                                             pool=pool)
 
 
 @contextlib.contextmanager
@@ -166,14 +173,18 @@ def kept_gradients(parameters: List[nn.Parameter]) -> Iterator[None]:
 
 class CapturedTraining:
     """fairseq's training step (``FairseqTask.train_step``) with the pass of each batch shape
-    replayed from CUDA graphs: the last ``kept`` shapes' graphs are kept. ``capture`` captures a
+    replayed from CUDA graphs: the last ``kept`` shapes' graphs are kept, all in one memory pool
+    (``new_pool()``, made at the first capture). ``capture(module, tensors, pool)`` captures a
     ``LossOfShape`` on ``device`` (``graphed``, CUDA; a test gives a stand-in on the CPU)."""
 
-    def __init__(self, criterion, kept: int = KEPT_SHAPES, capture: Callable = graphed, device: str = "cuda"):
+    def __init__(self, criterion, kept: int = KEPT_SHAPES, capture: Callable = graphed, device: str = "cuda",
+                 new_pool: Callable[[], object] = torch.cuda.graph_pool_handle):
         self.criterion = criterion
         self.device = device
         self.kept = kept
         self.capture = capture
+        self.new_pool = new_pool
+        self.pool: Optional[object] = None  # the memory pool of every graph captured here
         self.shapes: "OrderedDict[Hashable, Callable]" = OrderedDict()  # the oldest first
         self.said: Set[str] = set()  # each line once
         self.model_refused: Optional[Tuple[nn.Module, Optional[str]]] = None  # (model, its refusal): asked once
@@ -224,11 +235,13 @@ class CapturedTraining:
         graphs = self.shapes.pop(key, None)
         if graphs is None:
             if len(self.shapes) >= self.kept:
-                self.shapes.popitem(last=False)  # its graphs and memory pool go with it
+                self.shapes.popitem(last=False)  # its graphs go with it; their memory stays in the pool
                 self.say(f"--capture-training: batches of more than {self.kept} shapes; each new one is captured "
                          "again (three warm-up passes and the capture): give every batch one shape")
+            if self.pool is None:
+                self.pool = self.new_pool()
             started = time.perf_counter()
-            graphs = self.capture(module(), tuple(t.clone() for t in tensors))
+            graphs = self.capture(module(), tuple(t.clone() for t in tensors), self.pool)
             logger.info(f"--capture-training: captured {what} in {time.perf_counter() - started:.1f} s")
         self.shapes[key] = graphs  # the newest last
         return graphs

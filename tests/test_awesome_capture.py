@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import Backward
-from benchmarks.graph_standin import static_buffers
+from benchmarks.graph_standin import capture_options, static_buffers
 from builders.awesome import build_awesome, ended_apart, randomize_memories, segment_criterion
 from builders.models import assert_gradients_close
 from pagesum_plugin import training_capture
@@ -58,7 +58,9 @@ def captured_step(step, model, sample):
 
 
 def stand_in(task, criterion, capture=static_buffers):
-    return CapturedSegments(criterion, eager=task.train_segments, capture=capture, device="cpu")
+    """``CapturedSegments`` on the CPU, the graphs replaced by ``capture`` (``static_buffers``)."""
+    return CapturedSegments(criterion, eager=task.train_segments,
+                            **{**capture_options(torch.device("cpu")), "capture": capture})
 
 
 def test_every_segments_pass_reads_nothing_back_from_the_device(copy_task_dir):
@@ -69,12 +71,12 @@ def test_every_segments_pass_reads_nothing_back_from_the_device(copy_task_dir):
     assert eager.seen, "the eager step reads its segments' facts back: the test would show nothing"
     checked = []
 
-    def check_then_capture(module, tensors):
+    def check_then_capture(module, tensors, pool):
         with HostSyncs() as syncs:
             loss, *_ = module(*tensors)
             loss.backward()
         checked.append((PASSES[module.position], syncs.seen))
-        return static_buffers(module, tensors)
+        return static_buffers(module, tensors, pool)
 
     captured_step(stand_in(task, criterion, check_then_capture), model, sample)
     assert checked == [(name, []) for name in PASSES]
@@ -104,18 +106,20 @@ def test_the_captured_step_gives_the_eager_steps_loss_logging_output_and_gradien
     assert_gradients_close(grads, expected_grads, rtol=1e-5)
 
 
-def test_each_segments_pass_is_captured_once_per_batch_shape_and_micro_batches_accumulate(copy_task_dir, caplog):
+def test_each_segments_pass_is_captured_once_per_batch_shape_all_in_one_memory_pool_and_micro_batches_accumulate(
+        copy_task_dir, caplog):
     task, model, criterion = awesome_training(copy_task_dir)
     first, other = ended_apart(task.dictionary), ended_apart(task.dictionary, shift=10)
     two_segments = dict(first, net_input=dict(first["net_input"], src_tokens=first["net_input"]["src_tokens"][:, :2]),
                         segment_target=first["segment_target"][:, :2],
                         segment_prev_output_tokens=first["segment_prev_output_tokens"][:, :2])
     expected = [eager_step(task, model, criterion, sample)[3] for sample in (first, other)]
-    captures = collections.Counter()
+    captures, pools = collections.Counter(), set()
 
-    def counted(module, tensors):
+    def counted(module, tensors, pool):
         captures[PASSES[module.position]] += 1
-        return static_buffers(module, tensors)
+        pools.add(pool)
+        return static_buffers(module, tensors, pool)
 
     step = stand_in(task, criterion, counted)
     with caplog.at_level(logging.INFO, logger=training_capture.__name__):
@@ -126,6 +130,7 @@ def test_each_segments_pass_is_captured_once_per_batch_shape_and_micro_batches_a
                                rtol=1e-5)
         step.train_step(model, two_segments, Backward)
     assert captures == {name: 1 for name in PASSES}
+    assert pools == {step.pool}, "the three passes in one memory pool: a step holds one segment's activations"
     assert caplog.text.count("--capture-training: captured the first segment of a batch of shape source (3, 7), "
                              "summary (3, 5)") == 1
     assert "more than" not in caplog.text

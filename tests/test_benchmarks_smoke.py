@@ -1,6 +1,7 @@
 """Every benchmark script runs end to end on a tiny grid and prints its tables. This checks
 that the scripts work, not what they measure: the numbers are in docs/benchmarks/ (BENCHMARKS.md lists them). The scale
-benchmark runs through the GPU kit's rehearsal instead (``test_device_kit.py``)."""
+benchmark and the kit's other benchmarks (``kit.BENCHMARKS``) run through the GPU kit's rehearsal instead
+(``test_device_kit.py``)."""
 
 import subprocess
 import sys
@@ -31,14 +32,10 @@ TINY_RUNS = {  # script: (arguments, what its tables must name)
                                                                "+ bool dropout masks", "The same, against before",
                                                                "one encoder + decoder layer", "cross-attention",
                                                                "Step time at 2 layers"]),
-    "causal_attention": (["--device", "cpu", "--quick"], ["masked ms", "causal ms", "where a loss reads"]),
     # PageSum's steps are measured by tests/test_compiled_training.py
     "compiled_training": (["--device", "cpu", "--system", "hed", "--layers", "2", "--repeats", "1", "--calls", "200"],
                           ["eager: operators / step", "compiled: operators outside", "gradient error",
                            "captured: operators outside the graphs", "a compiled call adds us"]),
-    "captured_segments": (["--device", "cpu", "--layers", "2", "--segments", "3", "--repeats", "1"],
-                          ["eager: operators / step", "captured: operators outside the graphs", "passes captured",
-                           "gradient error"]),
     "search_memory": (["--pages", "1", "--page-len", "16", "--tokens", "4", "--repeats", "1"],
                       ["this checkout, step loop", "fixed shapes", "search adds MB"]),
     "update_operators": (["--layers", "1", "--repeats", "1"], ["--bf16, adamw_torch", "--memory-efficient-bf16, adamw_torch",

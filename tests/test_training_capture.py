@@ -18,7 +18,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.amp_optimizer import AMPOptimizer
 
 from benchmarks.common import Backward, criterion_and_sample
-from benchmarks.graph_standin import static_buffers
+from benchmarks.graph_standin import capture_options, static_buffers
 from builders.models import assert_gradients_close, build_tiny, decoder_input
 from builders.systems import SUMMARIES, pages, trained_system
 from pagesum_plugin import training_capture
@@ -51,6 +51,11 @@ def eager_step(model, criterion, sample):
     loss, _, logging_output = criterion(model, sample)
     loss.backward()
     return loss.detach(), logging_output, gradients(model)
+
+
+def stand_in(criterion, **options):
+    """``CapturedTraining`` on the CPU, the graphs replaced by ``static_buffers``."""
+    return CapturedTraining(criterion, **{**capture_options(torch.device("cpu")), **options})
 
 
 def loss_of_shape(model, criterion, sample):
@@ -115,7 +120,7 @@ def test_a_padding_page_slot_gets_weight_exactly_0_and_the_real_pages_the_packed
 def test_the_step_gives_fairseqs_logging_output_with_the_hosts_counts(copy_task_dir):
     model, criterion, sample = training_batch("pagesum", copy_task_dir)
     _, expected_log, expected_grads = eager_step(model, criterion, sample)
-    step = CapturedTraining(criterion, capture=static_buffers, device="cpu")
+    step = stand_in(criterion)
     torch.manual_seed(0)
     model.zero_grad(set_to_none=True)
     _, sample_size, logging_output = step.train_step(model, sample, Backward)
@@ -138,7 +143,7 @@ def test_micro_batches_accumulate_each_ones_gradients_though_every_replay_writes
     _, _, second = training_batch("pagesum", copy_task_dir, [[t + 20 for t in summary] for summary in SUMMARIES])
     _, _, grads_first = eager_step(model, criterion, first)
     _, _, grads_second = eager_step(model, criterion, second)
-    step = CapturedTraining(criterion, capture=static_buffers, device="cpu")
+    step = stand_in(criterion)
     model.zero_grad(set_to_none=True)
     for sample in (first, second):
         torch.manual_seed(0)
@@ -147,15 +152,17 @@ def test_micro_batches_accumulate_each_ones_gradients_though_every_replay_writes
     assert_gradients_close(gradients(model), expected, rtol=1e-5)
 
 
-def test_a_shape_is_captured_once_and_the_last_kept_shapes_are_kept(copy_task_dir, monkeypatch, caplog):
+def test_a_shape_is_captured_once_and_the_last_kept_shapes_are_kept_in_one_memory_pool(copy_task_dir, monkeypatch,
+                                                                                      caplog):
     model, criterion, sample = training_batch("pagesum", copy_task_dir)
-    captures = collections.Counter()
+    captures, pools = collections.Counter(), set()
 
-    def counted(module, tensors):
+    def counted(module, tensors, pool):
         captures[tuple(t.shape for t in tensors)] += 1
-        return static_buffers(module, tensors)
+        pools.add(pool)
+        return static_buffers(module, tensors, pool)
 
-    step = CapturedTraining(criterion, kept=2, capture=counted, device="cpu")
+    step = stand_in(criterion, kept=2, capture=counted)
     # the same shape with other pages: one capture serves both
     other_pages = dict(sample, net_input=dict(sample["net_input"], src_tokens=pages(criterion.task, (2, 2, 4, 1))))
     assert other_pages["net_input"]["src_tokens"].shape == sample["net_input"]["src_tokens"].shape
@@ -173,6 +180,7 @@ def test_a_shape_is_captured_once_and_the_last_kept_shapes_are_kept(copy_task_di
         step.train_step(model, one_more_slot, Backward)  # a third shape: the oldest, `shorter`'s, goes
         step.train_step(model, shorter, Backward)
     assert sum(captures.values()) == 4
+    assert pools == {step.pool}, "every shape's graphs in one memory pool"
     assert len(step.shapes) == 2
     assert caplog.text.count("batches of more than 2 shapes") == 1
     assert caplog.text.count("--capture-training: captured the pass of a batch of shape") == 4

@@ -16,8 +16,9 @@ its start and idle time included) runs ``PLAN`` in order:
 2. tests: pytest on the GPU-only tests (``GPU_TESTS``), while the scale benchmark lists its
    groups and their estimates beside them.
 3. the benchmarks: each row group of ``benchmarks.scale`` in its own process, told the time
-   left, and the one-page decoding table (``BENCHMARKS``). The groups append to
-   ``--results``, which later calls append to as well.
+   left, and the other benchmarks (``BENCHMARKS``: the causal self-attention, the one-page
+   decoding table, AWESOME's captured segments). The groups append to ``--results``, which
+   later calls append to as well; the other benchmarks' tables go to ``BENCHMARKS_FILE``.
 4. report: ``benchmarks.scale --report`` of the results so far, and a copy of them.
 
 Every step has an estimate (the scale groups' from ``benchmarks/scale/costs.py``, the others'
@@ -55,22 +56,25 @@ GPU_TESTS = ("tests/test_cuda.py", "tests/test_cuda_transformers.py", "tests/tes
 # ``benchmarks.scale --list``) and other benchmarks (``BENCHMARKS``) in the order the project needs
 # their numbers. tests/test_device_kit.py checks that the plan names every GPU group once.
 PLAN = ("tests", "3", "4:256", "causal", "one-page", "4:fused", "1", "4:900", "5:256", "6:arxiv", "2", "5:900",
-        "6:govreport", "5:fidelity")
-# Benchmarks other than the scale groups: name -> (module and options on CUDA, extra options on the
-# CPU rehearsal, the file its tables go to)
-BENCHMARKS = {"causal": (["benchmarks.causal_attention"], ["--quick"], "causal.md"),
-              "one-page": (["benchmarks.fused_decoding", "--tables", "one-page", "--repeats", "3"], ["--quick"],
-                           "one-page.md")}
+        "6:govreport", "5:fidelity", "segments")
+# Benchmarks other than the scale groups: name -> (module and options on CUDA, options added on the
+# CPU rehearsal). Their tables go to one file, BENCHMARKS_FILE, each under a heading with its command.
+BENCHMARKS = {"causal": (["benchmarks.causal_attention"], ["--quick"]),
+              "one-page": (["benchmarks.fused_decoding", "--tables", "one-page", "--repeats", "3"], ["--quick"]),
+              "segments": (["benchmarks.captured_segments", "--layers", "12", "--segments", "2", "4", "8"],
+                           ["--layers", "2", "--segments", "3", "--repeats", "1"])}
+BENCHMARKS_FILE = "benchmarks.md"
 # Estimates of the steps other than the scale groups, in seconds on an H100 (the first visit: the
 # install 2 s, the import check 16 s; the fifth: the GPU-only tests, 66 of them in 4 processes, 204 s, of
 # which one test took 164 s, every scale group in turn: one test per group since, some 430 s of tests in all
 # shared by the 4; the one-page table's four decoders, 3 rounds of about 2 s each, after building bart.large
 # three times; the causal attention's table, not yet run there: one layer, three lengths, 6 rounds each,
-# after torch's start)
+# after torch's start; AWESOME's captured segments, not yet run there: bart.large built three times, 2, 4 and
+# 8 segments of 1,024 tokens, each step eager and captured, three passes captured a model)
 STEP_SECONDS = {"nvidia-smi": 2, "install": 10, "import check": 20, "tests": 130, "scale: list groups": 20,
-                "causal": 30, "one-page": 90, "report": 10}
-OUTPUTS = ("kit.json", "kit.log", "tests.log", "scale.log", "scale.jsonl", "report.md", "causal.md",
-           "one-page.md")  # all it writes
+                "causal": 30, "one-page": 90, "segments": 120, "report": 10}
+OUTPUTS = ("kit.json", "kit.log", "tests.log", "scale.log", "scale.jsonl", "report.md",
+           BENCHMARKS_FILE)  # all it writes
 BUDGET_SECONDS = 540  # one call: 9 minutes of a 15-minute visit
 RESERVE_SECONDS = 20  # kept back for the report and the copy of the results
 # pytest-xdist processes for the tests on the GPU machine's 16 cores, sharing its GPU (the fourth visit
@@ -308,12 +312,16 @@ def run_group(kit: Kit, group: str, estimate: float) -> None:
 
 
 def run_benchmark(kit: Kit, name: str) -> None:
-    module, on_the_cpu, table = BENCHMARKS[name]
+    """A benchmark of ``BENCHMARKS``, its tables appended to ``BENCHMARKS_FILE`` under a heading."""
+    module, on_the_cpu = BENCHMARKS[name]
     options = ["--device", kit.args.device] + (on_the_cpu if kit.args.device == "cpu" or kit.args.quick else [])
     if kit.args.threads:
         options += ["--threads", str(kit.args.threads)]
-    kit.step(name, [sys.executable, "-m", *module, *options], "scale.log", kit.time_box(STEP_SECONDS[name]),
-             stdout=kit.out / table)
+    command = [sys.executable, "-m", *module, *options]
+    tables = kit.scratch / f"{name}.md"
+    entry = kit.step(name, command, "scale.log", kit.time_box(STEP_SECONDS[name]), stdout=tables)
+    kit.log(BENCHMARKS_FILE, f"## {name}: {entry['status']} ({entry['seconds']} s)\n\n"
+                             f"`python {shlex.join(command[1:])}`\n\n{read_back(tables)}\n")
 
 
 def run_plan(kit: Kit) -> None:
