@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import Backward
 from benchmarks.graph_standin import capture_options, static_buffers
-from builders.awesome import build_awesome, ended_apart, randomize_memories, segment_criterion
+from builders.awesome import MEMORY_OPTIONS, build_awesome, ended_apart, randomize_memories, segment_criterion
 from builders.models import assert_gradients_close
 from pagesum_plugin import training_capture
 from pagesum_plugin.systems.awesome.captured_segments import PASSES, CapturedSegments
@@ -63,8 +63,9 @@ def stand_in(task, criterion, capture=static_buffers):
                             **{**capture_options(torch.device("cpu")), "capture": capture})
 
 
-def test_every_segments_pass_reads_nothing_back_from_the_device(copy_task_dir):
-    task, model, criterion = awesome_training(copy_task_dir)
+@pytest.mark.parametrize("memory", list(MEMORY_OPTIONS))
+def test_every_segments_pass_reads_nothing_back_from_the_device(memory, copy_task_dir):
+    task, model, criterion = awesome_training(copy_task_dir, *MEMORY_OPTIONS[memory])
     sample = ended_apart(task.dictionary)
     with HostSyncs() as eager:
         eager_step(task, model, criterion, sample)
@@ -82,12 +83,13 @@ def test_every_segments_pass_reads_nothing_back_from_the_device(copy_task_dir):
     assert checked == [(name, []) for name in PASSES]
 
 
+@pytest.mark.parametrize("memory", list(MEMORY_OPTIONS))
 @pytest.mark.parametrize("wider", [(0, 0), (3, 2)], ids=["as-collated", "padded-wider"])
-def test_the_captured_step_gives_the_eager_steps_loss_logging_output_and_gradients(wider, copy_task_dir):
+def test_the_captured_step_gives_the_eager_steps_loss_logging_output_and_gradients(wider, memory, copy_task_dir):
     """Segments 0 and 1 run three documents, 2 and 3 one: the others run empty segments that add
     nothing. The gradients of four segments accumulate, though the later segments' pass replays
     into the same gradient buffers twice."""
-    task, model, criterion = awesome_training(copy_task_dir)
+    task, model, criterion = awesome_training(copy_task_dir, *MEMORY_OPTIONS[memory])
     sample = ended_apart(task.dictionary)
     expected_loss, expected_size, expected_log, expected_grads = eager_step(task, model, criterion, sample)
     loss, sample_size, logging_output, grads = captured_step(
@@ -102,7 +104,11 @@ def test_the_captured_step_gives_the_eager_steps_loss_logging_output_and_gradien
             torch.testing.assert_close(logging_output[key], value, rtol=1e-5, atol=1e-5, msg=key)
         else:
             assert logging_output[key] == value, key
-    assert any(".memory.initial" in name for name in grads), "the first two segments train M^0"
+    if memory == "attentive":
+        assert any(".memory.initial" in name for name in grads), "the first two segments train M^0"
+    else:
+        assert any(".memory.compress." in name and g.abs().sum() > 0 for name, g in grads.items()), \
+            "states pushed out of the memory and compressed"
     assert_gradients_close(grads, expected_grads, rtol=1e-5)
 
 
@@ -137,8 +143,8 @@ def test_each_segments_pass_is_captured_once_per_batch_shape_all_in_one_memory_p
 
 
 @pytest.mark.parametrize("options, reason", [
-    (["--memory", "compressive"], "the compressive memory keeps each row's filled slots"),
     (["--memory-grad-segments", "2"], "--memory-grad-segments 2: a segment's window of writes grows"),
+    (["--memory-grad-segments", "0"], "--memory-grad-segments 0: a segment's window of writes grows"),
 ])
 def test_a_model_whose_segments_cannot_be_captured_trains_eager_and_says_why_once(options, reason, copy_task_dir,
                                                                                  caplog):
@@ -156,8 +162,8 @@ def test_a_model_whose_segments_cannot_be_captured_trains_eager_and_says_why_onc
 
 
 @pytest.mark.parametrize("options, captured", [([], True), (["--memory-grad-segments", "0"], False),
-                                                (["--memory", "compressive"], False), (["--memory", "none"], True)])
-def test_the_attentive_memory_with_a_window_of_one_write_is_captured(options, captured, copy_task_dir):
+                                                (["--memory", "compressive"], True), (["--memory", "none"], True)])
+def test_every_memory_with_a_window_of_one_write_is_captured(options, captured, copy_task_dir):
     """The plugin's defaults, and the paper's."""
     _, _, model = build_awesome(copy_task_dir, *options)
     assert (model.training_capture_refusal() is None) == captured

@@ -20,6 +20,7 @@ from pagesum_plugin.systems.awesome.memory import (
     SegmentStates,
     replay,
 )
+from pagesum_recipes.profiling import HostSyncs
 
 
 # --------------------------------------------------------------------------- Eq. 9-12
@@ -144,6 +145,78 @@ def test_compressive_update_stops_the_gradient_at_the_states_but_trains_the_comp
     resolved.values.sum().backward()
     assert states.grad is None
     assert memory.compress.weight.grad is not None and memory.compress.weight.grad.abs().sum() > 0
+
+
+def written_row_by_row(memory: CompressiveMemory, slots: MemorySlots, states, padding) -> MemorySlots:
+    """Eq. 1-6 applied to one row at a time, each half's entries picked out by its empty flags:
+    the reference the batched write is held to."""
+    half, rows = memory.slots // 2, []
+    for row in range(states.size(0)):
+        full = ~slots.empty[row]
+        compressed = slots.values[row, :half][full[:half]]  # M_c^{t-1}                  (1)
+        recent = torch.cat([slots.values[row, half:][full[half:]], states[row].detach()[~padding[row]]])  # (2)
+        pushed, recent = recent[:max(len(recent) - half, 0)], recent[-half:]  # M_u^t     (4)
+        usable = len(pushed) // memory.rate * memory.rate
+        if usable:
+            squeezed = memory.compress(pushed[:usable].t().unsqueeze(0)).squeeze(0).t()  # (3)
+            compressed = torch.cat([compressed, squeezed])[-half:]  # M_c^t                (5)
+        rows.append([(torch.cat([part.new_zeros(half - len(part), part.size(1)), part]),
+                      torch.arange(half) < half - len(part)) for part in (compressed, recent)])
+    return MemorySlots(torch.stack([torch.cat([c[0], u[0]]) for c, u in rows]),
+                       torch.stack([torch.cat([c[1], u[1]]) for c, u in rows]))
+
+
+def random_slots(rows: int, slots: int, dim: int, generator) -> MemorySlots:
+    """Each half of each row holding a random number of entries, right-aligned, the empty slots zero."""
+    half = slots // 2
+    counts = torch.randint(0, half + 1, (rows, 2), generator=generator)
+    empty = torch.cat([torch.arange(half) < half - counts[:, i:i + 1] for i in (0, 1)], 1)  # (rows, slots)
+    values = torch.randn(rows, slots, dim, generator=generator).masked_fill(empty.unsqueeze(-1), 0)
+    return MemorySlots(values.requires_grad_(), empty)
+
+
+@pytest.mark.parametrize("slots, rate, length", [(4, 2, 6), (6, 3, 9), (8, 5, 16), (10, 5, 31), (8, 1, 5), (4, 5, 2)])
+def test_the_batched_compressive_write_is_eq_1_to_6_applied_row_by_row(slots, rate, length):
+    """Rows whose halves hold different numbers of entries, with padding anywhere in the segment
+    (a row of padding only among them): the same slots, empty flags and gradients, with every
+    case of the push (nothing pushed, less than one window, windows and a remainder dropped)."""
+    generator = torch.Generator().manual_seed(slots * 100 + rate * 10 + length)
+    memory = CompressiveMemory(3, slots, rate)
+    rows = 6
+    previous = random_slots(rows, slots, 3, generator)
+    states = torch.randn(rows, length, 3, generator=generator)
+    padding = torch.rand(rows, length, generator=generator) < 0.3
+    padding[0] = True
+    expected = written_row_by_row(memory, previous, states, padding)
+    written = memory.write(previous, states, padding)
+    assert torch.equal(written.empty, expected.empty)
+    torch.testing.assert_close(written.values, expected.values, rtol=1e-6, atol=1e-6)
+    pushed = (~previous.empty[:, slots // 2:]).sum(1) + (~padding).sum(1) - slots // 2  # (rows,) < 0: none
+    if slots // 2 + length < slots // 2 + rate:
+        assert (pushed < rate).all(), "never a whole window"
+    else:
+        assert (pushed >= rate).any() and (pushed <= 0).any(), "rows that compress, and rows that push nothing"
+        assert rate == 1 or (pushed.clamp(min=0) % rate).any(), "a remainder dropped"
+
+    weights = torch.randn(rows, slots, 3, generator=generator)
+    inputs = [previous.values, *memory.compress.parameters()]
+    grads = [torch.autograd.grad((result.values * weights).sum(), inputs, allow_unused=True, materialize_grads=True)
+             for result in (written, expected)]
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_compressive_write_reads_nothing_back_from_the_device():
+    generator = torch.Generator().manual_seed(0)
+    memory = CompressiveMemory(3, 8, 2)
+    previous = random_slots(4, 8, 3, generator)
+    states, padding = torch.randn(4, 9, 3, generator=generator), torch.rand(4, 9, generator=generator) < 0.3
+    with HostSyncs() as row_by_row:
+        written_row_by_row(memory, previous, states, padding)
+    assert row_by_row.seen, "picking entries out by their flags reads the device: the test would show nothing"
+    with HostSyncs() as syncs:
+        memory.write(previous, states, padding)
+    assert syncs.seen == []
 
 
 # --------------------------------------------------------------------------- training

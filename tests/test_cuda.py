@@ -23,7 +23,7 @@ from benchmarks.scale import results
 from benchmarks.scale.cli import main as scale
 from benchmarks.scale.cli import parse_args
 from benchmarks.scale.kernels import durations
-from builders.awesome import build_awesome, ended_apart, randomize_memories, segment_criterion
+from builders.awesome import MEMORY_OPTIONS, build_awesome, ended_apart, randomize_memories, segment_criterion
 from builders.models import (assert_gradients_close, build_tiny, decoder_input, log_probs, make_source_sensitive,
                              paged_batch)
 from builders.systems import SUMMARIES, TRAINED_SYSTEMS, pages
@@ -260,12 +260,14 @@ def test_a_captured_training_pass_gives_the_eager_losses_and_gradients_update_af
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)
 
 
-def test_awesomes_captured_segments_give_the_eager_steps_losses_and_gradients_update_after_update(copy_task_dir):
-    """``--capture-training`` for AWESOME: documents ending at different segments, each of the
-    three segment passes replayed from CUDA graphs, batches of one shape with other tokens or
-    fewer segments, two micro-batches in one update, the weights moving between updates, against
-    the task's eager step on a copy of the model (fp32, no dropout)."""
-    _, task, model = build_awesome(copy_task_dir)
+@pytest.mark.parametrize("memory", list(MEMORY_OPTIONS))
+def test_awesomes_captured_segments_give_the_eager_steps_losses_and_gradients_update_after_update(memory,
+                                                                                                  copy_task_dir):
+    """``--capture-training`` for AWESOME, either memory: documents ending at different segments,
+    each of the three segment passes replayed from CUDA graphs, batches of one shape with other
+    tokens or fewer segments, two micro-batches in one update, the weights moving between updates,
+    against the task's eager step on a copy of the model (fp32, no dropout)."""
+    _, task, model = build_awesome(copy_task_dir, *MEMORY_OPTIONS[memory])
     model = randomize_memories(model).cuda().train()
     eager_model = copy.deepcopy(model)
     criterion = segment_criterion(task)

@@ -57,6 +57,12 @@ def write_text_corpus(data_dir: str, splits: Dict[str, List[dict]], vocab_size: 
     return codec
 
 
+# AWESOME's two memories as options; the compressive one still filling at the third segment of
+# ``ended_apart``, states pushed out and compressed by then
+MEMORY_OPTIONS = {"attentive": [], "compressive": ["--memory", "compressive", "--memory-slots", "16",
+                                                   "--compression-rate", "2"]}
+
+
 def build_awesome(data_dir: str, *extra_args: str, arch: str = "awesome_tiny", seed: int = 0):
     """(args, task, AwesomeModel) over ``data_dir`` with the segmented_summarization task, in eval mode."""
     argv = [

@@ -19,9 +19,10 @@ captured pass may neither read the device nor change its shapes with what it rea
   (``memory.py``).
 
 So a batch shape has three passes (``PASSES``): the first segment, the second, and every later
-one. Each is captured once and replayed. The attentive memory with a window of one write, the
-defaults, is what keeps a later segment's pass to one structure and shape
-(``AwesomeModel.training_capture_refusal``). The loss, the logging output and the gradients are
+one. Each is captured once and replayed. A window of one write, the default, is what keeps a
+later segment's pass to one structure and shape (``AwesomeModel.training_capture_refusal``);
+either memory is captured, the compressive one's slots carrying their empty flags beside their
+values, since its rows fill at different rates. The loss, the logging output and the gradients are
 the eager step's, to rounding: ``tests/test_awesome_capture.py`` on the CPU, through a stand-in
 for the graphs, and ``tests/test_cuda.py`` on CUDA.
 """
@@ -44,8 +45,9 @@ class SegmentPass(nn.Module):
     In: the segment's source (rows, seg_len), summary input and target (rows, tgt_len); then, for
     every segment but the first, the previous segment's source and summary input, the states each
     memory layer wrote, (rows, len, dim), and, from the third segment on, the slots each read,
-    (rows, m, dim). Out: the loss, the logging output's tensors, the states this segment wrote
-    and, after the first segment, the slots it read (both detached)."""
+    (rows, m, dim), then, for the compressive memory, which fills up, their empty flags (rows, m).
+    Out: the loss, the logging output's tensors, the states this segment wrote and, after the
+    first segment, the slots it read and their empty flags, as it takes them (all detached)."""
 
     def __init__(self, model: nn.Module, criterion, position: int, host_facts: Tuple[bool]):
         super().__init__()
@@ -55,6 +57,8 @@ class SegmentPass(nn.Module):
         self.host_facts = host_facts
         self.encoder_layers = len(model.encoder.memories)
         self.layers = self.encoder_layers + len(model.decoder.memories)  # memory layers, encoder then decoder
+        # the compressive memory fills up: its slots' empty flags travel beside their values
+        self.filling = any(m.kind == "compressive" for m in model.encoder.memories + model.decoder.memories)
         self.pad = model.decoder.padding_idx
 
     def forward(self, src_tokens: Tensor, prev_output_tokens: Tensor, target: Tensor, *carried: Tensor):
@@ -65,6 +69,8 @@ class SegmentPass(nn.Module):
         pending = memory.encoder + memory.decoder  # what the pass left for the next segment
         written = tuple(write.writes[-1].states for write in pending)
         read = tuple(write.slots.values for write in pending) if self.position > 0 else ()
+        if self.filling and self.position > 0:
+            read += tuple(write.slots.empty for write in pending)
         return loss, measured, written, read
 
     def memory(self, carried: Sequence[Tensor]) -> SegmentMemory:
@@ -73,11 +79,13 @@ class SegmentPass(nn.Module):
         if self.position == 0:
             return memory
         previous_source, previous_summary, *tensors = carried
-        states, slots = tensors[:self.layers], tensors[self.layers:] or [None] * self.layers
+        states, values = tensors[:self.layers], tensors[self.layers:2 * self.layers] or [None] * self.layers
+        empty = tensors[2 * self.layers:] or [None] * self.layers  # (rows, m) each, for a filling memory
         paddings = [previous_source.eq(self.pad)] * self.encoder_layers + \
                    [previous_summary.eq(self.pad)] * (self.layers - self.encoder_layers)  # each (rows, len)
-        pending = [PendingWrite(None if values is None else MemorySlots.full(values), [SegmentStates(h, padding)])
-                   for h, padding, values in zip(states, paddings, slots)]
+        slots = [None if v is None else MemorySlots.full(v) if e is None else MemorySlots(v, e)
+                 for v, e in zip(values, empty)]
+        pending = [PendingWrite(read, [SegmentStates(h, padding)]) for h, padding, read in zip(states, paddings, slots)]
         memory.encoder, memory.decoder = pending[:self.encoder_layers], pending[self.encoder_layers:]
         return memory
 

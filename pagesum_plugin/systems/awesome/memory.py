@@ -275,25 +275,38 @@ class CompressiveMemory(nn.Module):
         return MemorySlots(values, torch.ones(rows, self.slots, dtype=torch.bool, device=like.device))
 
     def write(self, slots: MemorySlots, states: Tensor, padding: Tensor) -> MemorySlots:
-        """M^t by Eq. 1-6 for every row. slots: M^{t-1}; states: (rows, len, dim) H^t_inp; padding: (rows, len)."""
-        half = self.slots // 2
+        """M^t by Eq. 1-6, every row at once, without reading the device. slots: M^{t-1};
+        states: (rows, len, dim) H^t_inp; padding: (rows, len).
+
+        A row's entries are laid out right-aligned in fixed-size tensors (``_right_aligned``), so
+        that rows holding different numbers of entries share one shape: the recent half and the
+        segment's states, then what they push out, are each one tensor of ``len`` + m/2 or ``len``
+        slots. ``tests/test_awesome_memory.py`` holds this to the equations applied row by row."""
+        half, rate = self.slots // 2, self.rate
+        length = states.size(1)
         states = states.detach()  # SG(H)
-        values, empty = [], []
-        for row in range(states.size(0)):
-            full = ~slots.empty[row]
-            compressed = slots.values[row, :half][full[:half]]  # (<= m/2, dim) M_c^{t-1}    (1)
-            recent = slots.values[row, half:][full[half:]]  # (<= m/2, dim) M_u^{t-1}
-            recent = torch.cat([recent, states[row][~padding[row]]])  # M'_u               (2)
-            pushed = recent[: max(recent.size(0) - half, 0)]
-            recent = recent[-half:]  # M_u^t                                              (4)
-            usable = pushed.size(0) // self.rate * self.rate
-            if usable:
-                squeezed = self.compress(pushed[:usable].t().unsqueeze(0)).squeeze(0).t()  # M'_c (3)
-                compressed = torch.cat([compressed, squeezed])[-half:]  # M_c^t           (5)
-            row_values, row_empty = zip(_right_aligned(compressed, half), _right_aligned(recent, half))
-            values.append(torch.cat(row_values))  # M^t = concat(M_c^t, M_u^t)            (6)
-            empty.append(torch.cat(row_empty))
-        return MemorySlots(torch.stack(values), torch.stack(empty))
+        recent, recent_empty = _right_aligned(torch.cat([slots.values[:, half:], states], 1),
+                                              torch.cat([slots.empty[:, half:], padding], 1))  # M'_u (2)
+        # (rows, half + len, dim): its last m/2 slots are M_u^t (4), the first len slots what it pushed out
+        pushed, pushed_empty = recent[:, :length], recent_empty[:, :length]  # (rows, len, dim), entries last
+        recent, recent_empty = recent[:, length:], recent_empty[:, length:]  # (rows, half, dim)
+        # the oldest pushed entries, a multiple of rate, compressed rate at a time (3); the newest
+        # (count % rate) are dropped: the others shifted right over them, so that windows of rate
+        # ending at the last slot each hold rate entries or none
+        dropped = (~pushed_empty).sum(1, keepdim=True) % rate  # (rows, 1)
+        source = torch.arange(length, device=states.device) - dropped  # (rows, len): where each slot's entry was
+        kept = (source >= 0) & ~pushed_empty.gather(1, source.clamp(min=0))
+        pushed = _rows_gathered(pushed, source.clamp(min=0))
+        front = -length % rate  # empty slots before the first window
+        pushed = F.pad(pushed.masked_fill(~kept.unsqueeze(-1), 0), (0, 0, front, 0))  # (rows, windows * rate, dim)
+        squeezed = self.compress(pushed.transpose(1, 2)).transpose(1, 2)  # (rows, windows, dim) M'_c (3)
+        squeezed_empty = ~F.pad(kept, (front, 0))[:, rate - 1::rate]  # (rows, windows)
+        compressed, compressed_empty = _right_aligned(torch.cat([slots.values[:, :half], squeezed], 1),
+                                                      torch.cat([slots.empty[:, :half], squeezed_empty], 1))
+        compressed, compressed_empty = compressed[:, -half:], compressed_empty[:, -half:]  # M_c^t (5)
+        empty = torch.cat([compressed_empty, recent_empty], 1)  # (rows, m)
+        values = torch.cat([compressed, recent], 1).masked_fill(empty.unsqueeze(-1), 0)  # M^t (6)
+        return MemorySlots(values, empty)
 
     @staticmethod
     def keys(slots: MemorySlots, x: Tensor, padding: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
@@ -305,12 +318,20 @@ class CompressiveMemory(nn.Module):
         return keys, torch.cat([slots.empty, padding], dim=1)
 
 
-def _right_aligned(entries: Tensor, size: int) -> Tuple[Tensor, Tensor]:
-    """(n <= size, dim) -> (size, dim) values with the entries last, and (size,) empty flags."""
-    missing = size - entries.size(0)
-    values = F.pad(entries, (0, 0, missing, 0))
-    empty = torch.arange(size, device=entries.device) < missing
-    return values, empty
+def _right_aligned(values: Tensor, empty: Tensor) -> Tuple[Tensor, Tensor]:
+    """(rows, n, dim) values and (rows, n) empty flags -> the same with each row's entries
+    last, in their order, and its empty slots first."""
+    order = torch.sort((~empty).byte(), dim=1, stable=True).indices  # (rows, n): the empty slots, then the entries
+    return _rows_gathered(values, order), empty.gather(1, order)
+
+
+def _rows_gathered(values: Tensor, index: Tensor) -> Tensor:
+    """(rows, n, dim) values, (rows, k) positions -> (rows, k, dim): each row's vectors at its
+    positions, as one index_select of whole vectors (a gather of every element, and its
+    backward, cost several times as much on the CPU)."""
+    rows, n, dim = values.shape
+    flat = index + torch.arange(rows, device=index.device).unsqueeze(1) * n  # (rows, k) into rows * n
+    return values.reshape(rows * n, dim).index_select(0, flat.flatten()).view(rows, -1, dim)
 
 
 def build_memory(kind: str, embed_dim: int, heads: int, slots: int, rate: int, dropout: float,

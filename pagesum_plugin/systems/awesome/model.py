@@ -323,11 +323,8 @@ class AwesomeModel(LongInputBARTModel):
 
     def training_capture_refusal(self) -> Optional[str]:
         """Why a segment's training pass cannot be captured (``systems/awesome/captured_segments.py``),
-        or None: only the attentive memory, with a window of one write, gives every segment
-        after the second a pass of one structure and shape."""
-        if any(m.kind == "compressive" for m in self.encoder.memories + self.decoder.memories):
-            return ("the compressive memory keeps each row's filled slots, a number read from the device "
-                    "(--memory compressive)")
+        or None: only a window of one write gives every segment after the second a pass of one
+        structure and shape."""
         if self.memory_grad_segments != 1:
             return (f"--memory-grad-segments {self.memory_grad_segments}: a segment's window of writes grows with "
                     "its place in the document, each write replayed with a seed of its own; 1 (the default) is "
