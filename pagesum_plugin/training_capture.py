@@ -22,13 +22,14 @@ AWESOME captures each segment's pass, the memories passed between them as tensor
 the plugin's fused optimizers launch a few operators for all the weights.
 
 What a shape keeps. Every graph a ``CapturedTraining`` captures shares one memory pool: the
-passes' activations, and the static buffers of their inputs, outputs and gradients. Sharing is
-safe because no pass's memory is needed across another's replay: a step replays a pass's
-forward graph and its backward graph one after the other, and a graph's outputs that the next
-pass reads (AWESOME's memories) are its static buffers, held while the graph is kept, and copied
-into the next graph's own inputs before it replays. So the pool holds the largest pass's
-activations once, not once a shape (or a segment's place), beside every kept graph's static
-buffers. ``CapturedTraining`` keeps the last ``KEPT_SHAPES``; a batch of a new shape is captured
+passes' activations, and the static buffers of their outputs and gradients (their inputs' are
+made outside it). Sharing is safe because nothing one graph leaves is read after another graph
+replays: a step replays a pass's forward graph and its backward graph one after the other; the
+outputs that the next pass reads (AWESOME's memories) are copied into that graph's own inputs
+before it replays; the loss and the logging output are copied at once; and the gradients a
+replay hands autograd are summed, set aside (``kept_gradients``) or used by the update before
+another replay. So the pool holds the largest pass's activations once, not once a shape (or a
+segment's place), beside every kept graph's static buffers. ``CapturedTraining`` keeps the last ``KEPT_SHAPES``; a batch of a new shape is captured
 (three warm-up passes, then the capture), replacing the oldest. Batches of one shape capture
 once: with ``--capture-training`` the task pads its training batches to the split's most pages,
 longest page and longest summary, so that batches of one ``--batch-size`` have one shape.
