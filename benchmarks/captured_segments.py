@@ -4,7 +4,8 @@ launches, the loss and gradients, the time and, on CUDA, the peak memory.
 
 A step is the task's: a batch's segments in order, each one's forward pass, the recipes' loss
 (the plugin's criterion, ``LOSS_CHUNK_TOKENS`` summary tokens at a time) and backward, the
-attentive memory carried from one segment to the next (``--memory-grad-segments 1``). Half the
+memory (``--memory``: attentive or compressive) carried from one segment to the next
+(``--memory-grad-segments 1``). Half the
 documents of the batch have every segment and half one fewer, so that the captured step runs
 the empty segments the eager step leaves out. Tiny widths on the CPU, ``bart.large``'s on CUDA
 in bf16. Operators: top-level ATen operators outside the graphs (after two warm-up steps), and
@@ -48,8 +49,8 @@ def measure(args, layers: int, segments: int, device, dtype) -> Dict[str, object
     base = BART_LARGE if device.type == "cuda" else CPU_TINY
     size = ModelSize(base.embed_dim, base.ffn_dim, layers, base.heads, base.vocab_words)
     torch.manual_seed(args.seed)
-    task, model = build_model("awesome_bart_large", size, "--memory-slots", str(args.memory_slots),
-                              "--max-source-positions", str(args.segment_len), dropout=0.0,
+    task, model = build_model("awesome_bart_large", size, "--memory", args.memory, "--memory-slots",
+                              str(args.memory_slots), "--max-source-positions", str(args.segment_len), dropout=0.0,
                               task="segmented_summarization")
     model.to(device=device, dtype=dtype).train()
     criterion = PagedLabelSmoothedCrossEntropy(task, sentence_avg=False, label_smoothing=0.1,
@@ -102,6 +103,8 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=int, default=2, help="documents (half of them one segment short)")
     parser.add_argument("--segment-len", type=int, help="tokens per segment (default: 32 on the CPU, 1024 on CUDA)")
     parser.add_argument("--tgt-len", type=int, help="summary tokens per segment (default: 8 on the CPU, 128 on CUDA)")
+    parser.add_argument("--memory", choices=("attentive", "compressive"), default="attentive",
+                        help="AWESOME's memory (compressive: r = 5, in the first 3 layers)")
     parser.add_argument("--memory-slots", type=int, help="slots per memory layer (default: 8 on the CPU, 1024 on CUDA)")
     parser.add_argument("--repeats", type=int, default=3)
     return device_defaults(parser.parse_args(argv), segment_len=(1024, 32), tgt_len=(128, 8), memory_slots=(1024, 8))
@@ -111,9 +114,10 @@ def main(argv=None):
     args = parse_args(argv)
     device, dtype = start(args)
     captured = "" if device.type == "cuda" else STANDIN_NOTE
-    print(f"Machine: {describe_device(device)}. AWESOME in {dtype_name(dtype)}: its attentive memory in the last 3 "
-          f"layers of each stack (every layer of fewer), {args.memory_slots} slots; {args.batch} documents, half of "
-          f"them one segment short; segments of {args.segment_len} tokens, {args.tgt_len}-token summaries. A "
+    where = "last" if args.memory == "attentive" else "first"
+    print(f"Machine: {describe_device(device)}. AWESOME in {dtype_name(dtype)}: its {args.memory} memory in the "
+          f"{where} 3 layers of each stack (every layer of fewer), {args.memory_slots} slots; {args.batch} documents, "
+          f"half of them one segment short; segments of {args.segment_len} tokens, {args.tgt_len}-token summaries. A "
           f"training step: every segment's forward pass, the recipes' loss ({LOSS_CHUNK_TOKENS} summary tokens at "
           f"a time) and backward, the memory carried. Captured: each segment's pass replayed from CUDA graphs "
           f"(--capture-training){captured}. Operators: top-level ATen operators outside the graphs; errors "
