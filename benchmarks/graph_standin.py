@@ -28,7 +28,9 @@ class StandInPool:
     """A memory pool's handle where there is none: what ``static_buffers`` is handed."""
 
 
-def static_buffers(module: nn.Module, sample_args: Tuple[Tensor, ...], pool: StandInPool = None) -> Callable:
+def static_buffers(module: nn.Module, sample_args: Tuple[Tensor, ...], pool: StandInPool) -> Callable:
+    """``module`` as ``make_graphed_callables`` would give it, ``pool`` taken and left unused: the
+    CPU has no memory pools."""
     parameters = tuple(module.parameters())
     static_inputs = tuple(sample_args)
     outputs: List[Tensor] = []  # the static outputs, made at the first call
