@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from benchmarks.common import Backward
 from benchmarks.graph_standin import capture_options, static_buffers
-from builders.awesome import MEMORY_OPTIONS, build_awesome, ended_apart, randomize_memories, segment_criterion
+from builders.awesome import (MEMORY_OPTIONS, build_awesome, ended_apart, first_segments, randomize_memories,
+                              segment_criterion)
 from builders.models import assert_gradients_close
 from pagesum_plugin import training_capture
 from pagesum_plugin.systems.awesome.captured_segments import PASSES, CapturedSegments
@@ -116,9 +117,7 @@ def test_each_segments_pass_is_captured_once_per_batch_shape_all_in_one_memory_p
         copy_task_dir, caplog):
     task, model, criterion = awesome_training(copy_task_dir)
     first, other = ended_apart(task.dictionary), ended_apart(task.dictionary, shift=10)
-    two_segments = dict(first, net_input=dict(first["net_input"], src_tokens=first["net_input"]["src_tokens"][:, :2]),
-                        segment_target=first["segment_target"][:, :2],
-                        segment_prev_output_tokens=first["segment_prev_output_tokens"][:, :2])
+    two_segments = first_segments(first, 2)
     expected = [eager_step(task, model, criterion, sample)[3] for sample in (first, other)]
     captures, pools = collections.Counter(), set()
 

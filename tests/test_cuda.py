@@ -23,7 +23,8 @@ from benchmarks.scale import results
 from benchmarks.scale.cli import main as scale
 from benchmarks.scale.cli import parse_args
 from benchmarks.scale.kernels import durations
-from builders.awesome import MEMORY_OPTIONS, build_awesome, ended_apart, randomize_memories, segment_criterion
+from builders.awesome import (MEMORY_OPTIONS, build_awesome, ended_apart, first_segments, randomize_memories,
+                              segment_criterion)
 from builders.models import (assert_gradients_close, build_tiny, decoder_input, log_probs, make_source_sensitive,
                              paged_batch)
 from builders.systems import SUMMARIES, TRAINED_SYSTEMS, pages
@@ -272,9 +273,7 @@ def test_awesomes_captured_segments_give_the_eager_steps_losses_and_gradients_up
     eager_model = copy.deepcopy(model)
     criterion = segment_criterion(task)
     first, other = (utils.move_to_cuda(ended_apart(task.dictionary, shift)) for shift in (0, 10))
-    two_segments = {**first, "net_input": {**first["net_input"], "src_tokens": first["net_input"]["src_tokens"][:, :2]},
-                    "segment_target": first["segment_target"][:, :2],
-                    "segment_prev_output_tokens": first["segment_prev_output_tokens"][:, :2]}
+    two_segments = first_segments(first, 2)
     captured = CapturedSegments(criterion, eager=task.train_segments)
     for micro_batches in [[first], [other], [two_segments], [first, other]]:  # the 4th: --update-freq 2
         grads, losses = [], []

@@ -161,6 +161,14 @@ def ended_apart(dictionary, shift: int = 0) -> dict:
     return segment_sample(segments, summaries, dictionary)
 
 
+def first_segments(sample: dict, count: int) -> dict:
+    """``sample`` with its first ``count`` segments only: a batch of the same documents and shapes
+    but fewer segments."""
+    return {**sample, "net_input": {**sample["net_input"], "src_tokens": sample["net_input"]["src_tokens"][:, :count]},
+            "segment_target": sample["segment_target"][:, :count],
+            "segment_prev_output_tokens": sample["segment_prev_output_tokens"][:, :count]}
+
+
 def segment_criterion(task) -> PagedLabelSmoothedCrossEntropy:
     """The recipes' criterion for AWESOME, its loss 3 summary tokens at a time."""
     return PagedLabelSmoothedCrossEntropy(task, sentence_avg=False, label_smoothing=0.1, loss_chunk_tokens=3)

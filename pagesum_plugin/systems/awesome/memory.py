@@ -295,8 +295,9 @@ class CompressiveMemory(nn.Module):
         # ending at the last slot each hold rate entries or none
         dropped = (~pushed_empty).sum(1, keepdim=True) % rate  # (rows, 1)
         source = torch.arange(length, device=states.device) - dropped  # (rows, len): where each slot's entry was
-        kept = (source >= 0) & ~pushed_empty.gather(1, source.clamp(min=0))
-        pushed = _rows_gathered(pushed, source.clamp(min=0))
+        within = source.clamp(min=0)
+        kept = (source >= 0) & ~pushed_empty.gather(1, within)
+        pushed = _rows_gathered(pushed, within)
         front = -length % rate  # empty slots before the first window
         pushed = F.pad(pushed.masked_fill(~kept.unsqueeze(-1), 0), (0, 0, front, 0))  # (rows, windows * rate, dim)
         squeezed = self.compress(pushed.transpose(1, 2)).transpose(1, 2)  # (rows, windows, dim) M'_c (3)
