@@ -11,10 +11,13 @@ import pytest
 # torch.jit.script, which torch deprecates, and its reference attention mixes mask types
 warnings.filterwarnings("ignore", message="`torch.jit.script(_method)?` is deprecated", category=DeprecationWarning)
 
-# The README's command runs two workers on two cores: each worker, and every command it starts,
-# computes on one thread, since more threads than cores make OpenMP's threads wait on each other
-# (the fast specifications take 8 % less time). Set before torch is imported; a caller may override.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Each of several workers (pytest-xdist's -n), and every command it starts, computes on its share of
+# the cores: with torch's default of one thread per core, the README's two workers on two cores ran
+# four threads, which wait on each other (the fast specifications took 8 % longer). Set before torch
+# is imported; a caller may override it.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // WORKERS)))
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if TESTS_DIR not in sys.path:
