@@ -5,13 +5,12 @@ launches, the loss and gradients, the time and, on CUDA, the peak memory.
 A step is the task's: a batch's segments in order, each one's forward pass, the recipes' loss
 (the plugin's criterion, ``LOSS_CHUNK_TOKENS`` summary tokens at a time) and backward, the
 memory (``--memory``: attentive or compressive) carried from one segment to the next
-(``--memory-grad-segments 1``). Half the
-documents of the batch have every segment and half one fewer, so that the captured step runs
-the empty segments the eager step leaves out. Tiny widths on the CPU, ``bart.large``'s on CUDA
-in bf16. Operators: top-level ATen operators outside the graphs (after two warm-up steps), and
-those of them that are not views. On the CPU the graphs are a stand-in that runs each pass eager
-in a region the count leaves out (``graph_standin.py``): the counts and the errors mean something
-there, the times do not.
+(``--memory-grad-segments 1``). Half the documents of the batch have every segment and half one
+fewer, so that the captured step runs the empty segments the eager step leaves out. Tiny widths
+on the CPU, ``bart.large``'s on CUDA in bf16. Operators: top-level ATen operators outside the
+graphs (after two warm-up steps), and those of them that are not views. On the CPU the graphs are
+a stand-in that runs each pass eager in a region the count leaves out (``graph_standin.py``): the
+counts and the errors mean something there, the times do not.
 
     python -m benchmarks.captured_segments --device cpu
 """

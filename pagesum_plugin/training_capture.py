@@ -29,10 +29,11 @@ outputs that the next pass reads (AWESOME's memories) are copied into that graph
 before it replays; the loss and the logging output are copied at once; and the gradients a
 replay hands autograd are summed, set aside (``kept_gradients``) or used by the update before
 another replay. So the pool holds the largest pass's activations once, not once a shape (or a
-segment's place), beside every kept graph's static buffers. ``CapturedTraining`` keeps the last ``KEPT_SHAPES``; a batch of a new shape is captured
-(three warm-up passes, then the capture), replacing the oldest. Batches of one shape capture
-once: with ``--capture-training`` the task pads its training batches to the split's most pages,
-longest page and longest summary, so that batches of one ``--batch-size`` have one shape.
+segment's place), beside every kept graph's static buffers. ``CapturedTraining`` keeps the last
+``KEPT_SHAPES``; a batch of a new shape is captured (three warm-up passes, then the capture),
+replacing the oldest. Batches of one shape capture once: with ``--capture-training`` the task
+pads its training batches to the split's most pages, longest page and longest summary, so that
+batches of one ``--batch-size`` have one shape.
 Batches whose shapes kept changing would capture at every update, so a shape past the kept ones
 is said in the log.
 

@@ -13,8 +13,8 @@ warnings.filterwarnings("ignore", message="`torch.jit.script(_method)?` is depre
 
 # Each of several workers (pytest-xdist's -n), and every command it starts, computes on its share of
 # the cores: with torch's default of one thread per core, the README's two workers on two cores ran
-# four threads, which wait on each other (the fast specifications took 8 % longer). Set before torch
-# is imported; a caller may override it.
+# four threads, which wait on each other (docs/testing.md has the times). Set before torch is
+# imported; a caller may override it.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // WORKERS)))
