@@ -5,28 +5,25 @@ command is the one CI runs. Read from the files and from fairseq's registries, n
 
 import argparse
 import ast
-import dataclasses
 import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
 
 import pytest
-from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
+from fairseq.criterions import CRITERION_REGISTRY
 from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.models.bart import BARTModel
-from fairseq.optim import OPTIMIZER_DATACLASS_REGISTRY, OPTIMIZER_REGISTRY
-from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
-
-import pagesum_plugin.registration  # noqa: F401  (fills fairseq's registries)
+from fairseq.optim import OPTIMIZER_REGISTRY
+from fairseq.tasks import TASK_REGISTRY
 
 from builders.cli import REPO_ROOT
+from builders.registry import PLUGIN, own_fields, plugin_configs
 
 REPO = Path(REPO_ROOT)
 DOCS = REPO / "docs"
 SYSTEM_PAGES = ("awesome", "bart", "hed", "hepos", "pagesum")  # docs/systems/<name>.md, one per system folder
 CITED_TEST = re.compile(r"(tests/[\w/]+\.py)::(\w+)(?:::(\w+))?")
-PLUGIN = "pagesum_plugin."
 
 
 def test_every_system_has_a_page():
@@ -77,16 +74,6 @@ def plugin_names() -> Iterator[Tuple[str, str]]:
                 yield kind, name
 
 
-def own_fields(config) -> List[dataclasses.Field]:
-    """The fields a dataclass of the plugin declares itself (in its own or a plugin base class),
-    not those it inherits from fairseq's, nor those that only read another of fairseq's settings
-    (``II("common.seed")``)."""
-    declared = {name for cls in type.mro(config) if cls.__module__.startswith(PLUGIN)
-                for name in vars(cls).get("__annotations__", {})}
-    return [f for f in dataclasses.fields(config) if f.name in declared and not f.name.startswith("_")
-            and not (isinstance(f.default, str) and f.default.startswith("${"))]
-
-
 def model_flags(model) -> Set[str]:
     """The options a model's ``add_args`` adds to fairseq's BART's."""
     def options(add_args) -> Set[str]:
@@ -99,13 +86,10 @@ def model_flags(model) -> Set[str]:
 def plugin_flags() -> Iterator[Tuple[str, str]]:
     """(owner, how the flag is written) for every flag the plugin adds: the tasks', criterions' and
     optimizers' dataclass fields, and the models' ``add_args`` options."""
-    for registry, configs in ((TASK_REGISTRY, TASK_DATACLASS_REGISTRY), (CRITERION_REGISTRY, CRITERION_DATACLASS_REGISTRY),
-                              (OPTIMIZER_REGISTRY, OPTIMIZER_DATACLASS_REGISTRY)):
-        for name, cls in registry.items():
-            if cls.__module__.startswith(PLUGIN) and name in configs:
-                for field in own_fields(configs[name]):
-                    # a task's data directory is fairseq's positional argument, not an option
-                    yield name, "`data`" if field.name == "data" else "--" + field.name.replace("_", "-")
+    for name, config in plugin_configs():
+        for field in own_fields(config):
+            # a task's data directory is fairseq's positional argument, not an option
+            yield name, "`data`" if field.name == "data" else "--" + field.name.replace("_", "-")
     for name, cls in MODEL_REGISTRY.items():
         if cls.__module__.startswith(PLUGIN):
             yield from ((name, flag) for flag in model_flags(cls))

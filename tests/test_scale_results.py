@@ -103,7 +103,8 @@ def test_a_decoding_group_logs_each_searchs_numbers_as_soon_as_it_has_them(capsy
     records = measure_throughput(settings, Context(torch.device("cpu"), torch.float32, CPU_TINY,
                                                    Peaks(None, None, "test")))
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("row 4: ")]
-    assert len(lines) == len(records) == 6  # 2 batches x (per beam, shared, shared and captured)
+    assert len(lines) == len(records) == 6  # 2 batches x (shared and captured, shared, per beam)
+    assert [r["layout"] for r in records[:3]] == ["shared, captured", "shared", "per beam"]  # the goals' first
     for line, record in zip(lines, records):
         assert line.startswith(f"row 4: 4 tokens, batch {record['batch']}, {record['system']}: ")
         assert f"search {record['search_s']:.3f} s" in line

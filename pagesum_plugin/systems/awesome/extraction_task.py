@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 class SalientExtractionConfig(OneDictionaryConfig):
     data: str = field(default="", metadata={"help": "data directory written by pagesum-preprocess"})
     max_sentence_tokens: int = field(default=64, metadata={"help": "tokens per sentence, <s> and </s> included"})
-    max_sentences: Optional[int] = field(
+    # not max_sentences: fairseq's --max-sentences (its --batch-size) would take the flag
+    max_document_sentences: Optional[int] = field(
         default=None, metadata={"help": "train on a document's first N sentences only (default: all)"}
     )
     seed: int = II("common.seed")
@@ -61,7 +62,7 @@ class SalientExtractionTask(OneDictionaryTask):
     def extraction_dataset(self, corpus: CorpusSplit, labels=None, training: bool = False) -> SalientExtractionDataset:
         return SalientExtractionDataset(
             corpus, self.dictionary, labels, self.cfg.max_sentence_tokens,
-            max_sentences=self.cfg.max_sentences if training else None,
+            max_sentences=self.cfg.max_document_sentences if training else None,
             shuffle=training and corpus.split == getattr(self.cfg, "train_subset", "train"), seed=self.cfg.seed,
         )
 
