@@ -86,8 +86,8 @@ def run(args) -> CorpusMeta:
         settings = JobSettings(args.input_format, tokenizer.name, files, str(destdir / DICT_FILE), args.skip_invalid)
         meta = CorpusMeta(
             tokenizer=tokenizer.name, dataset=args.dataset or args.input_format, view=view.view,
-            num_pages=view.num_pages,
-            max_pages=view.max_pages, spatial_split=view.spatial_split, max_page_tokens=view.max_page_tokens, max_source_tokens=view.max_source_tokens,
+            num_pages=view.num_pages, max_pages=view.max_pages, spatial_split=view.spatial_split,
+            max_page_tokens=view.max_page_tokens, max_source_tokens=view.max_source_tokens,
             max_summary_tokens=args.max_summary_tokens, dictionary_size=len(dictionary),
             vocab_size=tokenizer.vocab_size if tokenizer.name == "sentencepiece" else None,
             splits=sorted(splits, key=SPLITS.index),

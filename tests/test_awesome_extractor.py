@@ -70,3 +70,24 @@ def test_fine_tuning_starts_from_a_bart_checkpoint(labelled):
     model.load_state_dict(state, strict=True)  # the decoder is dropped, the scorer starts fresh
     for key, value in model.encoder.state_dict().items():
         assert torch.equal(value, bart.encoder.state_dict()[key]), key
+
+
+def test_the_scoring_mlp_has_extractor_hidden_dim_units_and_by_default_the_model_width(labelled):
+    _, _, narrow = build_extractor(labelled, "--extractor-hidden-dim", "24")
+    assert (narrow.head.hidden.out_features, narrow.head.out.in_features) == (24, 24)
+    args, _, default = build_extractor(labelled)
+    assert default.head.hidden.out_features == args.encoder_embed_dim != 24
+
+
+def test_every_sentence_is_cut_to_max_sentence_tokens_with_its_end_marker(labelled):
+    def rows(*flags):
+        _, task, _ = build_extractor(labelled, *flags)
+        task.load_dataset("train")
+        dataset = task.datasets["train"]
+        return dataset.collater([dataset[0], dataset[1]])["net_input"]["src_tokens"], task.dictionary
+    cut, dictionary = rows("--max-sentence-tokens", "8")
+    full, _ = rows()
+    assert cut.size(1) == 8 < full.size(1)
+    ends = cut.ne(dictionary.pad()).sum(1) - 1
+    assert cut.gather(1, ends[:, None]).eq(dictionary.eos()).all()
+    assert torch.equal(cut[:, :7], full[:, :7])  # the same sentences, in order, cut

@@ -196,6 +196,22 @@ def test_salient_sentences_of_other_segments_join_every_segment_input(prepared):
         assert current.split(" Next important sentences:")[0] == codec.decode(bare)
 
 
+def test_salient_sentences_fill_each_segment_input_up_to_max_input_tokens(prepared):
+    data_dir, codec = prepared
+    def inputs(*flags):
+        _, task, _ = build_awesome(data_dir, "--segmentation", "length", "--salient-sentences", "oracle", *flags)
+        task.load_dataset("train")
+        return task.datasets["train"]
+    capped, default = inputs("--max-input-tokens", "400"), inputs()
+    lengths = [len(s) for i in range(len(capped)) for s in capped[i]["segments"]]
+    assert max(lengths) == 400 and max(len(s) for i in range(len(default)) for s in default[i]["segments"]) > 400
+    assert capped.src_sizes.tolist() == [400 * len(capped[i]["segments"]) for i in range(len(capped))]  # batching cost
+    for i in range(len(capped)):  # the same chunks, with fewer salient sentences beside them
+        for short, long in zip(capped[i]["segments"], default[i]["segments"]):
+            chunk = codec.decode(long).split(" Previous important sentences:")[0].split(" Next important sentences:")[0]
+            assert codec.decode(short).startswith(chunk)
+
+
 def test_a_batch_runs_segment_by_segment_through_training(prepared):
     data_dir, _ = prepared
     args, task, model = build_awesome(data_dir, "--segmentation", "length", "--salient-sentences", "oracle")

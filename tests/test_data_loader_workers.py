@@ -40,3 +40,14 @@ def test_an_epochs_workers_stop_once_its_batches_are_read(copy_task_dir, no_garb
     before = set(multiprocessing.active_children())
     assert read_one_epoch(task, split) > 1
     assert workers_left(before, seconds=20) == set()
+
+
+def test_with_persistent_workers_an_epochs_worker_outlives_its_batches(copy_task_dir, no_garbage_collector):
+    """fairseq's default, for a user who asks for it: the worker waits for the next epoch."""
+    _, task, _ = build_tiny(copy_task_dir, "--persistent-workers")
+    before = set(multiprocessing.active_children())
+    assert read_one_epoch(task, "train") > 1
+    left = workers_left(before, seconds=2)
+    for worker in left:  # stopped here, not by the garbage collector's 5-second wait
+        worker.terminate()
+    assert len(left) == 1

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from rouge_score import rouge_scorer
 
-from builders.corpora import write_jsonl
+from builders.corpora import write_cohan, write_jsonl
 from pagesum_plugin.evaluation import rouge
 from pagesum_plugin.evaluation.baselines import main
 from pagesum_plugin.evaluation.extractive import oracle
@@ -44,6 +44,14 @@ def test_oracle_beats_lead_by_more_than_ten_rouge_1_points(jsonl, tmp_path):
     oracle_r1 = rouge.corpus_rouge(_read(out), _read(refs))["rouge1"]
     lead_r1 = rouge.corpus_rouge(_read(lead_out), _read(refs))["rouge1"]
     assert oracle_r1 > lead_r1 + 10
+
+
+def test_oracle_stops_at_the_requested_number_of_sentences(jsonl, tmp_path):
+    out = tmp_path / "oracle1.txt"
+    assert main(["--input", jsonl, "--method", "oracle", "--max-sentences", "1", "--out", str(out)]) == 0
+    for line, doc in zip(_read(out), iter_documents(jsonl), strict=True):
+        picked = oracle(doc.sentences, doc.summary, max_sentences=1)
+        assert len(picked) == 1 and line == " ".join(picked[0].split())
 
 
 def test_oracle_starts_from_the_best_single_sentence(jsonl, papers):
@@ -108,3 +116,13 @@ def test_a_bad_jsonl_line_is_reported_with_file_and_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "bad.jsonl, line 2" in err
 
+
+def test_the_input_format_names_the_reader_of_the_input_file(papers, tmp_path):
+    arxiv, jsonl_lead, arxiv_lead = tmp_path / "test.arxiv.jsonl", tmp_path / "jsonl.txt", tmp_path / "arxiv.txt"
+    write_cohan(arxiv, papers)
+    assert main(["--input", str(arxiv), "--input-format", "arxiv", "--method", "lead", "--out", str(arxiv_lead),
+                 "--ref-out", str(tmp_path / "arxiv_ref.txt")]) == 0
+    assert main(["--input", str(write_jsonl(tmp_path / "test.jsonl", papers)), "--method", "lead",
+                 "--out", str(jsonl_lead), "--ref-out", str(tmp_path / "jsonl_ref.txt")]) == 0
+    assert _read(arxiv_lead) == _read(jsonl_lead)
+    assert _read(tmp_path / "arxiv_ref.txt") == _read(tmp_path / "jsonl_ref.txt")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from builders.bert import write_tiny_nsp_bert
 from pagesum_plugin.evaluation import analysis, plots
 from pagesum_plugin.evaluation.data import iter_documents
 from pagesum_plugin.evaluation.rouge import tokenize
@@ -195,11 +196,44 @@ def test_dependency_histogram_counts_every_pair_on_jsonl_and_paged_data(jsonl, p
         assert _is_png(out)
 
 
-def test_stricter_thresholds_keep_fewer_pairs(papers):
-    source = [s for sec in papers[1]["sections"] for s in split_sentences(sec["text"])]
-    summary = split_sentences(papers[1]["summary"])
-    assert len(analysis.interdependent_pairs(source, summary, t1=40, t2=20)) <= len(
-        analysis.interdependent_pairs(source, summary))
+def _meets(pair, t1, t2):
+    """Eq. 15 and Eq. 16."""
+    return (min(pair.rouge_first, pair.rouge_second) > t1
+            and pair.rouge_pair - max(pair.rouge_first, pair.rouge_second) > t2)
+
+
+def test_stricter_thresholds_keep_fewer_pairs_and_only_pairs_that_meet_them(papers):
+    source = [s for sec in papers[0]["sections"] for s in split_sentences(sec["text"])]
+    summary = split_sentences(papers[0]["summary"])
+    strict = analysis.interdependent_pairs(source, summary, t1=35, t2=17)
+    assert 0 < len(strict) < len(analysis.interdependent_pairs(source, summary))
+    assert all(_meets(pair, 35, 17) for pair in strict)
+
+
+@pytest.fixture(scope="module")
+def fusion_candidates(jsonl):
+    """The best source pair of every summary sentence of the papers, before Eq. 15 and 16 filter them."""
+    return [p for d in iter_documents(jsonl)
+            for p in analysis.interdependent_pairs(d.sentences, split_sentences(d.summary), -np.inf, -np.inf)]
+
+
+def _distances(candidates, t1=20.0, t2=10.0):
+    return [p.normalized_distance for p in candidates if _meets(p, t1, t2)]
+
+
+@pytest.mark.parametrize("flag, value, t1, t2", [("--t1", "25", 25.0, 10.0), ("--t2", "17", 20.0, 17.0)])
+def test_each_dependency_threshold_decides_which_pairs_are_counted(flag, value, t1, t2, jsonl, fusion_candidates,
+                                                                   tmp_path, capsys):
+    numbers = _plot(capsys, "dependencies", "--input", jsonl, flag, value, "--out", str(tmp_path / "fig4.png"))
+    kept = _distances(fusion_candidates, t1, t2)
+    assert numbers["pairs"] == len(kept) < len(_distances(fusion_candidates))
+    assert numbers["counts"] == np.histogram(kept, bins=10, range=(0, 1))[0].tolist()
+
+
+def test_the_dependency_histogram_has_the_requested_number_of_bins(jsonl, fusion_candidates, tmp_path, capsys):
+    numbers = _plot(capsys, "dependencies", "--input", jsonl, "--bins", "4", "--out", str(tmp_path / "fig4.png"))
+    assert numbers["bin_edges"] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert numbers["counts"] == np.histogram(_distances(fusion_candidates), bins=4, range=(0, 1))[0].tolist()
 
 
 # --------------------------------------------------------------------------- Eq. 11
@@ -207,20 +241,7 @@ def test_stricter_thresholds_keep_fewer_pairs(papers):
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory, papers):
-    """A tiny random BertForNextSentencePrediction with a word-level vocabulary of the papers."""
-    # optional (the hf extra): only the coherence score reads a BERT model
-    from transformers import BertConfig, BertForNextSentencePrediction, BertTokenizerFast
-
-    out = tmp_path_factory.mktemp("tiny_bert")
-    words = collections.Counter(w for p in papers for w in tokenize(p["summary"]))
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words)]
-    (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True).save_pretrained(out)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertForNextSentencePrediction(config).save_pretrained(out)
-    return str(out)
+    return write_tiny_nsp_bert(tmp_path_factory.mktemp("tiny_bert"), [p["summary"] for p in papers])
 
 
 def _is_next_probability(model_dir, first, second):

@@ -168,3 +168,36 @@ def test_missing_xml_parser_gives_the_package_to_install(tmp_path, monkeypatch):
     assert subprocess.run(["perl", "-e", "1"]).returncode == 2
     with pytest.raises(perl_rouge.PerlRougeUnavailable, match="libxml-parser-perl"):
         perl_rouge.check_perl_dependencies()
+
+
+def _per_example(hyp_path, ref_path):
+    """Per-example F1 of each metric, scored as ``run()`` scores them."""
+    hyps = [rouge.prepare(h) for h in open(hyp_path, encoding="utf-8").read().splitlines()]
+    refs = [[rouge.prepare(r)] for r in open(ref_path, encoding="utf-8").read().splitlines()]
+    return rouge.score_examples(hyps, refs, workers=1)
+
+
+def test_the_interval_is_the_bootstrap_of_the_requested_samples_and_seed(systems, capsys):
+    report = _score_json(capsys, "--hyp", systems["lead"], "--ref", systems["ref"], "--bootstrap", "7", "--seed", "5")
+    for metric, scores in _per_example(systems["lead"], systems["ref"]).items():
+        low, high = bootstrap_ci(scores, samples=7, seed=5)
+        assert (report["scores"][metric]["ci_low"], report["scores"][metric]["ci_high"]) == (100 * low, 100 * high)
+
+
+def test_every_p_value_counts_the_requested_number_of_trials(systems, capsys):
+    """No random sign flip is as extreme as Oracle against Lead-3: p = 1 / (trials + 1)."""
+    report = _score_json(capsys, "--hyp", systems["oracle"], "--ref", systems["ref"], "--compare", systems["lead"],
+                         "--trials", "9")
+    assert report["compare"]["trials"] == 9
+    assert report["compare"]["p_values"] == {metric: 1 / 10 for metric in rouge.METRICS}
+
+
+def test_without_sentence_splitting_only_rouge_lsum_changes(systems, capsys):
+    """Each line is then one sentence: summary-level ROUGE-L becomes the sentence-level one."""
+    punkt = _score_json(capsys, "--hyp", systems["lead"], "--ref", systems["ref"])
+    none = _score_json(capsys, "--hyp", systems["lead"], "--ref", systems["ref"], "--sentence-split", "none")
+    assert (punkt["sentence_split"], none["sentence_split"]) == ("punkt", "none")
+    for metric in ("rouge1", "rouge2", "rougeL"):
+        assert none["scores"][metric] == punkt["scores"][metric]
+    assert none["scores"]["rougeLsum"]["f"] != pytest.approx(punkt["scores"]["rougeLsum"]["f"], abs=0.01)
+    assert none["scores"]["rougeLsum"]["f"] == pytest.approx(none["scores"]["rougeL"]["f"], abs=1e-9)

@@ -80,6 +80,15 @@ def test_a_plain_string_on_a_discourse_model_is_read_in_spatial_pages(acl_run):
     assert result["page_weights"].shape == (len(result["tokens"]), pagesum.view.num_pages)
 
 
+def test_max_pages_given_to_summarize_caps_the_pages_it_reads(acl_run):
+    data, save_dir, papers = acl_run
+    pagesum = from_pretrained(save_dir, "checkpoint_last.pt", data_name_or_path=data)
+    sections = [(s["name"], s["text"]) for s in papers[0]["sections"]]
+    assert len(pagesum.pages(sections)) == pagesum.view.max_pages == 4
+    result = pagesum.summarize([sections], max_pages=2, return_page_weights=True, **GEN)[0]
+    assert result["page_weights"].shape == (len(result["tokens"]), 2)
+
+
 def test_page_weights_are_returned_per_step_and_sum_to_one(acl_run):
     data, save_dir, papers = acl_run
     pagesum = from_pretrained(save_dir, "checkpoint_last.pt", data_name_or_path=data)

@@ -161,6 +161,18 @@ def test_every_format_binarizes_with_spatial_pages(tmp_path, bpe, papers, input_
     assert [len(p) for p in pages] == [3, 3, 3] and len(summaries) == 3
 
 
+def test_the_spatial_split_is_the_corpus_default_views(tmp_path, bpe, papers):
+    source = write_jsonl(tmp_path / "train.jsonl", papers[:3])
+    pages = {}
+    for rule in ("authors", "even"):
+        data = tmp_path / rule
+        assert _run("--input-format", "jsonl", "--trainpref", source, "--num-pages", 4, "--spatial-split", rule,
+                    "--destdir", data, *_gpt2_args(bpe)) == 0
+        assert CorpusMeta.load(data).spatial_split == rule
+        pages[rule] = [[list(page) for page in example] for example in _pages(data, "train")[0]]
+    assert pages["authors"] != pages["even"]  # n // k sentences a page, the rest on the last, against spread evenly
+
+
 def test_outputs_are_byte_identical_across_runs_and_worker_counts(tmp_path, bpe, papers):
     source = write_cohan(tmp_path / "train.txt", papers)
     outputs = []
