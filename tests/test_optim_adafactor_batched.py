@@ -5,11 +5,13 @@ fairseq's, so checkpoints load both ways; the wrapper's factor divides the fp32 
 gradients; and what the host launches for an update does not grow with the model's depth."""
 
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
+from fairseq import optim
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-from fairseq.optim.adafactor import Adafactor
+from fairseq.optim.adafactor import Adafactor, FairseqAdafactor
 from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 
 from benchmarks.common import Launched
@@ -117,6 +119,21 @@ def test_the_wrappers_factor_divides_the_fp32_copies_of_the_gradients_and_leaves
     assert all(torch.equal(p, r.to(torch.bfloat16)) for p, r in zip(scaled, divided))
     unscaled = bf16_updated(1.0)
     assert not all(torch.equal(p, u) for p, u in zip(scaled, unscaled))
+
+
+@pytest.mark.parametrize("step_flags", [["--relative-step", "--scale-parameter", "--warmup-init"], []],
+                         ids=["relative step", "external lr"])
+def test_every_flag_reaches_the_update_as_it_reaches_fairseqs_adafactor(copy_task_dir, step_flags):
+    """fairseq's passes --lr along even with a relative step, which its Adafactor then refuses, so
+    its arguments are read without building it; this one passes None there."""
+    flags = ["--lr", "0.003", "--adafactor-eps", "(1e-29, 2e-3)", "--clip-threshold", "0.5", "--decay-rate", "-0.7",
+             "--beta1", "0.8", "--weight-decay", "0.02", *step_flags]
+    fairseq_args, _, _ = build_tiny(copy_task_dir, "--optimizer", "adafactor", *flags)
+    fairseqs_config = FairseqAdafactor.optimizer_config.fget(SimpleNamespace(args=fairseq_args))
+    args, _, model = build_tiny(copy_task_dir, "--optimizer", "adafactor_batched", *flags)
+    optimizer = optim.build_optimizer(convert_namespace_to_omegaconf(args).optimizer, list(model.parameters()))
+    assert optimizer.optimizer_config == {**fairseqs_config, "lr": None if step_flags else 0.003}
+    assert fairseqs_config["eps"] == (1e-29, 2e-3) and fairseqs_config["relative_step"] is bool(step_flags)
 
 
 def test_scale_parameter_without_relative_step_is_refused_in_one_line():

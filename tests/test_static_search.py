@@ -356,6 +356,16 @@ def test_eager_decoding_is_the_tasks_flag(copy_task_dir):
         assert task.build_generator([model], args).decoding == expected
 
 
+def test_compile_decoder_is_the_tasks_flag(copy_task_dir):
+    """--compile-decoder reaches the generator fairseq-generate builds: it compiles every decoder
+    layer (torch.compile compiles at the first call); without it, none."""
+    for flags, expected in (((), False), (("--compile-decoder",), True)):
+        args, task, model = build_tiny(copy_task_dir, "--decoder-layers", "2", *flags)
+        task.build_generator([model], args)
+        assert [getattr(layer, "_compiled_call_impl", None) is not None for layer in model.decoder.layers] == [
+            expected] * 2
+
+
 def test_a_later_search_of_the_same_shapes_replays_the_kept_step_on_its_own_state(system):
     """A generator keeps its last searches' steps: a batch of the same shapes runs its first step,
     copies the state it built into a kept search's tensors and replays that step (compiled

@@ -13,7 +13,7 @@ as one batch (``shape_buckets``: ``bart.large`` has a handful of shapes), a batc
 fairseq's, per parameter and under fairseq's names (a parameter's ``exp_avg_sq_row`` is a row of
 its batch's), so checkpoints of either optimizer load into the other.
 
-Two things differ from fairseq's:
+Three things differ from fairseq's:
 
 * the gradients' factor that fairseq's memory-efficient wrapper would multiply the 16-bit gradients
   by in place (``--memory-efficient-bf16``: the trainer's 1 / sample size, the clipping, fp16's
@@ -22,7 +22,9 @@ Two things differ from fairseq's:
 * ``--scale-parameter`` without ``--relative-step`` is refused: there, fairseq multiplies the
   learning rate by each parameter's root mean square in turn and keeps the product for the
   next parameter (``group["lr"]`` is overwritten), an accident of its code, not Adafactor.
-  With ``--relative-step`` the two agree.
+  With ``--relative-step`` the two agree;
+* ``--relative-step`` runs: fairseq's passes ``--lr`` along, which its Adafactor then refuses
+  ("Cannot combine manual lr and relative_step options"); this one passes no learning rate.
 """
 
 import ast
