@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from builders.bert import write_tiny_nsp_bert
+from builders.corpora import write_cohan
 from pagesum_plugin.evaluation import analysis, plots
 from pagesum_plugin.evaluation.data import iter_documents
 from pagesum_plugin.evaluation.rouge import tokenize
@@ -194,6 +195,14 @@ def test_dependency_histogram_counts_every_pair_on_jsonl_and_paged_data(jsonl, p
         assert numbers["documents"] == 4 and numbers["pairs"] == len(expected) > 0
         assert numbers["counts"] == np.histogram(expected, bins=10, range=(0, 1))[0].tolist()
         assert _is_png(out)
+
+
+def test_the_input_format_names_the_reader_of_the_input_file(papers, jsonl, tmp_path, capsys):
+    arxiv = write_cohan(tmp_path / "test.txt", papers)
+    from_arxiv = _plot(capsys, "dependencies", "--input", str(arxiv), "--input-format", "arxiv",
+                       "--out", str(tmp_path / "arxiv.png"))
+    from_jsonl = _plot(capsys, "dependencies", "--input", jsonl, "--out", str(tmp_path / "jsonl.png"))
+    assert from_arxiv == from_jsonl and from_arxiv["pairs"] > 0
 
 
 def _meets(pair, t1, t2):
