@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from builders.bert import write_tiny_nsp_bert
-from pagesum_plugin.evaluation import analysis
 from pagesum_plugin.corpus.sentences import split_sentences
+from pagesum_plugin.evaluation import analysis
 from pagesum_plugin.evaluation.data import iter_documents
 from pagesum_recipes import make_figures
 
@@ -17,7 +17,7 @@ PAPERS = 3  # of the package's 250: enough for every figure, and quick
 
 
 @pytest.fixture
-def papers(tmp_path, monkeypatch):
+def paper_dir(tmp_path, monkeypatch):
     """The first papers of the package, and a stand-in for the sentence-embedding model."""
     folder = tmp_path / "paper_jsons"
     folder.mkdir()
@@ -40,7 +40,7 @@ def numbers(out_dir, name):
     return json.loads((out_dir / f"{name}.json").read_text())
 
 
-def test_the_figures_that_need_nothing_else_are_drawn_and_the_others_skipped_naming_their_flag(papers, tmp_path,
+def test_the_figures_that_need_nothing_else_are_drawn_and_the_others_skipped_naming_their_flag(paper_dir, tmp_path,
                                                                                                capsys):
     out_dir = tmp_path / "figures"
     assert make_figures.main(["--out-dir", str(out_dir), "--papers", "2"]) == 0
@@ -53,7 +53,7 @@ def test_the_figures_that_need_nothing_else_are_drawn_and_the_others_skipped_nam
                                                          "locality.png"]
 
 
-def test_the_page_importance_figure_shows_the_example_named_by_id(papers, tmp_path):
+def test_the_page_importance_figure_shows_the_example_named_by_id(paper_dir, tmp_path):
     weights = tmp_path / "test.page_weights.jsonl"
     rows = [{"id": 0, "hypothesis": "a", "tokens": ["a"], "page_weights": [[1.0, 0.0]]},
             {"id": 5, "hypothesis": "b c", "tokens": ["b", " c"], "page_weights": [[0.2, 0.8], [0.6, 0.4]]}]
@@ -65,8 +65,8 @@ def test_the_page_importance_figure_shows_the_example_named_by_id(papers, tmp_pa
     assert shown["steps"] == 2 and shown["top_page_per_step"] == [2, 1]
 
 
-def test_the_coherence_figure_scores_the_abstracts_with_the_model_given(papers, tmp_path):
-    abstracts = [document.summary for document in iter_documents(str(papers), None, "aclsum")]
+def test_the_coherence_figure_scores_the_abstracts_with_the_model_given(paper_dir, tmp_path):
+    abstracts = [document.summary for document in iter_documents(str(paper_dir), None, "aclsum")]
     (tmp_path / "bert").mkdir()
     bert = write_tiny_nsp_bert(tmp_path / "bert", abstracts)
     out_dir = tmp_path / "figures"
