@@ -11,6 +11,7 @@ from fairseq import options, tasks
 from builders.cli import USER_DIR
 from builders.models import build_tiny
 from pagesum_plugin import from_pretrained, hub_interface
+from pagesum_plugin.generation import page_sequence_generator
 from pagesum_plugin.checkpoints.builder import save_checkpoint
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.defaults import GenerationDefaults
@@ -93,3 +94,14 @@ def test_summarize_decodes_with_the_tasks_defaults_where_no_setting_is_given(hub
     (built,) = Recording.built
     expected = replace(hub.task.generation_defaults).generator_kwargs()
     assert {key: built[key] for key in expected} == expected
+
+
+def test_compile_and_decoding_given_to_summarize_reach_its_generator(hub, papers, monkeypatch):
+    compiled = []
+    monkeypatch.setattr(page_sequence_generator, "compile_decoder_layers",
+                        lambda model, backend: compiled.append(backend))
+    document = [(s["name"], s["text"]) for s in papers[0]["sections"]]
+    with torch.no_grad():
+        hub.summarize([document], compile=True, decoding="eager")
+    (built,) = Recording.built
+    assert compiled == ["inductor"] and built["decoding"] == "eager"
