@@ -71,19 +71,40 @@ def test_a_requested_system_the_corpus_cannot_feed_is_an_error(comparison):
         comparison.select(SECTIONS, ["pagesum_spatial", "hed"])
 
 
-def test_the_recipe_refuses_an_unknown_system_in_one_line_before_anything_runs(tmp_path):
+def compare_recipe(tmp_path, **variables) -> subprocess.CompletedProcess:
+    """recipes/compare.sh on a corpus of sections that holds one example a split (enough to plan)."""
     data = tmp_path / "data"
-    data.mkdir()
+    data.mkdir(exist_ok=True)
     (data / "meta.json").write_text('{"dataset": "arxiv", "view": "spatial"}')
     for split in ("train", "valid", "test"):
         (data / f"{split}.ids.txt").write_text("a\n")
-    (tmp_path / "bart" / "bart.large").mkdir(parents=True)
+    (tmp_path / "bart" / "bart.large").mkdir(parents=True, exist_ok=True)
     (tmp_path / "bart" / "bart.large" / "model.pt").write_bytes(b"")
     env = dict(os.environ, PATH=BIN_DIR + os.pathsep + os.environ["PATH"], DATA_DIR=str(data), BUDGET_MB="100",
-               OUT_DIR=str(tmp_path / "out"), BART_DIR=str(tmp_path / "bart"), NUM_GPUS="0", SYSTEMS="pagesum_spatial bert")
-    result = subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", "compare.sh")], env=env, capture_output=True,
-                            text=True)
+               OUT_DIR=str(tmp_path / "out"), BART_DIR=str(tmp_path / "bart"), NUM_GPUS="0", **variables)
+    return subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", "compare.sh")], env=env, capture_output=True,
+                          text=True)
+
+
+def test_the_recipe_refuses_an_unknown_system_in_one_line_before_anything_runs(tmp_path):
+    result = compare_recipe(tmp_path, SYSTEMS="pagesum_spatial bert")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "compare: unknown system 'bert'; choose from " + " ".join(Comparison(COMPARE_YAML).systems)]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("given", [None, "hepos_lsh"])
+def test_every_other_system_is_tested_against_the_reference_system(tmp_path, given):
+    """REFERENCE, else compare.yaml's."""
+    reference = given or OmegaConf.load(COMPARE_YAML).reference
+    result = compare_recipe(tmp_path, PLAN="1", SYSTEMS="pagesum_spatial hepos_lsh bart",
+                            **({"REFERENCE": given} if given else {}))
+    assert result.returncode == 0, result.stderr
+    scores = [line.split() for line in result.stdout.splitlines() if line.startswith("pagesum-score ")]
+    against = {argv[argv.index("--hyp") + 1].split(os.sep)[-2]:
+               argv[argv.index("--compare") + 1].split(os.sep)[-2] if "--compare" in argv else None for argv in scores}
+    assert against == {system: None if system == reference else reference
+                       for system in ("pagesum_spatial", "hepos_lsh", "bart")}
+    (report,) = [line.split() for line in result.stdout.splitlines() if line.startswith("pagesum-compare-report ")]
+    assert report[report.index("--reference") + 1] == reference

@@ -210,6 +210,21 @@ def test_bart_large_init_selects_the_checkpoint_without_cnn_pretraining():
     assert train["checkpoint.save_dir"] == "/out/arxiv/bart.large/checkpoints"
 
 
+def test_the_machine_settings_a_user_gives_reach_the_commands_they_name():
+    """FP16=1 (mixed precision on GPUs), GEN_ARGS (appended to fairseq-generate), GPT2_BPE_DIR (where
+    encoder.json and vocab.bpe are, else $BART_DIR)."""
+    default = plan("arxiv")["arxiv"]
+    given = plan("arxiv", FP16="1", GEN_ARGS="--print-alignment --quiet", GPT2_BPE_DIR="/bpe")["arxiv"]
+    assert overrides(given["fairseq-hydra-train"])["common.fp16"] == "true"
+    assert "common.fp16" not in overrides(default["fairseq-hydra-train"])
+    assert "--fp16" in given["fairseq-generate"] and "--fp16" not in default["fairseq-generate"]
+    assert given["fairseq-generate"][-2:] == ["--print-alignment", "--quiet"]
+    assert [arg for arg in given["fairseq-generate"][:-2] if arg != "--fp16"] == default["fairseq-generate"]
+    assert (flag(given["pagesum-preprocess"], "--gpt2-encoder-json"), flag(given["pagesum-preprocess"], "--gpt2-vocab-bpe")
+            ) == ("/bpe/encoder.json", "/bpe/vocab.bpe")
+    assert flag(default["pagesum-preprocess"], "--gpt2-encoder-json") == "/bart/encoder.json"
+
+
 @pytest.mark.parametrize("recipe, encoder, patterns, source_tokens", [
     ("govreport_hepos", "sinkhorn", {"sinkhorn_block_size": 128}, 10240),
     ("pubmed_hepos", "lsh", {"lsh_rounds": 4, "lsh_bucket_size": 64}, 7168),
