@@ -2,6 +2,7 @@
 its YAML alone, the command lines add only paths, devices and the batch split, and the
 effective batch survives any GPU count."""
 
+import argparse
 import os
 import re
 import shlex
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fairseq.criterions import build_criterion
+from fairseq.models import ARCH_MODEL_REGISTRY
 from omegaconf import OmegaConf
 
 from builders.cli import BIN_DIR, REPO_ROOT
@@ -274,6 +276,19 @@ def test_govreport_and_arxiv_recipes_train_with_torchs_fused_adamw_or_the_papers
     HEPOS keeps the paper's Adafactor (fairseq's update, batched by shape)."""
     expected = "adafactor_batched" if "hepos" in path.stem else "adamw_torch"
     assert OmegaConf.load(path).optimizer._name == expected
+
+
+@pytest.mark.parametrize("path", sorted(path for path in CONFIGS.glob("*.yaml") if "model" in OmegaConf.load(path)),
+                         ids=lambda path: path.stem)
+def test_every_model_setting_of_a_yaml_is_an_option_of_its_architecture(path):
+    """fairseq reads a model's settings without a schema: a key its model does not define would be
+    dropped without a word."""
+    model = OmegaConf.to_container(OmegaConf.load(path).model)
+    architecture = model["_name"]
+    parser = argparse.ArgumentParser(add_help=False)
+    ARCH_MODEL_REGISTRY[architecture].add_args(parser)
+    options = {action.dest for action in parser._actions}
+    assert not set(model) - options - {"_name"}, f"{path.name}: not options of {architecture}"
 
 
 SUMMARIZER_CONFIGS = sorted(path.stem for path in CONFIGS.glob("*.yaml")
