@@ -2,6 +2,7 @@
 it runs, and every one of the generation defaults reaches both the page generator and
 ``fairseq-generate``'s flags: each test fails when a setting is dropped on the way."""
 
+import json
 from dataclasses import fields, replace
 
 import pytest
@@ -11,6 +12,7 @@ from fairseq import options, tasks
 from builders.cli import USER_DIR
 from builders.models import build_tiny
 from pagesum_plugin import from_pretrained, hub_interface
+from pagesum_plugin.errors import SettingError
 from pagesum_plugin.generation import page_sequence_generator
 from pagesum_plugin.checkpoints.builder import save_checkpoint
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
@@ -56,6 +58,25 @@ def test_every_setting_given_to_fairseq_generate_reaches_its_search(copy_task_di
     for setting, attribute in ATTRIBUTES.items():
         assert getattr(generator, attribute) == getattr(GIVEN, setting), setting
     assert generator.repeat_ngram_blocker.no_repeat_ngram_size == GIVEN.no_repeat_ngram_size
+
+
+def test_every_setting_given_to_eval_rouge_args_reaches_the_validation_search(copy_task_dir):
+    given = json.dumps(GIVEN.as_kwargs())
+    _, task, _ = build_tiny(copy_task_dir, "--eval-rouge", "--eval-rouge-args", given)
+    generator = task._rouge_generator
+    for setting, attribute in ATTRIBUTES.items():
+        assert getattr(generator, attribute) == getattr(GIVEN, setting), setting
+    assert generator.repeat_ngram_blocker.no_repeat_ngram_size == GIVEN.no_repeat_ngram_size
+
+
+@pytest.mark.parametrize("given, message", [
+    ('{"max_len": 10}', "--eval-rouge-args: max_len is not a setting; give an object of beam, lenpen, "),
+    ('{"beam": 2,}', "--eval-rouge-args {\"beam\": 2,}: not JSON"),
+])
+def test_eval_rouge_args_that_the_search_would_not_read_are_refused_in_one_line(copy_task_dir, given, message):
+    with pytest.raises(SettingError) as refused:
+        build_tiny(copy_task_dir, "--eval-rouge", "--eval-rouge-args", given)
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
 
 
 class Recording(PageSumSequenceGenerator):

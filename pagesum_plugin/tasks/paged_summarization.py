@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Dict, Optional
 
 from fairseq import metrics
@@ -88,7 +88,8 @@ class PagedSummarizationConfig(OneDictionaryConfig):
     )
     eval_rouge_args: str = field(
         default="{}",
-        metadata={"help": "generation options for --eval-rouge, as JSON, over the dataset's generation defaults"},
+        metadata={"help": "settings of the validation search over the dataset's generation defaults, as a JSON "
+                          "object of beam, lenpen, no_repeat_ngram_size, min_len, max_len_b and top_pages"},
     )
     hypotheses_output: Optional[str] = field(
         default=None,
@@ -313,10 +314,24 @@ class PagedSummarizationTask(OneDictionaryTask):
         model = super().build_model(cfg, from_checkpoint)
         self.generation_defaults = self.decoding_defaults(model_name(model))
         if self.cfg.eval_rouge:
-            gen_args = argparse.Namespace(**{**self.generation_defaults.as_kwargs(),
-                                             **json.loads(self.cfg.eval_rouge_args)})
-            self._rouge_generator = self.build_generator([model], gen_args)
+            settings = self.validation_decoding()
+            self._rouge_generator = self.build_generator([model], argparse.Namespace(**settings.as_kwargs()),
+                                                         extra_gen_cls_kwargs={"top_pages": settings.top_pages})
         return model
+
+    def validation_decoding(self) -> GenerationDefaults:
+        """The generation defaults with --eval-rouge-args over them; a setting they do not hold is
+        refused in one line, not passed on to be ignored."""
+        try:
+            given = json.loads(self.cfg.eval_rouge_args)
+        except json.JSONDecodeError as error:
+            raise SettingError(f"--eval-rouge-args {self.cfg.eval_rouge_args}: not JSON ({error})") from None
+        known = [setting.name for setting in fields(GenerationDefaults)]
+        unknown = sorted(set(given) - set(known)) if isinstance(given, dict) else [repr(given)]
+        if unknown:
+            raise SettingError(f"--eval-rouge-args: {', '.join(unknown)} is not a setting; give an object of "
+                               f"{', '.join(known)}")
+        return replace(self.generation_defaults, **given)
 
     def valid_step(self, sample, model, criterion):
         loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
