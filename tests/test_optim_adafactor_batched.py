@@ -18,6 +18,7 @@ from benchmarks.common import Launched
 from benchmarks.scale.training import trainer_update
 from builders.cli import TRAIN_FLAGS, run_cli
 from builders.models import build_tiny
+from pagesum_plugin.errors import SettingError
 from pagesum_plugin.optim.adafactor_batched import BatchedAdafactor
 
 # shapes that share a bucket, one of their own, a 3-d one (factored over its last two dimensions),
@@ -137,8 +138,15 @@ def test_every_flag_reaches_the_update_as_it_reaches_fairseqs_adafactor(copy_tas
 
 
 def test_scale_parameter_without_relative_step_is_refused_in_one_line():
-    with pytest.raises(ValueError, match=r"--scale-parameter needs --relative-step"):
+    with pytest.raises(SettingError, match=r"--scale-parameter needs --relative-step"):
         BatchedAdafactor(parameters(torch.float32), lr=0.01, scale_parameter=True)
+
+
+@pytest.mark.parametrize("text", ["1e-30", "(1e-30, small)", "(1e-30,"])
+def test_epsilons_that_are_not_a_pair_of_numbers_are_refused_in_one_line(copy_task_dir, text):
+    args, _, model = build_tiny(copy_task_dir, "--optimizer", "adafactor_batched", "--adafactor-eps", text)
+    with pytest.raises(SettingError, match=re.escape(f"--adafactor-eps {text}: not a pair of numbers")):
+        optim.build_optimizer(convert_namespace_to_omegaconf(args).optimizer, list(model.parameters()))
 
 
 @pytest.fixture

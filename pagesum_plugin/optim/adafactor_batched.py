@@ -40,6 +40,7 @@ from fairseq.optim import register_optimizer
 from omegaconf import II
 
 from ..architectures import MASTER_BUCKET_BYTES
+from ..errors import SettingError
 from .adamw_torch import NormOfAllGradients, load_into_own_state
 
 
@@ -111,11 +112,11 @@ class BatchedAdafactor(torch.optim.Optimizer):
                  scale_parameter: bool = False, relative_step: bool = False, warmup_init: bool = False,
                  bucket_bytes: int = MASTER_BUCKET_BYTES):
         if lr is not None and relative_step:
-            raise ValueError("Adafactor: a manual learning rate and --relative-step cannot be combined")
+            raise SettingError("Adafactor: a manual learning rate and --relative-step cannot be combined")
         if warmup_init and not relative_step:
-            raise ValueError("Adafactor: --warmup-init needs --relative-step")
+            raise SettingError("Adafactor: --warmup-init needs --relative-step")
         if scale_parameter and not relative_step:
-            raise ValueError("adafactor_batched: --scale-parameter needs --relative-step (without it, fairseq's "
+            raise SettingError("adafactor_batched: --scale-parameter needs --relative-step (without it, fairseq's "
                              "adafactor compounds the learning rate from one parameter to the next)")
         self.bucket_bytes, self.buckets = bucket_bytes, []
         super().__init__(params, dict(lr=lr, eps=eps, clip_threshold=clip_threshold, decay_rate=decay_rate,
@@ -234,6 +235,15 @@ class BatchedAdafactor(torch.optim.Optimizer):
         torch._foreach_copy_(params, list(weights.unbind(0)))  # rounded to the parameters' dtype
 
 
+def epsilons(text: str) -> Tuple[float, float]:
+    """--adafactor-eps, written as fairseq's: "(1e-30, 1e-3)"."""
+    try:
+        first, second = (float(eps) for eps in ast.literal_eval(text))
+    except (ValueError, TypeError, SyntaxError):
+        raise SettingError(f"--adafactor-eps {text}: not a pair of numbers, as (1e-30, 1e-3)") from None
+    return first, second
+
+
 @register_optimizer("adafactor_batched", dataclass=BatchedAdafactorConfig)
 class FairseqBatchedAdafactor(NormOfAllGradients):
     """fairseq's view of ``BatchedAdafactor``: fairseq's ``adafactor`` options."""
@@ -248,7 +258,7 @@ class FairseqBatchedAdafactor(NormOfAllGradients):
         lr = self.cfg.lr[0] if isinstance(self.cfg.lr, Collection) else self.cfg.lr
         return {
             "lr": None if self.cfg.relative_step else lr,
-            "eps": ast.literal_eval(self.cfg.adafactor_eps),
+            "eps": epsilons(self.cfg.adafactor_eps),
             "clip_threshold": self.cfg.clip_threshold,
             "decay_rate": self.cfg.decay_rate,
             "beta1": self.cfg.beta1,
