@@ -232,6 +232,16 @@ FAIRSEQ_MISTAKES = [
      "fairseq-train: error: --num-pages 0: must be at least 1 (leave it out for the corpus's own, {pages})"),
     ("fewer than no pages", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--num-pages", "-1", "--save-dir", "{out}"],
      "fairseq-train: error: --num-pages -1: must be at least 1 (leave it out for the corpus's own, {pages})"),
+    ("a negative loss chunk", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--loss-chunk-tokens", "-1", "--save-dir",
+                               "{out}"],
+     "fairseq-train: error: --loss-chunk-tokens must be 0 (off) or more, got -1"),
+    ("a HEPOS stride past the heads", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--arch", "hepos_tiny", "--view", "flat",
+                                       "--hepos-stride", "99", "--save-dir", "{out}"],
+     "fairseq-train: error: --hepos-stride must be between 1 and the number of heads (4) so that the heads cover "
+     "every position, got 99"),
+    ("Adafactor's epsilons as one number", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--optimizer", "adafactor_batched",
+                                            "--adafactor-eps", "1e-30", "--save-dir", "{out}"],
+     "fairseq-train: error: --adafactor-eps 1e-30: not a pair of numbers, as (1e-30, 1e-3)"),
 ]
 
 

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from ..architectures import LOSS_CHUNK_TOKENS
 from ..chunked_loss import chunk_step, chunked_label_smoothed_nll_loss, fp16_logits
 from ..modules.compiled_layers import compiled
+from ..errors import SettingError
 
 
 @dataclass
@@ -53,7 +54,7 @@ class PagedLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
                  loss_chunk_tokens=LOSS_CHUNK_TOKENS):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if loss_chunk_tokens < 0:
-            raise ValueError(f"--loss-chunk-tokens must be 0 (off) or more, got {loss_chunk_tokens}")
+            raise SettingError(f"--loss-chunk-tokens must be 0 (off) or more, got {loss_chunk_tokens}")
         self.loss_chunk_tokens = loss_chunk_tokens
         self.chunk_step: Optional[Callable] = None  # a chunk's arithmetic compiled, or None: eager
 

@@ -23,6 +23,8 @@ from typing import Dict, List, Protocol, Sequence, runtime_checkable
 from fairseq.models import MODEL_REGISTRY
 from torch import Tensor
 
+from ..errors import SettingError
+
 
 @runtime_checkable
 class SummaryModel(Protocol):
@@ -54,5 +56,5 @@ def check_models(models: Sequence, top_pages: int = 0) -> None:
             raise TypeError(f"the {model_name(model)} model cannot be decoded by the page generator: it does not "
                             f"define {', '.join(missing)} (see pagesum_plugin/generation/contract.py)")
         if top_pages > 0 and not (model.prunes_pages and isinstance(model, PagePruningModel)):
-            raise ValueError(f"--top-pages {top_pages}: the {model_name(model)} model cannot decode a subset of its "
+            raise SettingError(f"--top-pages {top_pages}: the {model_name(model)} model cannot decode a subset of its "
                              "pages (only PageSum with --page-decoding page can); decode without --top-pages")

@@ -42,6 +42,7 @@ from .contract import check_models
 from .ngram_blocking import NoRepeatNGramBlocker
 from .search_loop import SearchLoop
 from .static_search import FixedShapeSearch, KeptSearches, StepRunner, refusal
+from ..errors import SettingError
 
 logger = logging.getLogger(__name__)
 DECODING_CHOICES = ("auto", "eager", "static", "graph", "fused")
@@ -116,7 +117,7 @@ class PageSumSequenceGenerator(SearchLoop):
         budget = int(settings[0] * source_tokens + settings[1])  # summary tokens
         longest = min(budget, self.max_len - 2)
         if self.min_len > longest and not self.match_source_len:
-            raise ValueError(f"--min-len {self.min_len} is above the longest summary this search allows, {longest} "
+            raise SettingError(f"--min-len {self.min_len} is above the longest summary this search allows, {longest} "
                              f"tokens (--max-len-a {settings[0]} --max-len-b {settings[1]}, and the decoder's "
                              f"{self.max_len} positions): lower --min-len or raise --max-len-b")
         self.max_len_a = 0

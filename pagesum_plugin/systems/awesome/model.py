@@ -54,6 +54,7 @@ from .memory import (
     replay,
     write_seed,
 )
+from ...errors import SettingError
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def memory_layer_ids(args, side: str, num_layers: int) -> Tuple[int, ...]:
     if getattr(args, "memory_layers", None):
         ids = tuple(sorted({int(i) for i in str(args.memory_layers).split(",") if i.strip()}))
         if any(i < 0 or i >= num_layers for i in ids):
-            raise ValueError(f"--memory-layers {args.memory_layers}: the {side} has layers 0..{num_layers - 1}")
+            raise SettingError(f"--memory-layers {args.memory_layers}: the {side} has layers 0..{num_layers - 1}")
         return ids
     depth = min(MEMORY_DEPTH, num_layers)
     if kind == "compressive":  # the first layers (Sec. 3.1)
@@ -315,7 +316,7 @@ class AwesomeModel(LongInputBARTModel):
         args = as_bart_args(args)  # a Namespace carries the memory options to the layers
         _awesome_defaults(args, slots=args.encoder_embed_dim)  # m = d, as in the paper, if no architecture set it
         if args.memory_grad_segments < 0:
-            raise ValueError("--memory-grad-segments must be 0 (every segment) or more, "
+            raise SettingError("--memory-grad-segments must be 0 (every segment) or more, "
                              f"got {args.memory_grad_segments}")
         model = super().build_model(args, task)
         model.memory_grad_segments = args.memory_grad_segments

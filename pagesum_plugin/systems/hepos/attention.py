@@ -30,6 +30,7 @@ from torch import Tensor
 from ...modules.decoding_step import select_rows
 from .efficient_attention import MASKED_SCORE, masked_softmax
 from ...modules.fused_attention import attention_dropout
+from ...errors import SettingError
 
 Memory = Tuple[Tensor, Tensor, Optional[Tensor]]
 
@@ -164,7 +165,7 @@ class HeposAttention(CrossAttention):
     def __init__(self, embed_dim: int, num_heads: int, stride: int = 4, **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
         if not 1 <= stride <= num_heads:
-            raise ValueError(f"--hepos-stride must be between 1 and the number of heads ({num_heads}) so that "
+            raise SettingError(f"--hepos-stride must be between 1 and the number of heads ({num_heads}) so that "
                              f"the heads cover every position, got {stride}")
         self.stride = stride
 

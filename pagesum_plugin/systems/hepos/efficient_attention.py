@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from ...errors import SettingError
+
 MASKED_SCORE = torch.finfo(torch.float32).min  # finite, so that an all-masked row gives no NaN
 
 
@@ -387,9 +389,9 @@ class SlidingWindowAttention(EfficientSelfAttention):
     def __init__(self, embed_dim, num_heads, window_size: int = 256, global_tokens: int = 0, stride: int = 0, **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
         if window_size < 2:
-            raise ValueError(f"the window must hold at least one key on each side, got --window-size {window_size}")
+            raise SettingError(f"the window must hold at least one key on each side, got --window-size {window_size}")
         if global_tokens < 0 or stride < 0:
-            raise ValueError("--global-tokens and --window-stride must be >= 0")
+            raise SettingError("--global-tokens and --window-stride must be >= 0")
         self.half_window = window_size // 2
         self.global_tokens = global_tokens
         self.stride = stride

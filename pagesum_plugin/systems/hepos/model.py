@@ -36,6 +36,7 @@ from ...modules.fused_layer import FusedAttentionLayer
 from ...modules.output_projection import FewRowProjection
 from .efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 from .attention import CrossAttention, HeposAttention, LinformerCrossAttention
+from ...errors import SettingError
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def flat_source(src_tokens: Tensor) -> Tensor:
     """(batch, 1, src_len) from the flat view, or (batch, src_len) -> (batch, src_len)."""
     if src_tokens.dim() == 3:
         if src_tokens.size(1) != 1:
-            raise ValueError(f"HEPOS reads one flat sequence per example (the task's --view flat); "
+            raise SettingError(f"HEPOS reads one flat sequence per example (the task's --view flat); "
                              f"got {src_tokens.size(1)} pages")
         src_tokens = src_tokens[:, 0]
     if src_tokens.dim() != 2:
@@ -92,7 +93,7 @@ def layer_attention(cfg, layer_index: int) -> str:
     kind = option(cfg, "encoder_attention")
     layout = option(cfg, "encoder_layout")
     if layout not in ENCODER_LAYOUTS:
-        raise ValueError(f"unknown --encoder-layout {layout!r}; choose from {', '.join(ENCODER_LAYOUTS)}")
+        raise SettingError(f"unknown --encoder-layout {layout!r}; choose from {', '.join(ENCODER_LAYOUTS)}")
     if kind in LEARNED_PATTERNS and layout == "hybrid" and layer_index % 2 == 0:
         return "window"
     return kind
@@ -115,7 +116,7 @@ def build_encoder_self_attention(cfg, embed_dim: int, layer_index: int):
         return SinkhornAttention(embed_dim, heads, block_size=option(cfg, "sinkhorn_block_size"),
                                  iterations=option(cfg, "sinkhorn_iterations"),
                                  temperature=option(cfg, "sinkhorn_temperature"), **common)
-    raise ValueError(f"unknown --encoder-attention {kind!r}; choose from {', '.join(ENCODER_ATTENTIONS)}")
+    raise SettingError(f"unknown --encoder-attention {kind!r}; choose from {', '.join(ENCODER_ATTENTIONS)}")
 
 
 def build_cross_attention(cfg, embed_dim: int):
@@ -131,7 +132,7 @@ def build_cross_attention(cfg, embed_dim: int):
         compressed = option(cfg, "linformer_k") or max(1, cfg.max_source_positions // 4)
         return LinformerCrossAttention(embed_dim, heads, max_source_positions=cfg.max_source_positions,
                                        compressed=compressed, **common)
-    raise ValueError(f"unknown --cross-attention {kind!r}; choose from {', '.join(CROSS_ATTENTIONS)}")
+    raise SettingError(f"unknown --cross-attention {kind!r}; choose from {', '.join(CROSS_ATTENTIONS)}")
 
 
 class HeposEncoderLayer(TransformerEncoderLayerBase):
@@ -166,7 +167,7 @@ class HeposEncoder(SyncFreeEncoder, TransformerEncoderBase):
                 token_embeddings: Optional[Tensor] = None, host_facts: Optional[Tuple[bool]] = None):
         src_tokens = flat_source(src_tokens)  # (batch, src_len)
         if src_tokens.size(1) > self.max_positions():
-            raise ValueError(f"a source of {src_tokens.size(1)} tokens is longer than --max-source-positions "
+            raise SettingError(f"a source of {src_tokens.size(1)} tokens is longer than --max-source-positions "
                              f"{self.max_positions()}")
         has_pads = None if host_facts is None else host_facts[0]
         return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, has_pads)
@@ -271,7 +272,7 @@ class HeposModel(LongInputBARTModel):
         elif mode == "last":
             extended[loaded.size(0):] = loaded[-1]
         elif mode != "random":
-            raise ValueError(f"unknown --extend-positions {mode!r}; choose from {', '.join(POSITION_EXTENSIONS)}")
+            raise SettingError(f"unknown --extend-positions {mode!r}; choose from {', '.join(POSITION_EXTENSIONS)}")
         logger.info(f"extending source positions from {loaded.size(0) - offset} to {ours.size(0) - offset} ({mode})")
         state_dict[key] = extended
 
