@@ -232,6 +232,9 @@ FAIRSEQ_MISTAKES = [
      "fairseq-train: error: --num-pages 0: must be at least 1 (leave it out for the corpus's own, {pages})"),
     ("fewer than no pages", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--num-pages", "-1", "--save-dir", "{out}"],
      "fairseq-train: error: --num-pages -1: must be at least 1 (leave it out for the corpus's own, {pages})"),
+    ("an unknown view", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--view", "pages", "--save-dir", "{out}"],
+     "fairseq-train: error: unknown view 'pages'; choose from spatial, discourse, document, token, flat, documents, "
+     "segments (--view, --spatial-split, --placeholder-pages)"),
     ("a negative loss chunk", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--loss-chunk-tokens", "-1", "--save-dir",
                                "{out}"],
      "fairseq-train: error: --loss-chunk-tokens must be 0 (off) or more, got -1"),

@@ -149,16 +149,20 @@ class PagedSummarizationTask(OneDictionaryTask):
         self.dictionary = dictionary
         self.meta = meta
         self._codec = None
-        self.view = ViewConfig(
-            view=cfg.view or meta.view,
+        sizes = dict(
             num_pages=given_or_stored(cfg.num_pages, meta.num_pages, "--num-pages", least=1),
             max_pages=given_or_stored(cfg.max_pages, meta.max_pages, "--max-pages", least=1),
             max_page_tokens=given_or_stored(cfg.max_page_tokens, meta.max_page_tokens, "--max-page-tokens", least=3),
             max_source_tokens=given_or_stored(cfg.max_source_tokens, meta.max_source_tokens, "--max-source-tokens",
                                               least=3),
-            spatial_split=cfg.spatial_split or meta.spatial_split,
-            placeholder=tuple(self.codec.ids(PLACEHOLDER_PAGE).tolist()) if cfg.placeholder_pages else (),
         )
+        try:
+            self.view = ViewConfig(
+                view=cfg.view or meta.view, spatial_split=cfg.spatial_split or meta.spatial_split,
+                placeholder=tuple(self.codec.ids(PLACEHOLDER_PAGE).tolist()) if cfg.placeholder_pages else (), **sizes,
+            )
+        except ValueError as error:  # an unknown view or split, placeholder pages on a view without a page limit
+            raise SettingError(f"{error} (--view, --spatial-split, --placeholder-pages)") from None
         self.max_summary_tokens = given_or_stored(cfg.max_summary_tokens, meta.max_summary_tokens,
                                                   "--max-summary-tokens", least=3)
         self.generation_defaults = self.decoding_defaults()  # the model's own row once it is built
