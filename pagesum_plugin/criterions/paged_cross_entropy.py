@@ -17,8 +17,8 @@ from torch import Tensor, nn
 
 from ..architectures import LOSS_CHUNK_TOKENS
 from ..chunked_loss import chunk_step, chunked_label_smoothed_nll_loss, fp16_logits
-from ..modules.compiled_layers import compiled
 from ..errors import SettingError
+from ..modules.compiled_layers import compiled
 
 
 @dataclass

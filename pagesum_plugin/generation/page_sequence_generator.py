@@ -35,6 +35,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from ..errors import SettingError
 from ..modules.decoder_self_attention import set_cache_beams, set_cache_length
 from ..modules.page_mixing import real_pages
 from ..modules.compiled_layers import compile_decoder_layers
@@ -42,7 +43,6 @@ from .contract import check_models
 from .ngram_blocking import NoRepeatNGramBlocker
 from .search_loop import SearchLoop
 from .static_search import FixedShapeSearch, KeptSearches, StepRunner, refusal
-from ..errors import SettingError
 
 logger = logging.getLogger(__name__)
 DECODING_CHOICES = ("auto", "eager", "static", "graph", "fused")

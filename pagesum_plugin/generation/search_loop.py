@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
+from ..errors import SettingError
 from ..modules.decoding_step import declare_unpadded_prefixes
 
 Hypotheses = List[List[Dict[str, Tensor]]]  # per example, its finished hypotheses
@@ -142,7 +143,7 @@ class SearchLoop(SequenceGenerator):
         else:
             max_len = min(int(self.max_len_a * src_tokens.size(1) + self.max_len_b), self.max_len - 1)
         if self.min_len > max_len:
-            raise ValueError(f"the search's minimum length ({self.min_len} steps) is above its maximum ({max_len}): "
+            raise SettingError(f"the search's minimum length ({self.min_len} steps) is above its maximum ({max_len}): "
                              "lower --min-len or raise --max-len-a/--max-len-b")
         examples, beam, device = src_tokens.size(0), self.beam_size, src_tokens.device
         tokens = torch.full((examples * beam, max_len + 2), self.pad, dtype=torch.long, device=device)

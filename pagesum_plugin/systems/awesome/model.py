@@ -36,6 +36,7 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 
 from ...architectures import AWESOME_SLOTS
+from ...errors import SettingError
 from ..bart.arguments import as_bart_args, bart_dimensions
 from ..bart.model import LongInputBARTModel, SyncFreeEncoder, TokenWeightsOnRequest, wrap_layer
 from ...modules.decoder_self_attention import set_cache_beams
@@ -54,7 +55,6 @@ from .memory import (
     replay,
     write_seed,
 )
-from ...errors import SettingError
 
 logger = logging.getLogger(__name__)
 

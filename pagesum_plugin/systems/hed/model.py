@@ -50,6 +50,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayer, Transform
 from ..bart.arguments import bart_dimensions
 from ..bart.model import LongInputBARTModel, SyncFreeDecoder, wrap_layer
 from ...modules.fused_layer import FusedAttentionLayer
+from ...errors import SettingError
 from ...modules.output_projection import FewRowProjection
 from .attention import (DocumentLayout, DocumentSelfAttention, EverySlotLayout, HierarchicalCrossAttention,
                         document_shapes)
@@ -103,7 +104,7 @@ class HEDEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens):
         super().__init__(args, dictionary, embed_tokens)
         if self.embed_positions is not None and not isinstance(self.embed_positions, LearnedPositionalEmbedding):
-            raise ValueError("HED restarts BART's learned positions in every document; use learned positions")
+            raise SettingError("HED restarts BART's learned positions in every document; use learned positions")
 
     def build_encoder_layer(self, args):
         return wrap_layer(HEDEncoderLayer(args), args)
@@ -114,7 +115,7 @@ class HEDEncoder(TransformerEncoder):
         x = self.embed_scale * self.embed_tokens(layout.tokens)  # (n_tokens, dim)
         if self.embed_positions is not None:
             if layout.longest > self.max_positions():
-                raise ValueError(f"a document of {layout.longest} tokens is longer than the {self.max_positions()} "
+                raise SettingError(f"a document of {layout.longest} tokens is longer than the {self.max_positions()} "
                                  "encoder positions; cut the cluster shorter (--max-source-tokens)")
             # fairseq's learned positions start after the padding index
             x = x + F.embedding(layout.positions + self.padding_idx + 1, self.embed_positions.weight)

@@ -27,10 +27,10 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from ...errors import SettingError
 from ...modules.decoding_step import select_rows
 from .efficient_attention import MASKED_SCORE, masked_softmax
 from ...modules.fused_attention import attention_dropout
-from ...errors import SettingError
 
 Memory = Tuple[Tensor, Tensor, Optional[Tensor]]
 

@@ -30,13 +30,13 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from torch import Tensor
 
 from ...architectures import HEPOS_STRIDE, HEPOS_WINDOW
+from ...errors import SettingError
 from ..bart.arguments import as_bart_args, bart_dimensions
 from ..bart.model import LongInputBARTModel, SyncFreeDecoder, SyncFreeEncoder, TokenWeightsOnRequest, wrap_layer
 from ...modules.fused_layer import FusedAttentionLayer
 from ...modules.output_projection import FewRowProjection
 from .efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 from .attention import CrossAttention, HeposAttention, LinformerCrossAttention
-from ...errors import SettingError
 
 logger = logging.getLogger(__name__)
 
