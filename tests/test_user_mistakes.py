@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 import torch
+from fairseq import optim
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from builders.bpe import build_gpt2_bpe
 from builders.cli import REPO_ROOT, TRAIN_FLAGS, USER_DIR, subprocess_env
@@ -232,19 +234,6 @@ FAIRSEQ_MISTAKES = [
      "fairseq-train: error: --num-pages 0: must be at least 1 (leave it out for the corpus's own, {pages})"),
     ("fewer than no pages", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--num-pages", "-1", "--save-dir", "{out}"],
      "fairseq-train: error: --num-pages -1: must be at least 1 (leave it out for the corpus's own, {pages})"),
-    ("an unknown view", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--view", "pages", "--save-dir", "{out}"],
-     "fairseq-train: error: unknown view 'pages'; choose from spatial, discourse, document, token, flat, documents, "
-     "segments (--view, --spatial-split, --placeholder-pages)"),
-    ("a negative loss chunk", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--loss-chunk-tokens", "-1", "--save-dir",
-                               "{out}"],
-     "fairseq-train: error: --loss-chunk-tokens must be 0 (off) or more, got -1"),
-    ("a HEPOS stride past the heads", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--arch", "hepos_tiny", "--view", "flat",
-                                       "--hepos-stride", "99", "--save-dir", "{out}"],
-     "fairseq-train: error: --hepos-stride must be between 1 and the number of heads (4) so that the heads cover "
-     "every position, got 99"),
-    ("Adafactor's epsilons as one number", ["fairseq-train", "{data}", *TRAIN_FLAGS, "--optimizer", "adafactor_batched",
-                                            "--adafactor-eps", "1e-30", "--save-dir", "{out}"],
-     "fairseq-train: error: --adafactor-eps 1e-30: not a pair of numbers, as (1e-30, 1e-3)"),
 ]
 
 
@@ -261,6 +250,29 @@ def test_each_mistake_in_fairseqs_commands_prints_one_line_and_writes_nothing(co
     assert "DEBUG:" not in result.stderr  # Hydra's notices at fairseq's every command
     assert result.stderr.splitlines()[-1] == line.format(**names)
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+
+
+# Settings the plugin refuses when it builds what they set (the task, the model, the criterion, the
+# optimizer): each a SettingError, which fairseq's commands print as one line, as the rows above show
+SETTING_MISTAKES = [
+    ("an unknown view", ["--view", "pages"],
+     "unknown view 'pages'; choose from spatial, discourse, document, token, flat, documents, segments "
+     "(--view, --spatial-split, --placeholder-pages)"),
+    ("a negative loss chunk", ["--loss-chunk-tokens", "-1"], "--loss-chunk-tokens must be 0 (off) or more, got -1"),
+    ("a HEPOS stride past the heads", ["--arch", "hepos_tiny", "--view", "flat", "--hepos-stride", "99"],
+     "--hepos-stride must be between 1 and the number of heads (4) so that the heads cover every position, got 99"),
+    ("Adafactor's epsilons as one number", ["--optimizer", "adafactor_batched", "--adafactor-eps", "1e-30"],
+     "--adafactor-eps 1e-30: not a pair of numbers, as (1e-30, 1e-3)"),
+]
+
+
+@pytest.mark.parametrize("mistake, flags, line", SETTING_MISTAKES, ids=[m[0] for m in SETTING_MISTAKES])
+def test_each_setting_the_plugin_refuses_is_a_setting_error_that_names_it(copy_task_dir, mistake, flags, line):
+    with pytest.raises(SettingError) as refused:
+        args, task, model = build_tiny(copy_task_dir, *flags)
+        task.build_criterion(args)
+        optim.build_optimizer(convert_namespace_to_omegaconf(args).optimizer, list(model.parameters()))
+    assert str(refused.value) == line
 
 
 def test_the_plugins_mistakes_and_an_interruption_are_one_line_and_the_rest_keeps_its_traceback(capsys):
