@@ -1,6 +1,6 @@
-"""Every decoding setting a user gives ``summarize()`` or ``fairseq-generate`` reaches the search
-it runs, and every one of the generation defaults reaches both the page generator and
-``fairseq-generate``'s flags: each test fails when a setting is dropped on the way."""
+"""Every decoding setting a user gives ``summarize()``, ``fairseq-generate`` or ``--eval-rouge-args``
+reaches the search it runs, and every one of the generation defaults reaches both the page
+generator and ``fairseq-generate``'s flags: each test fails when a setting is dropped on the way."""
 
 import json
 from dataclasses import fields, replace
@@ -12,9 +12,9 @@ from fairseq import options, tasks
 from builders.cli import USER_DIR
 from builders.models import build_tiny
 from pagesum_plugin import from_pretrained, hub_interface
+from pagesum_plugin.checkpoints.builder import save_checkpoint
 from pagesum_plugin.errors import SettingError
 from pagesum_plugin.generation import page_sequence_generator
-from pagesum_plugin.checkpoints.builder import save_checkpoint
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
 from pagesum_plugin.generation.defaults import GenerationDefaults
 
