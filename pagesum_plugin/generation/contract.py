@@ -57,4 +57,4 @@ def check_models(models: Sequence, top_pages: int = 0) -> None:
                             f"define {', '.join(missing)} (see pagesum_plugin/generation/contract.py)")
         if top_pages > 0 and not (model.prunes_pages and isinstance(model, PagePruningModel)):
             raise SettingError(f"--top-pages {top_pages}: the {model_name(model)} model cannot decode a subset of its "
-                             "pages (only PageSum with --page-decoding page can); decode without --top-pages")
+                               "pages (only PageSum with --page-decoding page can); decode without --top-pages")

@@ -118,8 +118,8 @@ class PageSumSequenceGenerator(SearchLoop):
         longest = min(budget, self.max_len - 2)
         if self.min_len > longest and not self.match_source_len:
             raise SettingError(f"--min-len {self.min_len} is above the longest summary this search allows, {longest} "
-                             f"tokens (--max-len-a {settings[0]} --max-len-b {settings[1]}, and the decoder's "
-                             f"{self.max_len} positions): lower --min-len or raise --max-len-b")
+                               f"tokens (--max-len-a {settings[0]} --max-len-b {settings[1]}, and the decoder's "
+                               f"{self.max_len} positions): lower --min-len or raise --max-len-b")
         self.max_len_a = 0
         self.max_len_b = budget + 1
         self.min_len = settings[2] + 1

@@ -144,7 +144,7 @@ class SearchLoop(SequenceGenerator):
             max_len = min(int(self.max_len_a * src_tokens.size(1) + self.max_len_b), self.max_len - 1)
         if self.min_len > max_len:
             raise SettingError(f"the search's minimum length ({self.min_len} steps) is above its maximum ({max_len}): "
-                             "lower --min-len or raise --max-len-a/--max-len-b")
+                               "lower --min-len or raise --max-len-a/--max-len-b")
         examples, beam, device = src_tokens.size(0), self.beam_size, src_tokens.device
         tokens = torch.full((examples * beam, max_len + 2), self.pad, dtype=torch.long, device=device)
         tokens[:, 0] = self.eos if bos_token is None else bos_token

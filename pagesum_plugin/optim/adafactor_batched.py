@@ -117,7 +117,7 @@ class BatchedAdafactor(torch.optim.Optimizer):
             raise SettingError("Adafactor: --warmup-init needs --relative-step")
         if scale_parameter and not relative_step:
             raise SettingError("adafactor_batched: --scale-parameter needs --relative-step (without it, fairseq's "
-                             "adafactor compounds the learning rate from one parameter to the next)")
+                               "adafactor compounds the learning rate from one parameter to the next)")
         self.bucket_bytes, self.buckets = bucket_bytes, []
         super().__init__(params, dict(lr=lr, eps=eps, clip_threshold=clip_threshold, decay_rate=decay_rate,
                                       beta1=beta1, weight_decay=weight_decay, scale_parameter=scale_parameter,

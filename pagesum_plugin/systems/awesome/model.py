@@ -317,7 +317,7 @@ class AwesomeModel(LongInputBARTModel):
         _awesome_defaults(args, slots=args.encoder_embed_dim)  # m = d, as in the paper, if no architecture set it
         if args.memory_grad_segments < 0:
             raise SettingError("--memory-grad-segments must be 0 (every segment) or more, "
-                             f"got {args.memory_grad_segments}")
+                               f"got {args.memory_grad_segments}")
         model = super().build_model(args, task)
         model.memory_grad_segments = args.memory_grad_segments
         return model

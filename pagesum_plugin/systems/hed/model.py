@@ -116,7 +116,7 @@ class HEDEncoder(TransformerEncoder):
         if self.embed_positions is not None:
             if layout.longest > self.max_positions():
                 raise SettingError(f"a document of {layout.longest} tokens is longer than the {self.max_positions()} "
-                                 "encoder positions; cut the cluster shorter (--max-source-tokens)")
+                                   "encoder positions; cut the cluster shorter (--max-source-tokens)")
             # fairseq's learned positions start after the padding index
             x = x + F.embedding(layout.positions + self.padding_idx + 1, self.embed_positions.weight)
         if self.layernorm_embedding is not None:

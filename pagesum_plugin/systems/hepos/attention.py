@@ -166,7 +166,7 @@ class HeposAttention(CrossAttention):
         super().__init__(embed_dim, num_heads, **kwargs)
         if not 1 <= stride <= num_heads:
             raise SettingError(f"--hepos-stride must be between 1 and the number of heads ({num_heads}) so that "
-                             f"the heads cover every position, got {stride}")
+                               f"the heads cover every position, got {stride}")
         self.stride = stride
 
     def head_positions(self, src_len: int, device) -> Tensor:

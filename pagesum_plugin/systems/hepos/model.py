@@ -79,7 +79,7 @@ def flat_source(src_tokens: Tensor) -> Tensor:
     if src_tokens.dim() == 3:
         if src_tokens.size(1) != 1:
             raise SettingError(f"HEPOS reads one flat sequence per example (the task's --view flat); "
-                             f"got {src_tokens.size(1)} pages")
+                               f"got {src_tokens.size(1)} pages")
         src_tokens = src_tokens[:, 0]
     if src_tokens.dim() != 2:
         raise ValueError(f"src_tokens must be (batch, src_len) or (batch, 1, src_len), got {tuple(src_tokens.shape)}")
@@ -168,7 +168,7 @@ class HeposEncoder(SyncFreeEncoder, TransformerEncoderBase):
         src_tokens = flat_source(src_tokens)  # (batch, src_len)
         if src_tokens.size(1) > self.max_positions():
             raise SettingError(f"a source of {src_tokens.size(1)} tokens is longer than --max-source-positions "
-                             f"{self.max_positions()}")
+                               f"{self.max_positions()}")
         has_pads = None if host_facts is None else host_facts[0]
         return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, has_pads)
 
