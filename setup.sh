@@ -10,6 +10,17 @@ fi
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# The versions the tests last passed with, for the packages the GPU kit carries
+# (benchmarks/device/wheelhouse.lock.json), as pip constraints: a fresh setup installs those,
+# not whatever was released since.
+CONSTRAINTS=$(mktemp)
+trap 'rm -f "$CONSTRAINTS"' EXIT
+python - benchmarks/device/wheelhouse.lock.json > "$CONSTRAINTS" <<'PY'
+import json, sys
+print("\n".join(f"{entry['name']}=={entry['version']}" for entry in json.load(open(sys.argv[1]))))
+PY
+export PIP_CONSTRAINT="$CONSTRAINTS"
+
 # torch first and pinned: any other spec (or a package asking for torch before it is
 # present) makes pip fetch a multi-GB CUDA build. GPU users install their own build first.
 python -c "import torch" 2>/dev/null || pip install -q "torch==2.13.0"

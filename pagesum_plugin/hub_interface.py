@@ -17,7 +17,6 @@ themselves, ``salient=[[0, 1, ...], ...]``, one per sentence of ``sentences(docu
 """
 
 import logging
-import os
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -27,16 +26,82 @@ from torch import nn
 from . import registration  # noqa: F401  (from_pretrained loads checkpoints of the plugin's models and tasks)
 from .checkpoints.loading import load_for_inference
 from .corpus.codec import unit_texts
-from .corpus.readers import example_from_raw
+from .corpus.readers import Example, example_from_raw
 from .corpus.views import assemble_pages, plan_document, raw_document_view
 from .data.paged_dataset import collate_pages, summary_target
+from .generation.defaults import check_settings
 from .generation.page_sequence_generator import PageSumSequenceGenerator
-from .summaries import EmptyDocument, Reading, Summaries
+from .summaries import EmptyDocument, MalformedDocument, Reading, Summaries
 
 Document = Union[str, Sequence[Any]]  # a text, a list of sections, or a list of documents
 SalientLabels = Sequence[Union[bool, int]]  # one per sentence of a document (see ``sentences``)
 
 logger = logging.getLogger(__name__)
+
+SECTION = "a section is a (name, text) pair or a {'name': ..., 'text': ...} dict, of strings"
+PAGING_LEAST = {"batch_size": 1, "num_pages": 1, "max_pages": 1}  # summarize()'s other whole-number settings
+
+
+def python_setting(setting: str, value) -> str:
+    """A setting as given to ``summarize()``: ``beam=0``."""
+    return f"{setting}={value!r}"
+
+
+def document_kind(document: Document) -> str:
+    """What ``document`` is, of the shapes ``readers.example_from_raw`` reads: "text" (a
+    string), "sections" (a list of sections) or "documents" (a list of strings: a cluster).
+    Anything else raises ``MalformedDocument`` in one line, never to be misread: a single
+    (name, text) pair is a section, not a cluster of two documents."""
+    if isinstance(document, str):
+        return "text"
+    if isinstance(document, dict) or isinstance(document, tuple) and len(document) == 2 and all(
+            isinstance(item, str) for item in document):
+        raise MalformedDocument("a single section is not a document: wrap a document's sections in a list, "
+                                "[(name, text), ...], and a cluster's documents in a list of strings")
+    if not isinstance(document, (list, tuple)):
+        raise MalformedDocument(f"not a document ({type(document).__name__}): give a string, a list of sections "
+                                f"or a list of strings (a cluster)")
+    strings = [isinstance(item, str) for item in document]
+    if all(strings):
+        return "documents"
+    if any(strings):
+        raise MalformedDocument(f"item {strings.index(True)} is a string and item {strings.index(False)} is not: a "
+                                f"list holds sections or a cluster's documents (strings), not both")
+    for j, section in enumerate(document):
+        check_section(section, j)
+    return "sections"
+
+
+def check_section(section, j: int) -> None:
+    """Refuse, in one line, section ``j`` of a document unless it is a (name, text) pair or a
+    {"name", "text"} dict, of strings."""
+    if isinstance(section, dict):
+        missing = [key for key in ("name", "text") if key not in section]
+        if missing:
+            raise MalformedDocument(f"section {j} has no {missing[0]!r}; {SECTION}")
+        values = (section["name"], section["text"])
+    elif isinstance(section, (list, tuple)) and len(section) == 2:
+        values = tuple(section)
+    else:
+        size = f" of {len(section)} items" if isinstance(section, (list, tuple)) else ""
+        raise MalformedDocument(f"section {j} is not a section ({type(section).__name__}{size}); {SECTION}")
+    for field, value in zip(("name", "text"), values):
+        if not isinstance(value, str):
+            raise MalformedDocument(f"section {j}: its {field!r} is {type(value).__name__}, not a string")
+
+
+def raw_example(document: Document) -> Example:
+    """``readers.example_from_raw(document)``, its shape checked by ``document_kind``. A
+    document with no text, or a cluster with an empty document (which pagesum-preprocess
+    refuses too), raises ``EmptyDocument``."""
+    if document_kind(document) == "documents":
+        empty = next((j for j, text in enumerate(document) if not text.strip()), None)
+        if empty is not None:
+            raise EmptyDocument(f"source document {empty} of the cluster is empty")
+    try:
+        return example_from_raw(document)
+    except ValueError as error:  # the only one it raises on a checked shape: no text at all
+        raise EmptyDocument(str(error)) from None
 
 
 def from_pretrained(
@@ -82,13 +147,11 @@ class PageSumHubInterface(nn.Module):
     def read(self, document: Document, locality: Optional[str] = None, salient: Optional[SalientLabels] = None,
              extractor=None, **view) -> Tuple[List[torch.LongTensor], Optional[Reading]]:
         """``pages(document, ...)`` and how much of the document they read (None for an AWESOME
-        model, which reads a document segment by segment). An empty document raises
-        ``EmptyDocument``."""
+        model, which reads a document segment by segment). An empty document (or a cluster
+        with an empty document) raises ``EmptyDocument``; one of no documented shape,
+        ``MalformedDocument``."""
+        example = raw_example(document)
         config = raw_document_view(document, self.view, locality, **view)
-        try:
-            example = example_from_raw(document)
-        except ValueError as error:  # the only one it raises: no text at all
-            raise EmptyDocument(str(error)) from None
         document_ids = self.codec.encode_document(example)
         if not len(document_ids.unit_length):
             raise EmptyDocument("the document has no tokens")
@@ -105,8 +168,8 @@ class PageSumHubInterface(nn.Module):
 
     def sentences(self, document: Document) -> List[str]:
         """The document's sentences as the model reads them, in order: what ``salient=``
-        labels, one label each."""
-        return unit_texts(self.codec, self.codec.encode_document(example_from_raw(document)))
+        labels, one label each. Raises as ``read`` does."""
+        return unit_texts(self.codec, self.codec.encode_document(raw_example(document)))
 
     def target(self, summary: str) -> torch.LongTensor:
         """``<s> summary </s>``, cut as the dataset cuts it."""
@@ -138,6 +201,7 @@ class PageSumHubInterface(nn.Module):
         skip_invalid: bool = False,
         compile: bool = False,
         decoding: str = "auto",
+        patient: Optional[bool] = None,
     ) -> Summaries:
         """Summaries of ``documents``, in order. A single ``str`` document may be passed alone.
 
@@ -157,8 +221,16 @@ class PageSumHubInterface(nn.Module):
         maps every document longer than the view reads to how many of its tokens were read,
         ``.skipped`` every empty document skipped with ``skip_invalid=True`` (its place holds
         None) to the reason; without ``skip_invalid`` an empty document raises
-        ``EmptyDocument`` naming it. Documents are paged one batch at a time, so memory
-        follows ``batch_size``, not the number of documents.
+        ``EmptyDocument`` naming it; so does a cluster with an empty document, which
+        pagesum-preprocess refuses too. Documents are paged one batch at a time, so
+        memory follows ``batch_size``, not the number of documents.
+
+        Every document's shape and every setting are checked before anything is decoded: a
+        document of no shape above (a bare ``(name, text)`` pair among the documents, a list
+        mixing strings and sections, a section without a string ``text``...) raises
+        ``MalformedDocument``, skip_invalid or not, and a setting of the wrong type or range
+        (``beam=0``, ``top_pages=-1``, ``lenpen="2"``, ``batch_size=0``) ``SettingError``,
+        each in one line naming the document or the setting.
 
         ``decoding``: "auto" runs every step after the first as one captured CUDA graph on CUDA
         and step by step elsewhere; "eager" always step by step (as ``--eager-decoding``);
@@ -166,18 +238,35 @@ class PageSumHubInterface(nn.Module):
 
         ``compile=True`` runs every decoder layer compiled by ``torch.compile`` (as
         ``--compile-decoder``): the same summaries, after a first batch that pays the
-        compilation."""
+        compilation.
+
+        ``patient=True`` stops each example's search as transformers' ``early_stopping=False``
+        does, as the PageSum authors decoded their test sets (as ``--patient-search``, the
+        task's setting by default; ``generation/search_loop.py``'s ``Patience``)."""
         if isinstance(documents, str):
             documents = [documents]
             salient = None if salient is None else [salient]
+        if not isinstance(documents, (list, tuple)):
+            raise MalformedDocument(f"documents ({type(documents).__name__}): give a list of documents, or one "
+                                    f"string")
+        for i, document in enumerate(documents):  # every document's shape, before any is decoded
+            try:
+                document_kind(document)
+            except MalformedDocument as error:
+                raise MalformedDocument(f"document {i}: {error}") from None
         if salient is not None and len(salient) != len(documents):
             raise ValueError(f"salient= holds {len(salient)} label lists for {len(documents)} documents")
         given = dict(beam=beam, lenpen=lenpen, min_len=min_len, max_len_b=max_len_b,
                      no_repeat_ngram_size=no_repeat_ngram_size, top_pages=top_pages)
+        check_settings({k: v for k, v in given.items() if v is not None}, python_setting)
+        paging_sizes = dict(batch_size=batch_size, num_pages=num_pages, max_pages=max_pages)
+        check_settings({k: v for k, v in paging_sizes.items() if v is not None}, python_setting, PAGING_LEAST)
         settings = replace(self.task.generation_defaults, **{k: v for k, v in given.items() if v is not None})
         generator_cls = getattr(self.task, "sequence_generator_cls", PageSumSequenceGenerator)
+        if patient is None:
+            patient = getattr(self.task.cfg, "patient_search", False)
         generator = generator_cls([self.model], self.dictionary, compile_decoder=compile, decoding=decoding,
-                                  **settings.generator_kwargs())
+                                  patient=bool(patient), **settings.generator_kwargs())
         results = Summaries([None] * len(documents))
         paging = dict(locality=locality, num_pages=num_pages, max_pages=max_pages, extractor=extractor)
         for start in range(0, len(documents), batch_size):  # paged a batch at a time: memory follows the batch

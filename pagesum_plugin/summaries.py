@@ -5,7 +5,12 @@ from typing import Dict
 
 
 class EmptyDocument(ValueError):
-    """A document with no text to summarize."""
+    """A document with no text to summarize, or a cluster with an empty source document."""
+
+
+class MalformedDocument(ValueError):
+    """A document that is none of the shapes ``summarize()`` reads: a string, a list of
+    ``(name, text)`` or ``{"name", "text"}`` sections, or a list of strings (a cluster)."""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from pagesum_plugin.corpus.codec import TextCodec
 from pagesum_plugin.corpus.errors import BLANK_LINE, BlankLine, InputError
 from pagesum_plugin.corpus.format import META_FILE, CorpusFormatError, EncodedDocument, SplitStructure
 from pagesum_plugin.corpus.storage import SplitWriter
-from pagesum_plugin.corpus.readers import Example, Record, iter_records, parse_record
+from pagesum_plugin.corpus.readers import Example, ExampleIds, Record, iter_records, parse_record
 from pagesum_plugin.corpus.sentences import split_sentences
 from pagesum_plugin.corpus.tokenizers import build_tokenizer
 from pagesum_plugin.corpus.views import ViewConfig, plan_pages
@@ -56,6 +56,8 @@ class EncodedExample:
     document: EncodedDocument
     summary: np.ndarray  # (summary_len,) ids, no specials
     assumed: tuple[str, ...] = ()  # what the reader assumed about this example
+    path: str = ""  # where the example was read
+    line: int = 0
 
 
 @dataclass
@@ -182,6 +184,8 @@ def _encoded(record: Record, example: Example, document: EncodedDocument | None,
         document=document,
         summary=summary,
         assumed=example.assumed,
+        path=record.path,
+        line=record.line,
     )
 
 
@@ -245,7 +249,7 @@ def binarize_split(split_path: str | Path, split: str, destdir: str | Path, sett
     """Write one split of the corpus into ``destdir`` (layout: ``pagesum_plugin.corpus.format``)
     and return its statistics under the default ``view``."""
     writer = SplitWriter(destdir, split, vocab_size)
-    skipped, assumed = Counter(), Counter()
+    skipped, assumed, ids = Counter(), Counter(), ExampleIds(settings.input_format)
     records = iter_records(split_path, settings.input_format)
     results = ordered_map(encode_chunk, _chunks(records, CHUNK_SIZE), workers, init_worker, (settings,))
     with tqdm(desc=split, unit=" examples", disable=not progress, dynamic_ncols=True,
@@ -253,6 +257,8 @@ def binarize_split(split_path: str | Path, split: str, destdir: str | Path, sett
         for chunk in results:
             for result in chunk:
                 bar.update(1)
+                if isinstance(result, EncodedExample):
+                    result = _unique(result, ids, settings.skip_invalid)
                 if isinstance(result, Skipped):
                     skipped[result.reason] += 1
                     if on_skip and result.reason != BLANK_LINE:
@@ -263,6 +269,17 @@ def binarize_split(split_path: str | Path, split: str, destdir: str | Path, sett
     writer.close()
     structure, summary_lengths = writer.structure(), writer.summary_lengths()
     return SplitStats.of_split(structure, summary_lengths, view, max_summary_tokens, skipped, assumed)
+
+
+def _unique(example: EncodedExample, ids: ExampleIds, skip_invalid: bool) -> EncodedExample | Skipped:
+    """The example, if no earlier one of the split has its id (checked here, in input order)."""
+    try:
+        ids.add(example.id, example.path, example.line)
+    except InputError as error:
+        if skip_invalid:
+            return Skipped(error.reason, str(error))
+        raise
+    return example
 
 
 def iter_training_sentences(split_path: str | Path, input_format: str, skip_invalid: bool) -> Iterator[str]:

@@ -18,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from pagesum_plugin.corpus.errors import InputError
+from pagesum_plugin.corpus.errors import MISMATCHED_FILES, InputError
 from pagesum_plugin.corpus.format import DICT_FILE, GPT2_ENCODER_FILE, GPT2_MERGES_FILE, SENTENCEPIECE_FILE, CorpusMeta
 from pagesum_plugin.corpus.tokenizers import build_dictionary, build_tokenizer, train_sentencepiece
 from pagesum_plugin.corpus.views import ViewConfig
@@ -125,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(args)
     except InputError as error:
-        logger.error("%s (use --skip-invalid to skip such examples)", error)
+        # A source and target file of different lengths cannot be skipped: the message says why.
+        skippable = error.reason != MISMATCHED_FILES and not args.skip_invalid
+        logger.error("%s%s", error, " (use --skip-invalid to skip such examples)" if skippable else "")
         return 1
     except UsageError as error:
         print(f"pagesum-preprocess: error: {error}", file=sys.stderr)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Page-size study on arXiv (Table 5): 4096 tokens of input as 128 x 32, 256 x 16,
 # 512 x 8 and 1024 x 4 (tokens per page x pages): the paper cuts each document to 4,096
-# tokens, then into consecutive pages (the token view), so every size reads the same text.
+# tokens, then into consecutive pages (the token view). Each page's <s> and </s> count, so
+# the sizes read the document's first 4,032, 4,064, 4,080 and 4,088 tokens (docs/recipes.md).
 # Each size is its own experiment, page_size_<tokens>x<pages>, on one shared corpus.
 #   ARXIV_DIR   Cohan et al.'s arXiv release: train.txt, val.txt, test.txt
 #   PAGE_SIZES  a subset of "128x32 256x16 512x8 1024x4" (default: all four)

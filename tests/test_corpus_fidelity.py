@@ -31,6 +31,21 @@ def test_the_authors_split_puts_n_div_k_sentences_per_page_and_the_rest_on_the_l
     assert page_sizes_in_sentences(11, 4, "authors") == [2, 2, 2, 5]
 
 
+def test_the_authors_split_puts_fewer_sentences_than_pages_on_one_page():
+    assert page_sizes_in_sentences(3, 7, "authors") == [3]  # n // k = 0 a page: all on the last one
+
+
+def test_with_placeholders_the_authors_split_of_a_short_document_is_the_released_codes_pages():
+    document = document_of_pages([[10], [11], [12]])
+    document.unit_group[:] = 0
+    document.name_length = np.zeros(1, dtype=np.int64)
+    config = ViewConfig("spatial", num_pages=4, spatial_split="authors", placeholder=DOT)
+    pages = [page.tolist() for page in assemble_pages(document, config, BOS, EOS)]
+    # the released code: pages 1-3 empty, filled with ".", page 4 all three sentences; the
+    # page softmax does not depend on the pages' order, so the filler pages come last here
+    assert pages == [[BOS, 10, 11, 12, EOS]] + [[BOS, *DOT, EOS]] * 3
+
+
 def test_the_even_split_gives_the_extra_sentences_to_the_first_pages():
     assert page_sizes_in_sentences(10, 3, "even") == [4, 3, 3]
 

@@ -31,8 +31,9 @@ def test_every_page_is_bos_content_eos():
 
 
 def test_spatial_never_makes_more_pages_than_sentences():
-    pages = assemble_pages(sections(([10], [11])), ViewConfig("spatial", num_pages=7), BOS, EOS)
-    assert contents(pages) == [[10], [11]]
+    for split, expected in (("even", [[10], [11]]), ("authors", [[10, 11]])):
+        pages = assemble_pages(sections(([10], [11])), ViewConfig("spatial", num_pages=7, spatial_split=split), BOS, EOS)
+        assert contents(pages) == expected
 
 
 def test_discourse_and_document_pages_are_the_groups_up_to_max_pages():
@@ -58,6 +59,13 @@ def test_every_page_size_of_the_token_view_reads_the_same_text():
     small = sum(contents(assemble_pages(document, ViewConfig("token", num_pages=8, max_page_tokens=10), BOS, EOS)), [])
     large = sum(contents(assemble_pages(document, ViewConfig("token", num_pages=2, max_page_tokens=34), BOS, EOS)), [])
     assert small == large
+
+
+def test_the_page_size_study_cuts_to_4096_tokens_counting_each_pages_bos_and_eos():
+    document = sections(([*range(10, 5010)],))  # one sentence of 5,000 ids
+    for page_tokens, num_pages, text in ((128, 32, 4032), (256, 16, 4064), (512, 8, 4080), (1024, 4, 4088)):
+        plan = plan_document(document, ViewConfig("token", num_pages=num_pages, max_page_tokens=page_tokens))
+        assert plan.page_sizes.tolist() == [page_tokens] * num_pages and plan.kept_tokens.tolist() == [text]
 
 
 def test_flat_is_one_page_of_at_most_max_source_tokens():

@@ -89,7 +89,10 @@ def test_hed_recipe_fine_tunes_with_section_5_3_settings_from_each_init(dry_runs
     assert (cfg["model"]["_name"], cfg["model"]["max_source_positions"]) == ("hed_tiny", 4096)
     assert (cfg["task"]["view"], cfg["task"]["max_source_tokens"]) == ("documents", 600)  # the DRY_RUN size of recipes/experiment_config.py
     assert (cfg["optimizer"]["_name"], cfg["optimizer"]["weight_decay"]) == ("adamw_torch", 0.0)  # Adam, its fused kernel
-    assert (cfg["lr_scheduler"]["_name"], cfg["lr_scheduler"]["warmup_updates"]) == ("fixed", 0)
+    schedule = cfg["lr_scheduler"]  # the authors' Trainer: no warm-up, linear decay to 0, clipping at 1.0
+    assert (schedule["_name"], schedule["warmup_updates"], schedule["end_learning_rate"], schedule["power"]) == (
+        "polynomial_decay", 0, 0.0, 1.0)
+    assert schedule["total_num_update"] == cfg["optimization"]["max_update"] and cfg["optimization"]["clip_norm"] == 1.0
     assert cfg["optimization"]["lr"] == [5e-05] and cfg["dataset"]["batch_size"] == 1
     log = (run_dir / "train.log").read_text()
     assert f"{init}/model.pt" in log

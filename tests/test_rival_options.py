@@ -7,7 +7,7 @@ import pytest
 from builders.awesome import build_awesome
 from builders.hed import build_hed
 from builders.hepos import build_hepos
-from pagesum_plugin.systems.hepos.model import DEFAULTS
+from pagesum_plugin.systems.hepos.model import DEFAULTS, default_lsh_buckets
 from pagesum_plugin.systems.hepos.efficient_attention import LSHAttention, SinkhornAttention, SlidingWindowAttention
 from pagesum_plugin.systems.hed.attention import DocumentSelfAttention, HierarchicalCrossAttention
 from pagesum_plugin.systems.hepos.attention import CrossAttention, HeposAttention, LinformerCrossAttention
@@ -69,10 +69,12 @@ def test_lsh_rounds_bucket_size_buckets_and_seed_reach_every_lsh_layer(copy_task
         assert attention.seed == 9 + index  # each layer hashes with rotations of its own
 
 
-def test_lsh_buckets_default_to_twice_the_positions_over_the_bucket_size(copy_task_dir):
+def test_lsh_buckets_default_to_the_largest_power_of_two_at_most_twice_the_chunks(copy_task_dir):
     _, _, model = build_hepos(copy_task_dir, "--encoder-attention", "lsh", "--lsh-bucket-size", "100",
                               "--max-source-positions", "1000")
-    assert all(a.n_buckets == 20 for a in encoder_attentions(model)[1::2])
+    assert all(a.n_buckets == 16 for a in encoder_attentions(model)[1::2])  # 2 x 10 chunks: 16, as the authors'
+    # the recipes' 7,168 positions in chunks of 64: 224 rounded down to 128; 4,096 and 8,192 are powers already
+    assert [default_lsh_buckets(n, 64) for n in (7168, 4096, 8192, 40)] == [128, 128, 256, 2]
 
 
 def test_the_hybrid_window_layers_take_the_window_options(copy_task_dir):

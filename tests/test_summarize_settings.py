@@ -126,3 +126,21 @@ def test_compile_and_decoding_given_to_summarize_reach_its_generator(hub, papers
         hub.summarize([document], compile=True, decoding="eager")
     (built,) = Recording.built
     assert compiled == ["inductor"] and built["decoding"] == "eager"
+
+
+def test_patient_given_to_summarize_or_the_tasks_patient_search_reaches_its_generator(hub, papers):
+    document = [(s["name"], s["text"]) for s in papers[0]["sections"]]
+    with torch.no_grad():
+        hub.summarize([document], max_len_b=4)  # the task's --patient-search: off
+        hub.summarize([document], max_len_b=4, patient=True)
+        hub.task.cfg.patient_search = True
+        hub.summarize([document], max_len_b=4)
+        hub.summarize([document], max_len_b=4, patient=False)
+    assert [built["patient"] for built in Recording.built] == [False, True, True, False]
+
+
+def test_patient_search_is_the_tasks_flag(copy_task_dir):
+    """--patient-search reaches the generator fairseq-generate builds; without it, fairseq's stop."""
+    for flags, expected in (((), False), (("--patient-search",), True)):
+        args, task, model = build_tiny(copy_task_dir, *flags)
+        assert task.build_generator([model], args).patient is expected

@@ -11,6 +11,8 @@ EMPTY_SUMMARY = "empty_summary"
 INVALID_UTF8 = "invalid_utf8"
 EMPTY_BETWEEN_SEPARATORS = "empty_between_separators"
 MISMATCHED_FILES = "mismatched_files"
+CONFLICTING_FIELDS = "conflicting_fields"  # more than one of a format's alternative fields
+DUPLICATE_ID = "duplicate_id"  # an id already given in the split
 BLANK_LINE = "blank_line"  # not an error: counted, never an example
 
 

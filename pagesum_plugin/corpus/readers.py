@@ -7,7 +7,8 @@ Every format is read in two steps, so that the costly one runs in worker process
 2. ``parse_record(record, input_format)`` decodes and validates one record into an
    ``Example``, raising ``InputError`` (file, line, field) on bad input.
 
-``read_examples`` chains both for simple callers.
+``read_examples`` chains both for simple callers. An id given twice in one split is refused
+(``ExampleIds``), by ``read_examples`` and by ``pagesum-preprocess``, which checks in input order.
 """
 
 import codecs
@@ -31,6 +32,8 @@ ASSUMED_NUMERIC_ID = "numeric_id_read_as_text"
 ASSUMED_UNNAMED_SECTION = "section_without_name"
 ASSUMED_EMPTY_CLUSTER = "empty_cluster_as_placeholder_page"
 MULTINEWS_JSON_SEPARATOR = "|||||"
+
+JSONL_DOCUMENT_FIELDS = ("sections", "documents", "text")  # an example gives exactly one
 
 
 @dataclass(frozen=True)
@@ -107,9 +110,11 @@ def _iter_paired_lines(source: Path, target: Path) -> Iterator[Record]:
     with open(source, "rb") as sources, open(target, "rb") as targets:
         for number, (src, tgt) in enumerate(zip_longest(sources, targets), start=1):
             if src is None or tgt is None:
+                shorter = source if src is None else target
                 raise InputError(
                     str(source), number, None, errors.MISMATCHED_FILES,
-                    f"{source.name} and {target.name} have different numbers of lines",
+                    f"{source.name} and {target.name} have different numbers of lines ({shorter.name} ends "
+                    f"at line {number - 1}); which lines pair up is unknown, so this cannot be skipped",
                 )
             yield Record(str(source), number, (src, tgt))
 
@@ -136,9 +141,28 @@ def _check_format(input_format: str) -> None:
 
 def read_examples(path: str | Path, input_format: str) -> Iterator[Example]:
     """Yield the examples of one split, raising ``InputError`` at the first bad one."""
+    ids = ExampleIds(input_format)
     for record in iter_records(path, input_format):
         if record.payload is not None:
-            yield parse_record(record, input_format)
+            example = parse_record(record, input_format)
+            ids.add(example.id, record.path, record.line)
+            yield example
+
+
+class ExampleIds:
+    """The ids of one split, each where it was first given: page weights and outputs are keyed
+    by id, so an id given twice is an error (the later example is the one refused or skipped)."""
+
+    def __init__(self, input_format: str):
+        self.field = {"arxiv": "article_id", "pubmed": "article_id", "aclsum": "paper_id"}.get(input_format, "id")
+        self.first: dict[str, tuple[str, int]] = {}
+
+    def add(self, example_id: str, path: str, line: int) -> None:
+        first = self.first.setdefault(example_id, (path, line))
+        if first != (path, line):
+            where = f"line {first[1]}" if first[0] == path else f"{first[0]}, line {first[1]}"
+            raise InputError(path, line, self.field, errors.DUPLICATE_ID,
+                             f"example id {example_id!r} is already given on {where}")
 
 
 def parse_record(record: Record, input_format: str) -> Example:
@@ -170,12 +194,14 @@ def _load_json(record: Record, data: bytes) -> Any:
             record.path, record.line, _field_with_bad_bytes(data), errors.INVALID_UTF8,
             f"invalid UTF-8 at byte {error.start}",
         ) from None
+    text = text.rstrip("\r\n")  # without its line break, the parser's position is on the record's lines
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
+        end = ", the end of the line" if error.pos >= len(text) else ""
         raise InputError(
-            record.path, record.line, None, errors.MALFORMED_JSON,
-            f"malformed JSON: {error.msg} at column {error.colno}",
+            record.path, record.line + error.lineno - 1, None, errors.MALFORMED_JSON,
+            f"malformed JSON: {error.msg} at column {error.colno}{end}",
         ) from None
 
 
@@ -262,6 +288,11 @@ class _Fields:
 def _parse_jsonl(obj: _Fields) -> Example:
     example_id = obj.example_id()
     summary = obj.summary(obj.get("summary", str), "summary")
+    given = [name for name in JSONL_DOCUMENT_FIELDS if obj.has(name)]
+    if len(given) > 1:
+        named = ", ".join(repr(name) for name in given[:-1]) + f" and {given[-1]!r}"
+        obj.fail(given[1], errors.CONFLICTING_FIELDS, f"{named} are {'both' if len(given) == 2 else 'all'} given; "
+                 f"an example gives exactly one of 'sections', 'documents' or 'text'")
     if obj.has("sections"):
         sections = obj.get("sections", list)
         units = []
@@ -273,7 +304,10 @@ def _parse_jsonl(obj: _Fields) -> Example:
             else:
                 name = ""
                 obj.assumed.append(ASSUMED_UNNAMED_SECTION)
-            units.append(Unit(obj.get("text", str, section, f"{where}.text").strip(), name.strip()))
+            text = obj.get("text", str, section, f"{where}.text")
+            if not text.strip():
+                obj.fail(f"{where}.text", errors.EMPTY_DOCUMENT, f"section {i} is empty")
+            units.append(Unit(text.strip(), name.strip()))
         return obj.example(example_id, summary, units, "sections", "sections")
     if obj.has("documents"):
         documents = obj.strings(obj.get("documents", list), "documents")
@@ -406,7 +440,8 @@ def _parse_aclsum(obj: _Fields) -> Example:
     example_id = path.stem if path.suffix == ".json" else obj.get("paper_id", str)
     abstract = obj.get("abstract", (str, list))
     if isinstance(abstract, list):  # S2ORC's pdf_parse style: [{"text": ...}, ...]
-        abstract = "\n".join(obj.get("text", str, p, f"abstract[{i}].text") for i, p in enumerate(abstract))
+        abstract = "\n".join(obj.get("text", str, obj.check(p, dict, f"abstract[{i}]"), f"abstract[{i}].text")
+                             for i, p in enumerate(abstract))
     summary = obj.summary(abstract, "abstract")
     pdf_parse = obj.get("pdf_parse", dict)
     body = obj.get("body_text", list, pdf_parse, "pdf_parse.body_text")
@@ -415,14 +450,20 @@ def _parse_aclsum(obj: _Fields) -> Example:
         where = f"pdf_parse.body_text[{i}]"
         obj.check(paragraph, dict, where)
         text = obj.get("text", str, paragraph, f"{where}.text").strip()
-        name = (paragraph.get("section") or "").strip()
-        number = paragraph.get("sec_num") or ""
+        name = _optional(obj, paragraph, "section", str, where).strip()
+        number = _optional(obj, paragraph, "sec_num", (str, int), where)
         key = str(number).split(".")[0] if number else name
         if not groups or groups[-1][0] != key:
             groups.append((key, name, []))
         groups[-1][2].append(text)
     units = [Unit("\n".join(p for p in paragraphs if p), name) for _, name, paragraphs in groups]
     return obj.example(example_id, summary, units, "sections", "pdf_parse.body_text")
+
+
+def _optional(obj: _Fields, container: dict, name: str, kind: type | tuple, where: str):
+    """A field that may be missing or null (then ""), else of type ``kind``."""
+    value = container.get(name)
+    return "" if value is None else obj.check(value, kind, f"{where}.{name}")
 
 
 _PARSERS: dict[str, Callable[[_Fields], Example]] = {

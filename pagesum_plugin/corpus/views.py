@@ -15,8 +15,9 @@ space unless a name precedes it, exactly as if the stream's text had been tokeni
 
 The views:
 
-* ``spatial``   ``num_pages`` pages of whole sentences, the sentences spread evenly (the
-                first pages take one more when they do not divide), each page truncated;
+* ``spatial``   ``num_pages`` pages of whole sentences, each page truncated: n // num_pages
+                sentences a page and the rest on the last (``authors``, the default), or
+                spread evenly, the first pages taking one more (``even``);
 * ``discourse`` one page per section, its name in front, at most ``max_pages``;
 * ``document``  one page per source document of a cluster, at most ``max_pages``;
 * ``token``     the document cut to ``num_pages`` x ``max_page_tokens`` tokens, then cut
@@ -95,13 +96,16 @@ def _repeat_index(offsets: np.ndarray) -> np.ndarray:
 
 def _spatial_streams(s: SplitStructure, unit_example: np.ndarray, position: np.ndarray, num_pages: int,
                      split: str) -> np.ndarray:
-    """Sentences spread over k = min(num_pages, n) contiguous pages. ``even``: sizes differ by
-    at most one, the larger pages first (numpy.array_split's rule). ``authors``: n // k
-    sentences on every page and the remainder on the last one (the released code's rule)."""
+    """Sentences on contiguous pages. ``authors`` (the released code's rule): n // num_pages
+    sentences on every page and the remainder on the last one, so that fewer sentences than
+    pages all share one page (the released code leaves the others empty: see ``placeholder``).
+    ``even``: k = min(num_pages, n) pages whose sizes differ by at most one, the larger
+    first (numpy.array_split's rule)."""
     n = np.diff(s.example_units)[unit_example]  # (n_units,) sentences of the unit's example
-    pages = np.minimum(num_pages, n)
     if split == "authors":
-        return np.minimum(position // (n // pages), pages - 1)
+        per_page = n // num_pages  # (n_units,)
+        return np.where(per_page > 0, np.minimum(position // np.maximum(per_page, 1), num_pages - 1), 0)
+    pages = np.minimum(num_pages, n)
     base, extra = n // pages, n % pages
     boundary = extra * (base + 1)
     return np.where(position < boundary, position // (base + 1),

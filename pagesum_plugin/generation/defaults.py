@@ -9,7 +9,11 @@ dataset otherwise has a row of its own (``SYSTEMS``, keyed by the registered mod
 dataset).
 """
 
+import numbers
 from dataclasses import asdict, dataclass, replace
+from typing import Callable, Dict
+
+from ..errors import SettingError
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,27 @@ class GenerationDefaults:
         return asdict(self)
 
 
+# The least value of each whole-number setting (lenpen may be any number): beam 0 would divide by zero
+# in the search, and a negative top_pages would decode every page unsaid
+LEAST = {"beam": 1, "no_repeat_ngram_size": 0, "min_len": 0, "max_len_b": 0, "top_pages": 0}
+
+
+def check_settings(given: Dict[str, object], named: Callable[[str, object], str],
+                   least: Dict[str, int] = LEAST) -> None:
+    """Refuse, in one line, a setting of ``given`` the search cannot use: one of ``least`` that is
+    not a whole number of at least its value, or any other that is not a number. ``named`` writes
+    a setting as the user gave it (``--beam 0``, ``beam=0``)."""
+    for setting, value in given.items():
+        kind, words = (numbers.Integral, "a whole number") if setting in least else (numbers.Real, "a number")
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise SettingError(f"{named(setting, value)}: must be {words}")
+        if setting in least and value < least[setting]:
+            raise SettingError(f"{named(setting, value)}: must be at least {least[setting]}")
+
+
 # Beam 4, length penalty 2.0 and trigram blocking throughout (the PageSum paper, following
-# BART); summary lengths in BPE tokens per dataset, as the authors decoded them.
+# BART); summary lengths in BPE tokens per dataset, the authors' gen_min_len and gen_max_len
+# (their generate call allows one token fewer at each end: docs/systems/pagesum.md).
 DATASETS = {
     "arxiv": GenerationDefaults(min_len=100, max_len_b=350),
     "pubmed": GenerationDefaults(min_len=150, max_len_b=400),
@@ -54,7 +77,8 @@ DATASETS = {
 
 # (registered model, dataset): where a rival's authors decoded a dataset otherwise
 SYSTEMS = {
-    ("hepos", "govreport"): GenerationDefaults(min_len=100, max_len_b=800),  # LongDocSum's longbart_decode.py
+    # LongDocSum's longbart_decode.py (its gov_decode.py decodes 0 to 1,024: docs/systems/hepos.md)
+    ("hepos", "govreport"): GenerationDefaults(min_len=100, max_len_b=800),
 }
 
 # Per segment (AWESOME decodes every segment on its own), in summary tokens, with the dataset's

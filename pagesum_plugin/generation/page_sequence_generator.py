@@ -50,11 +50,13 @@ DECODING_CHOICES = ("auto", "eager", "static", "graph", "fused")
 
 class PageSumSequenceGenerator(SearchLoop):
     def __init__(self, models, tgt_dict, top_pages: int = 0, compile_decoder: Union[bool, str, Callable] = False,
-                 decoding: StepRunner = "auto", **kwargs):
+                 decoding: StepRunner = "auto", patient: bool = False, **kwargs):
         """``decoding``: how the steps run. "auto": one captured CUDA graph per step on CUDA, the
         step loop elsewhere; "eager": the step loop; "static": the fixed shapes, op by op;
         "graph": the fixed shapes, captured; "fused": the fixed-shape step compiled whole by
-        inductor, then captured on CUDA; or a callable that compiles the fixed-shape step."""
+        inductor, then captured on CUDA; or a callable that compiles the fixed-shape step.
+        ``patient``: stop each example as transformers' ``early_stopping=False`` does, as the
+        PageSum authors decoded their test sets (``search_loop.Patience``), in the step loop."""
         check_models(models, top_pages)
         if not callable(decoding) and decoding not in DECODING_CHOICES:
             raise ValueError(f"decoding={decoding!r}: not one of {', '.join(DECODING_CHOICES)}, nor a callable")
@@ -71,6 +73,7 @@ class PageSumSequenceGenerator(SearchLoop):
             for model in self.model.models:
                 model.set_beam_size(1)
         self.top_pages = top_pages
+        self.patient = patient
         if self.repeat_ngram_blocker is not None:
             self.repeat_ngram_blocker = NoRepeatNGramBlocker(self.repeat_ngram_blocker.no_repeat_ngram_size)
         self.bos = tgt_dict.bos()

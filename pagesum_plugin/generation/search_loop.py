@@ -23,6 +23,10 @@ back. Everything a user can reach through fairseq's loop is supported: beam sear
 ``tokens_to_suppress`` and attention for ``--print-alignment``; nothing falls back to
 fairseq's loop.
 
+With ``patient`` set, beam search stops an example as transformers' ``generate`` does with
+``early_stopping=False`` (``Patience``), the rule of the PageSum authors' test decoding, instead
+of fairseq's first ``beam`` ended hypotheses.
+
 The tests and benchmarks run fairseq's own loop in the same generator to compare
 (``benchmarks/reference/search.py``).
 """
@@ -82,8 +86,50 @@ class Candidates:
         return Candidates(self.scores[keep], self.tokens[keep], self.beams[keep])
 
 
+class Patience:
+    """An example's stop as transformers 4.6's beam search with ``early_stopping=False`` decides it,
+    which the PageSum authors decoded their test sets with: the example keeps its ``beam`` best ended
+    hypotheses, a later one replacing the worst kept when it scores higher, and is done once that
+    worst scores at least the step's best candidate, ended or not, normalised by the step's length
+    (``(step + 1) ** len_penalty``, the length an ended hypothesis of the step is normalised by)."""
+
+    def __init__(self, beam: int, len_penalty: float):
+        self.beam, self.len_penalty = beam, len_penalty
+        self.scores: Dict[int, List[float]] = {}  # by example of the sample: the kept hypotheses' scores
+
+    def keep(self, ended: Hypotheses, finalized: Hypotheses) -> None:
+        """Move the hypotheses that ended at this step (``ended``, by example) into ``finalized``."""
+        new = [(example, hypo) for example, hypos in enumerate(ended) for hypo in hypos]
+        if not new:
+            return
+        values = torch.stack([hypo["score"] for _, hypo in new]).tolist()  # read back at once
+        for (example, hypo), score in zip(new, values):
+            kept, scores = finalized[example], self.scores.setdefault(example, [])
+            if len(kept) < self.beam or score > min(scores):
+                kept.append(hypo)
+                scores.append(score)
+                if len(kept) > self.beam:  # the worst goes, the first kept of equal ones
+                    worst = scores.index(min(scores))
+                    del kept[worst], scores[worst]
+
+    def done(self, candidate_scores: Tensor, step: int, live: List[int], finished: List[bool]) -> List[int]:
+        """The examples of the batch (indices into ``live``, the sample's examples still searched)
+        that are done at ``step``, marked in ``finished``; ``candidate_scores`` (examples, cands)."""
+        full = [i for i, example in enumerate(live)
+                if not finished[example] and len(self.scores.get(example, ())) >= self.beam]
+        if not full:
+            return []
+        best = candidate_scores[full].max(dim=1).values.tolist()  # (full,) read back at once
+        done = [i for i, b in zip(full, best) if min(self.scores[live[i]]) >= b / (step + 1) ** self.len_penalty]
+        for i in done:
+            finished[live[i]] = True
+        return done
+
+
 class SearchLoop(SequenceGenerator):
     """fairseq's ``SequenceGenerator`` with its search loop replaced by ``_search``."""
+
+    patient = False  # stop as transformers' early_stopping=False does (``Patience``), not at beam ended
 
     def _generate(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
                   constraints: Optional[Tensor] = None, bos_token: Optional[int] = None) -> Hypotheses:
@@ -108,6 +154,7 @@ class SearchLoop(SequenceGenerator):
             src_tokens.device)  # moved once, so that no step copies it to the device
         finalized: Hypotheses = [[] for _ in range(examples)]
         finished = [False] * examples
+        patience = Patience(beam, self.len_penalty if self.normalize_scores else 0.0) if self.patient else None
         remaining = examples
         order: Optional[Tensor] = None  # (rows,) the decoder state's row that each hypothesis continues
         for step in range(max_len + 1):  # the last step can only add </s>
@@ -117,7 +164,7 @@ class SearchLoop(SequenceGenerator):
             lprobs = self._next_log_probs(beams, step, max_len, encoder_outs, states, suppressed)  # (rows, vocab)
             candidates = self._candidates(beams, step, lprobs)
             ended = ended_candidates(candidates, self.eos)  # (examples, cands)
-            done = self._finalize_ended(beams, candidates, ended, step, max_len, finalized, finished)
+            done = self._finalize_ended(beams, candidates, ended, step, max_len, finalized, finished, patience)
             remaining -= len(done)
             if remaining == 0 or (self.search.stop_on_max_len and step >= max_len):
                 break
@@ -211,18 +258,31 @@ class SearchLoop(SequenceGenerator):
         return Candidates(scores, tokens, chosen_beams)
 
     def _finalize_ended(self, beams: Beams, candidates: Candidates, ended: Tensor, step: int, max_len: int,
-                        finalized: Hypotheses, finished: List[bool]) -> List[int]:
+                        finalized: Hypotheses, finished: List[bool], patience: Optional[Patience] = None) -> List[int]:
         """Finish the hypotheses that end with </s> among each example's ``beam`` best candidates
         (the step's one read-back; ``ended``: ``ended_candidates``), and return the examples that
-        are now done."""
+        are now done (``patience``: as it decides, reading back the step's best candidates too)."""
         beam = self.beam_size
+        live = [i for i, done in enumerate(finished) if not done]  # the batch's examples, in the sample
         ended = ended[:, :beam] & ~beams.ignored  # (examples, beam)
         example, rank = ended.nonzero(as_tuple=True)  # the host learns which hypotheses ended
-        if example.numel() == 0:
-            return []
-        rows = candidates.beams[example, rank] + beams.offsets[example, 0]  # (ended,) the rows they extend
-        return self.finalize_hypos(step, rows, candidates.scores[example, rank], beams.tokens, beams.scores,
-                                   finalized, finished, beam, beams.attention, beams.src_lengths, max_len)
+        done: List[int] = []
+        if example.numel():
+            rows = candidates.beams[example, rank] + beams.offsets[example, 0]  # (ended,) the rows they extend
+            into = finalized if patience is None else [[] for _ in finalized]
+            done = self.finalize_hypos(step, rows, candidates.scores[example, rank], beams.tokens, beams.scores,
+                                       into, finished, beam, beams.attention, beams.src_lengths, max_len)
+            if patience is not None:
+                patience.keep(into, finalized)
+        if patience is not None:
+            done = sorted(done + patience.done(candidates.scores, step, live, finished))
+        return done
+
+    def is_finished(self, step: int, unfin_idx: int, max_len: int, finalized_sent_len: int, beam_size: int) -> bool:
+        """fairseq's rule; a patient search finishes an example only at the maximum length here (else
+        ``Patience.done``)."""
+        return step == max_len if self.patient else super().is_finished(step, unfin_idx, max_len,
+                                                                        finalized_sent_len, beam_size)
 
     def _extend(self, beams: Beams, candidates: Candidates, ended: Tensor, step: int) -> Tensor:
         """Continue every example with its ``beam`` best candidates that did not end (``ended``;

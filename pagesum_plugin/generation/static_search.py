@@ -56,8 +56,8 @@ the walk does not know is not reused, and neither is a step whose model's weight
 
 What the fixed shapes cannot express falls back to the step loop, in one line that says why
 (``refusal``): ensembles and language-model fusion, search strategies other than beam search
-(sampling, diverse beams, constraints, length-matched search), forced prefixes longer than
-the ``<s>``, and a model whose encoder output follows the beams (one copy per beam: AWESOME's
+(sampling, diverse beams, constraints, length-matched search), the patient search, forced
+prefixes longer than the ``<s>``, and a model whose encoder output follows the beams (one copy per beam: AWESOME's
 segments, and PageSum's ``set_beam_size(beam, share_pages=False)``).
 """
 
@@ -99,6 +99,8 @@ def refusal(generator, sample: Dict, prefix_tokens: Optional[Tensor], constraint
         return "--match-source-len"
     if prefix_tokens is not None and prefix_tokens.size(1) > 1:
         return "a forced prefix of more than one token"
+    if generator.patient:
+        return "the patient search (--patient-search), which reads each step's best candidates back"
     return None
 
 

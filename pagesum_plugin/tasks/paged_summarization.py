@@ -30,7 +30,7 @@ from ..errors import SettingError, check_checkpoint_file
 from ..evaluation.rouge import corpus_rouge
 from ..generation.page_sequence_generator import PageSumSequenceGenerator
 from ..generation.contract import model_name
-from ..generation.defaults import GenerationDefaults, for_dataset
+from ..generation.defaults import GenerationDefaults, check_settings, for_dataset
 from ..generation.outputs import InputOrderFile, page_weights_record
 from ..modules.compiled_layers import compile_model_layers
 from ..training_capture import CapturedTraining
@@ -43,6 +43,24 @@ LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeLsum": "ROUGE-Lsum"}
 
 
 COMPILE_LAYERS_CHOICES = ChoiceEnum(["auto", "on", "off"])
+SEARCH_FLAGS = ("beam", "lenpen", "min_len", "max_len_b", "no_repeat_ngram_size")  # fairseq's, read by the search
+
+
+def flag(setting: str, value) -> str:
+    """A setting as typed on the command line: ``--top-pages -1``."""
+    return f"--{setting.replace('_', '-')} {value}"
+
+
+def check_output_file(option: str, path: Optional[str]) -> None:
+    """Refuse, before any model is loaded, an output file that could not be written once the
+    split is decoded: a folder, or a file in a folder that does not exist."""
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise SettingError(f"{option} {path}: a folder; name a file to write")
+    if not os.path.isdir(folder):
+        raise SettingError(f"{option} {path}: no folder {folder} to write it in; create it first")
 
 
 def given_or_stored(given: Optional[int], stored: Optional[int], flag: str, least: int) -> Optional[int]:
@@ -118,6 +136,13 @@ class PagedSummarizationConfig(OneDictionaryConfig):
         metadata={"help": "run every decoding step operator by operator (the step loop), not as one captured CUDA "
                   "graph per step, which is the default on CUDA; summarize(decoding='eager') is the same"},
     )
+    patient_search: bool = field(
+        default=False,
+        metadata={"help": "stop each example's beam search as transformers' generate(early_stopping=False) does, "
+                  "as the PageSum authors decoded their test sets: later, better ended hypotheses replace the "
+                  "worst of the beam kept, until none can (step by step, not captured); default: at the first "
+                  "beam ended, as fairseq; summarize(patient=True) is the same"},
+    )
     compile_layers: COMPILE_LAYERS_CHOICES = field(
         default="auto",
         metadata={"help": "train with every encoder and decoder layer compiled by torch.compile, each stack sharing "
@@ -166,6 +191,10 @@ class PagedSummarizationTask(OneDictionaryTask):
         self.max_summary_tokens = given_or_stored(cfg.max_summary_tokens, meta.max_summary_tokens,
                                                   "--max-summary-tokens", least=3)
         self.generation_defaults = self.decoding_defaults()  # the model's own row once it is built
+        check_settings({"top_pages": cfg.top_pages}, flag)
+        self.validation_decoding()  # --eval-rouge-args: refused when given with a mistake, read or not
+        check_output_file("--hypotheses-output", cfg.hypotheses_output)
+        check_output_file("--page-weights-output", cfg.page_weights_output)
         self._outputs = {}
         self._hypotheses: Dict[int, str] = {}  # fairseq-generate's best hypotheses so far, by input index
         self._rouge_generator = None
@@ -214,6 +243,23 @@ class PagedSummarizationTask(OneDictionaryTask):
 
     def max_positions(self):
         return (None, None)  # pages and summaries are truncated, never filtered out
+
+    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        """fairseq's filter of the examples longer than the model's positions, its refusal in one
+        line that names the setting which cuts them to fit (fairseq's advises to skip them)."""
+        indices, ignored = dataset.filter_indices_by_size(indices, max_positions)
+        if len(ignored) and not ignore_invalid_inputs:
+            page, summary = dataset.size(ignored[0])
+            cut = {"flat": "--max-source-tokens", "documents": "--max-source-tokens",
+                   "segments": "--max-segment-tokens"}.get(self.view.view, "--max-page-tokens")
+            raise SettingError(f"{len(ignored)} examples do not fit the model's (source, summary) positions "
+                               f"{tuple(max_positions)}, the first (#{ignored[0]}) a page of {page} and a summary of "
+                               f"{summary} tokens: cut them to fit with {cut} and --max-summary-tokens "
+                               f"(--skip-invalid-size-inputs-valid-test skips them)")
+        if len(ignored):
+            logger.warning(f"{len(ignored):,} examples longer than the model's positions {tuple(max_positions)} "
+                           f"skipped (--skip-invalid-size-inputs-valid-test), the first ids {list(ignored[:10])}")
+        return indices
 
     # ---- training ---------------------------------------------------------------------
 
@@ -264,10 +310,13 @@ class PagedSummarizationTask(OneDictionaryTask):
     # ---- generation -------------------------------------------------------------------
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        check_settings({name: getattr(args, name) for name in SEARCH_FLAGS if getattr(args, name, None) is not None},
+                       flag)
         extra = dict(extra_gen_cls_kwargs or {})
         extra.setdefault("top_pages", self.generation_defaults.top_pages)
         extra.setdefault("compile_decoder", getattr(self.cfg, "compile_decoder", False))
         extra.setdefault("decoding", "eager" if getattr(self.cfg, "eager_decoding", False) else "auto")
+        extra.setdefault("patient", getattr(self.cfg, "patient_search", False))
         return super().build_generator(
             models, args, seq_gen_cls=seq_gen_cls or PageSumSequenceGenerator, extra_gen_cls_kwargs=extra, **kwargs
         )
@@ -324,8 +373,8 @@ class PagedSummarizationTask(OneDictionaryTask):
         return model
 
     def validation_decoding(self) -> GenerationDefaults:
-        """The generation defaults with --eval-rouge-args over them; a setting they do not hold is
-        refused in one line, not passed on to be ignored."""
+        """The generation defaults with --eval-rouge-args over them; a setting they do not hold, or
+        a value the search cannot use, is refused in one line, not passed on to be ignored."""
         try:
             given = json.loads(self.cfg.eval_rouge_args)
         except json.JSONDecodeError as error:
@@ -335,6 +384,7 @@ class PagedSummarizationTask(OneDictionaryTask):
         if unknown:
             raise SettingError(f"--eval-rouge-args: {', '.join(unknown)} is not a setting; give an object of "
                                f"{', '.join(known)}")
+        check_settings(given, lambda setting, value: f"--eval-rouge-args: {setting} {json.dumps(value)}")
         return replace(self.generation_defaults, **given)
 
     def valid_step(self, sample, model, criterion):

@@ -12,13 +12,13 @@ full, or Linformer (the paper's encoder-decoder baseline).
 
 Every BART weight loads from fairseq's BART checkpoints. Learned positions keep fairseq's
 padding offset (rows 0..padding_idx are not positions); positions past BART's table are
-initialised at random (the paper, ``--extend-positions random``) or as copies of BART's
-table tiled along the sequence (``--extend-positions tile``). Linformer's projections are the
+initialised at random (the paper, ``--extend-positions random``), as copies of BART's last
+position (``--extend-positions last``, the authors' code), or as copies of BART's table tiled
+along the sequence (``--extend-positions tile``). Linformer's projections are the
 only weights BART does not provide, and start fresh.
 """
 
 import logging
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -57,7 +57,7 @@ DEFAULTS = dict(
     window_stride=0,
     lsh_rounds=4,
     lsh_bucket_size=64,
-    lsh_buckets=0,  # 0: 2 * max_source_positions / bucket size, rounded up to even
+    lsh_buckets=0,  # 0: default_lsh_buckets, the authors' count
     lsh_seed=1,
     sinkhorn_block_size=128,
     sinkhorn_iterations=7,  # the authors' sorting network (LongDocSum, utils/sinkhorn.py)
@@ -109,7 +109,7 @@ def build_encoder_self_attention(cfg, embed_dim: int, layer_index: int):
                                       **common)
     if kind == "lsh":
         bucket_size = option(cfg, "lsh_bucket_size")
-        n_buckets = option(cfg, "lsh_buckets") or 2 * math.ceil(cfg.max_source_positions / bucket_size)
+        n_buckets = option(cfg, "lsh_buckets") or default_lsh_buckets(cfg.max_source_positions, bucket_size)
         return LSHAttention(embed_dim, heads, rounds=option(cfg, "lsh_rounds"), bucket_size=bucket_size,
                             n_buckets=n_buckets, seed=option(cfg, "lsh_seed") + layer_index, **common)
     if kind == "sinkhorn":
@@ -117,6 +117,12 @@ def build_encoder_self_attention(cfg, embed_dim: int, layer_index: int):
                                  iterations=option(cfg, "sinkhorn_iterations"),
                                  temperature=option(cfg, "sinkhorn_temperature"), **common)
     raise SettingError(f"unknown --encoder-attention {kind!r}; choose from {', '.join(ENCODER_ATTENTIONS)}")
+
+
+def default_lsh_buckets(positions: int, bucket_size: int) -> int:
+    """The authors' bucket count (LongDocSum, ``utils/lsh_attention.py``, as Reformer's): the largest
+    power of two at most twice the chunks of ``bucket_size`` in ``positions``, and at least 2."""
+    return 2 ** max(1, (2 * (positions // bucket_size)).bit_length() - 1)
 
 
 def build_cross_attention(cfg, embed_dim: int):
