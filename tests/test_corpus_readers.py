@@ -4,10 +4,9 @@ import json
 
 import pytest
 
-from builders.corpora import (acl_papers, copy_acl_papers, write_cohan, write_govreport, write_jsonl,
+from builders.corpora import (acl_papers, copy_acl_papers, refusal, write_cohan, write_govreport, write_jsonl,
                               write_multinews)
 from pagesum_plugin.corpus import errors
-from pagesum_plugin.corpus.errors import InputError
 from pagesum_plugin.corpus.readers import Unit, example_from_raw, read_examples
 
 
@@ -101,11 +100,6 @@ def test_example_from_raw_reads_a_list_of_strings_as_a_cluster_of_documents():
 # --------------------------------------------------------------------------- bad input
 
 
-def _error(path, input_format) -> InputError:
-    with pytest.raises(InputError) as caught:
-        list(read_examples(path, input_format))
-    return caught.value
-
 
 def _jsonl(tmp_path, *lines: bytes):
     path = tmp_path / "bad.jsonl"
@@ -129,27 +123,27 @@ GOOD = json.dumps({"id": "a", "summary": "S.", "text": "T."}).encode()
      errors.EMPTY_DOCUMENT),
 ])
 def test_bad_jsonl_line_names_file_line_and_field(tmp_path, line, field, reason):
-    error = _error(_jsonl(tmp_path, GOOD, line), "jsonl")
+    error = refusal(_jsonl(tmp_path, GOOD, line), "jsonl")
     assert (error.path, error.line, error.field, error.reason) == (str(tmp_path / "bad.jsonl"), 2, field, reason)
     assert "bad.jsonl, line 2" in str(error)
 
 
-def test_multinews_separator_with_nothing_between_is_an_error(tmp_path):
+def test_multinews_separator_with_nothing_between_is_anrefusal(tmp_path):
     (tmp_path / "test.src").write_text("one story_separator_special_tag  story_separator_special_tag two\n")
     (tmp_path / "test.tgt").write_text("summary\n")
-    error = _error(tmp_path / "test.src", "multinews")
+    error = refusal(tmp_path / "test.src", "multinews")
     assert (error.line, error.field, error.reason) == (1, "src", errors.EMPTY_BETWEEN_SEPARATORS)
 
 
-def test_multinews_json_separator_with_nothing_between_is_an_error(tmp_path):
+def test_multinews_json_separator_with_nothing_between_is_anrefusal(tmp_path):
     path = _jsonl(tmp_path, json.dumps({"document": "a |||||   ||||| b", "summary": "s"}).encode())
-    assert _error(path, "multinews").reason == errors.EMPTY_BETWEEN_SEPARATORS
+    assert refusal(path, "multinews").reason == errors.EMPTY_BETWEEN_SEPARATORS
 
 
-def test_multinews_files_of_different_lengths_are_an_error(tmp_path):
+def test_multinews_files_of_different_lengths_are_anrefusal(tmp_path):
     (tmp_path / "test.src").write_text("one\ntwo\n")
     (tmp_path / "test.tgt").write_text("summary\n")
-    assert _error(tmp_path / "test.src", "multinews").reason == errors.MISMATCHED_FILES
+    assert refusal(tmp_path / "test.src", "multinews").reason == errors.MISMATCHED_FILES
 
 
 def test_cohan_sections_and_names_must_agree(tmp_path, papers):
@@ -157,7 +151,7 @@ def test_cohan_sections_and_names_must_agree(tmp_path, papers):
     row = json.loads(path.read_text())
     row["section_names"] = row["section_names"][:-1]
     path.write_text(json.dumps(row) + "\n")
-    error = _error(path, "arxiv")
+    error = refusal(path, "arxiv")
     assert (error.line, error.field) == (1, "sections")
 
 
@@ -166,4 +160,4 @@ def test_govreport_parallel_lists_must_agree(tmp_path, papers):
     row = json.loads(path.read_text())
     row["document_sections"]["depth"].pop()
     path.write_text(json.dumps(row) + "\n")
-    assert _error(path, "govreport").field == "document_sections.depth"
+    assert refusal(path, "govreport").field == "document_sections.depth"

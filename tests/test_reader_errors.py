@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from builders.bpe import build_gpt2_bpe
+from builders.corpora import refusal
 from pagesum_plugin.corpus import errors
-from pagesum_plugin.corpus.errors import InputError
 from pagesum_plugin.corpus.format import CorpusMeta
 from pagesum_plugin.corpus.readers import read_examples
 from pagesum_preprocess.cli import main
@@ -18,11 +18,6 @@ GOOD = '{"id": "a", "summary": "The fox jumps.", "text": "The quick brown fox."}
 PAPER = {"abstract": "The fox jumps.",
          "pdf_parse": {"body_text": [{"text": "The quick brown fox.", "section": "Intro", "sec_num": "1"}]}}
 
-
-def _error(path, input_format) -> InputError:
-    with pytest.raises(InputError) as caught:
-        list(read_examples(path, input_format))
-    return caught.value
 
 
 def _jsonl(tmp_path, *lines: str):
@@ -58,7 +53,7 @@ def _paper(**changes) -> dict:
 ])
 def test_a_jsonl_example_gives_exactly_one_of_sections_documents_or_text(tmp_path, fields, field, named):
     path = _jsonl(tmp_path, GOOD, json.dumps({"id": "b", "summary": "The fox jumps.", **fields}))
-    error = _error(path, "jsonl")
+    error = refusal(path, "jsonl")
     assert (error.line, error.field, error.reason) == (2, field, errors.CONFLICTING_FIELDS)
     assert str(error).startswith(f"{path}, line 2, field '{field}': {named}; an example gives exactly one of")
 
@@ -67,7 +62,7 @@ def test_a_jsonl_example_gives_exactly_one_of_sections_documents_or_text(tmp_pat
 def test_an_empty_section_is_an_error_like_an_empty_document_of_a_cluster(tmp_path, text):
     sections = [{"name": "A", "text": "The fox."}, {"name": "B", "text": "Dog."}, {"name": "C", "text": text}]
     path = _jsonl(tmp_path, GOOD, json.dumps({"id": "b", "summary": "S.", "sections": sections}))
-    error = _error(path, "jsonl")
+    error = refusal(path, "jsonl")
     assert (error.line, error.field, error.reason) == (2, "sections[2].text", errors.EMPTY_DOCUMENT)
     assert f"{path}, line 2, field 'sections[2].text': section 2 is empty" in str(error)
 
@@ -86,7 +81,7 @@ ACLSUM_WRONG_TYPES = [
 @pytest.mark.parametrize("paper, field, detail", ACLSUM_WRONG_TYPES)
 def test_an_aclsum_field_of_the_wrong_type_is_named_with_its_type(tmp_path, paper, field, detail):
     folder = _aclsum(tmp_path / "papers", paper)
-    error = _error(folder, "aclsum")
+    error = refusal(folder, "aclsum")
     assert (error.path, error.line, error.field, error.reason) == (str(folder / "bad.json"), 1, field, errors.WRONG_TYPE)
     assert str(error) == f"{folder / 'bad.json'}, line 1, field '{field}': {detail} [wrong_type]"
 
@@ -107,7 +102,7 @@ def test_an_aclsum_paragraph_without_a_section_name_is_still_read(tmp_path):
 ])
 def test_malformed_json_names_the_column_on_the_bad_line(tmp_path, line, detail):
     path = _jsonl(tmp_path, GOOD, line, GOOD.replace('"a"', '"c"'))
-    error = _error(path, "jsonl")
+    error = refusal(path, "jsonl")
     assert (error.line, error.reason) == (2, errors.MALFORMED_JSON)
     assert str(error) == f"{path}, line 2: malformed JSON: {detail} [malformed_json]"
 
@@ -115,7 +110,7 @@ def test_malformed_json_names_the_column_on_the_bad_line(tmp_path, line, detail)
 def test_malformed_json_in_an_aclsum_paper_names_its_line_in_the_file(tmp_path):
     path = tmp_path / "paper.json"
     path.write_text('{\n  "abstract": "A.",\n  "pdf_parse": {"body_text": []\n}\n')
-    error = _error(path, "aclsum")
+    error = refusal(path, "aclsum")
     assert (error.line, error.reason) == (4, errors.MALFORMED_JSON)
     assert "at column 2, the end of the line" in str(error)
 
@@ -125,7 +120,7 @@ def test_malformed_json_in_an_aclsum_paper_names_its_line_in_the_file(tmp_path):
 
 def test_an_id_given_twice_in_a_split_is_an_error_naming_both_lines(tmp_path):
     path = _jsonl(tmp_path, GOOD, GOOD.replace('"a"', '"c"'), GOOD)
-    error = _error(path, "jsonl")
+    error = refusal(path, "jsonl")
     assert (error.line, error.field, error.reason) == (3, "id", errors.DUPLICATE_ID)
     assert str(error) == f"{path}, line 3, field 'id': example id 'a' is already given on line 1 [duplicate_id]"
 

@@ -8,7 +8,9 @@ papers into one dataset's exact layout:
 * ``write_cohan``: arXiv / PubMed (Cohan et al., 2018);
 * ``write_govreport``: GovReport with ``document_sections`` or the plain layout;
 * ``write_multinews``: Multi-News ``.src``/``.tgt`` or its JSON-lines variant;
-* ``copy_acl_papers``: aclsum's own S2ORC files.
+* ``copy_acl_papers``: aclsum's own S2ORC files;
+
+and ``refusal``, the ``InputError`` that reading a bad split raises.
 """
 
 import json
@@ -16,7 +18,10 @@ import shutil
 from pathlib import Path
 
 import aclsum
+import pytest
 
+from pagesum_plugin.corpus.errors import InputError
+from pagesum_plugin.corpus.readers import read_examples
 from pagesum_plugin.corpus.sentences import split_sentences
 from pagesum_preprocess.cli import main as preprocess_main
 
@@ -151,3 +156,10 @@ def paged_sentencepiece_data(jsonl_path: str | Path, data_dir: str | Path, vocab
                               "--destdir", str(data_dir), "--no-progress"])
     assert status == 0
     return str(data_dir)
+
+
+def refusal(path, input_format: str) -> InputError:
+    """The ``InputError`` that reading the split at ``path`` raises (the test fails without one)."""
+    with pytest.raises(InputError) as caught:
+        list(read_examples(path, input_format))
+    return caught.value
