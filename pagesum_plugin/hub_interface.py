@@ -26,7 +26,7 @@ from torch import nn
 from . import registration  # noqa: F401  (from_pretrained loads checkpoints of the plugin's models and tasks)
 from .checkpoints.loading import load_for_inference
 from .corpus.codec import unit_texts
-from .corpus.readers import Example, example_from_raw
+from .corpus.readers import document_kind, example_from_raw
 from .corpus.views import assemble_pages, plan_document, raw_document_view
 from .data.paged_dataset import collate_pages, summary_target
 from .generation.defaults import check_settings
@@ -38,70 +38,12 @@ SalientLabels = Sequence[Union[bool, int]]  # one per sentence of a document (se
 
 logger = logging.getLogger(__name__)
 
-SECTION = "a section is a (name, text) pair or a {'name': ..., 'text': ...} dict, of strings"
 PAGING_LEAST = {"batch_size": 1, "num_pages": 1, "max_pages": 1}  # summarize()'s other whole-number settings
 
 
 def python_setting(setting: str, value) -> str:
     """A setting as given to ``summarize()``: ``beam=0``."""
     return f"{setting}={value!r}"
-
-
-def document_kind(document: Document) -> str:
-    """What ``document`` is, of the shapes ``readers.example_from_raw`` reads: "text" (a
-    string), "sections" (a list of sections) or "documents" (a list of strings: a cluster).
-    Anything else raises ``MalformedDocument`` in one line, never to be misread: a single
-    (name, text) pair is a section, not a cluster of two documents."""
-    if isinstance(document, str):
-        return "text"
-    if isinstance(document, dict) or isinstance(document, tuple) and len(document) == 2 and all(
-            isinstance(item, str) for item in document):
-        raise MalformedDocument("a single section is not a document: wrap a document's sections in a list, "
-                                "[(name, text), ...], and a cluster's documents in a list of strings")
-    if not isinstance(document, (list, tuple)):
-        raise MalformedDocument(f"not a document ({type(document).__name__}): give a string, a list of sections "
-                                f"or a list of strings (a cluster)")
-    strings = [isinstance(item, str) for item in document]
-    if all(strings):
-        return "documents"
-    if any(strings):
-        raise MalformedDocument(f"item {strings.index(True)} is a string and item {strings.index(False)} is not: a "
-                                f"list holds sections or a cluster's documents (strings), not both")
-    for j, section in enumerate(document):
-        check_section(section, j)
-    return "sections"
-
-
-def check_section(section, j: int) -> None:
-    """Refuse, in one line, section ``j`` of a document unless it is a (name, text) pair or a
-    {"name", "text"} dict, of strings."""
-    if isinstance(section, dict):
-        missing = [key for key in ("name", "text") if key not in section]
-        if missing:
-            raise MalformedDocument(f"section {j} has no {missing[0]!r}; {SECTION}")
-        values = (section["name"], section["text"])
-    elif isinstance(section, (list, tuple)) and len(section) == 2:
-        values = tuple(section)
-    else:
-        size = f" of {len(section)} items" if isinstance(section, (list, tuple)) else ""
-        raise MalformedDocument(f"section {j} is not a section ({type(section).__name__}{size}); {SECTION}")
-    for field, value in zip(("name", "text"), values):
-        if not isinstance(value, str):
-            raise MalformedDocument(f"section {j}: its {field!r} is {type(value).__name__}, not a string")
-
-
-def raw_example(document: Document) -> Example:
-    """``readers.example_from_raw(document)``, its shape checked by ``document_kind``. A
-    document with no text, or a cluster with an empty document (which pagesum-preprocess
-    refuses too), raises ``EmptyDocument``."""
-    if document_kind(document) == "documents":
-        empty = next((j for j, text in enumerate(document) if not text.strip()), None)
-        if empty is not None:
-            raise EmptyDocument(f"source document {empty} of the cluster is empty")
-    try:
-        return example_from_raw(document)
-    except ValueError as error:  # the only one it raises on a checked shape: no text at all
-        raise EmptyDocument(str(error)) from None
 
 
 def from_pretrained(
@@ -150,7 +92,7 @@ class PageSumHubInterface(nn.Module):
         model, which reads a document segment by segment). An empty document (or a cluster
         with an empty document) raises ``EmptyDocument``; one of no documented shape,
         ``MalformedDocument``."""
-        example = raw_example(document)
+        example = example_from_raw(document)
         config = raw_document_view(document, self.view, locality, **view)
         document_ids = self.codec.encode_document(example)
         if not len(document_ids.unit_length):
@@ -169,7 +111,7 @@ class PageSumHubInterface(nn.Module):
     def sentences(self, document: Document) -> List[str]:
         """The document's sentences as the model reads them, in order: what ``salient=``
         labels, one label each. Raises as ``read`` does."""
-        return unit_texts(self.codec, self.codec.encode_document(raw_example(document)))
+        return unit_texts(self.codec, self.codec.encode_document(example_from_raw(document)))
 
     def target(self, summary: str) -> torch.LongTensor:
         """``<s> summary </s>``, cut as the dataset cuts it."""

@@ -3,14 +3,7 @@
 from dataclasses import dataclass
 from typing import Dict
 
-
-class EmptyDocument(ValueError):
-    """A document with no text to summarize, or a cluster with an empty source document."""
-
-
-class MalformedDocument(ValueError):
-    """A document that is none of the shapes ``summarize()`` reads: a string, a list of
-    ``(name, text)`` or ``{"name", "text"}`` sections, or a list of strings (a cluster)."""
+from .corpus.errors import EmptyDocument, MalformedDocument  # noqa: F401  (what summarize() raises on a document)
 
 
 @dataclass(frozen=True)

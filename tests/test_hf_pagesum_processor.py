@@ -3,6 +3,8 @@ tokenizer (the BART tokenizer that ``pagesum-convert to-hf`` writes), the pages 
 plugin's pages, token for token: the same sentence units, first words, section names, page sizes and
 limits, and the same rule for a plain string."""
 
+import re
+
 import numpy as np
 import pytest
 from transformers import BartTokenizerFast
@@ -11,6 +13,7 @@ from builders.bpe import build_gpt2_bpe
 from builders.corpora import acl_papers
 from pagesum_plugin.checkpoints.hf_vocab import write_hf_tokenizer
 from pagesum_plugin.corpus.codec import TextCodec
+from pagesum_plugin.corpus.errors import EmptyDocument, MalformedDocument
 from pagesum_plugin.corpus.options import ViewConfig
 from pagesum_plugin.corpus.readers import example_from_raw
 from pagesum_plugin.corpus.tokenizers import build_dictionary, build_tokenizer
@@ -91,3 +94,23 @@ def test_a_document_without_text_is_refused(tokenizers):
     _, hf_dir = tokenizers
     with pytest.raises(ValueError):
         PageSumProcessor.from_pretrained(str(hf_dir)).pages("   ")
+
+
+@pytest.mark.parametrize("document, line", [
+    ([("Intro", None)], "section 0: its 'text' is NoneType, not a string"),
+    (["A story.", ("Intro", "We parse.")], "item 0 is a string and item 1 is not"),
+    (("Intro", "We parse."), "a single section is not a document"),
+])
+def test_a_document_of_no_shape_the_processor_reads_is_refused_in_one_line_as_summarize_refuses_it(
+        tokenizers, document, line):
+    _, hf_dir = tokenizers
+    processor = PageSumProcessor.from_pretrained(str(hf_dir), view="spatial", num_pages=3, max_page_tokens=40)
+    with pytest.raises(MalformedDocument, match=re.escape(line)):
+        processor.pages(document)
+
+
+def test_a_cluster_with_an_empty_document_is_refused_not_read_one_document_short(tokenizers):
+    _, hf_dir = tokenizers
+    processor = PageSumProcessor.from_pretrained(str(hf_dir), view="document", max_pages=3, max_page_tokens=40)
+    with pytest.raises(EmptyDocument, match="source document 1 of the cluster is empty"):
+        processor.pages(["A story about foxes.", "  "])

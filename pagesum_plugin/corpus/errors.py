@@ -37,3 +37,14 @@ class InputError(Exception):
 
 class BlankLine(InputError):
     """A blank line: no example. Never an error, but counted like a skipped example."""
+
+
+class EmptyDocument(ValueError):
+    """A document given in Python with no text to summarize, or a cluster with an empty source
+    document."""
+
+
+class MalformedDocument(ValueError):
+    """A document given in Python that is none of the shapes ``readers.example_from_raw`` reads:
+    a string, a list of ``(name, text)`` or ``{"name", "text"}`` sections, or a list of strings
+    (a cluster)."""

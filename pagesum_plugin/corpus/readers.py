@@ -479,22 +479,72 @@ _PARSERS: dict[str, Callable[[_Fields], Example]] = {
 # --------------------------------------------------------------------------- Python callers
 
 
+SECTION = "a section is a (name, text) pair or a {'name': ..., 'text': ...} dict, of strings"
+
+
 def example_from_raw(doc: str | Sequence, id: str = "0", summary: str = "") -> Example:
     """Build an ``Example`` from a document given in Python.
 
     ``doc`` is a plain document (``str``), a list of sections (``{"name", "text"}`` dicts
-    or ``(name, text)`` tuples), or a list of ``str`` (the documents of a cluster).
+    or ``(name, text)`` tuples, of strings), or a list of ``str`` (the documents of a
+    cluster). Any other shape raises ``MalformedDocument`` (``document_kind``); a document
+    with no text, or a cluster with an empty document (which ``pagesum-preprocess`` refuses
+    too), ``EmptyDocument``, each in one line.
     """
-    if isinstance(doc, str):
-        units, kind = [Unit(doc.strip())], "text"
-    elif all(isinstance(item, str) for item in doc):
-        units, kind = [Unit(item.strip()) for item in doc], "documents"
+    kind = document_kind(doc)
+    if kind == "text":
+        units = [Unit(doc.strip())]
+    elif kind == "documents":
+        empty = next((j for j, text in enumerate(doc) if not text.strip()), None)
+        if empty is not None:
+            raise errors.EmptyDocument(f"source document {empty} of the cluster is empty")
+        units = [Unit(text.strip()) for text in doc]
     else:
-        units, kind = [], "sections"
-        for item in doc:
-            name, text = (item["name"], item["text"]) if isinstance(item, dict) else item
-            units.append(Unit(str(text).strip(), str(name).strip()))
+        units = [Unit(text.strip(), name.strip()) for name, text in (_section(item, j) for j, item in enumerate(doc))]
     units = [unit for unit in units if unit.text]
     if not units:
-        raise ValueError("the document is empty")
+        raise errors.EmptyDocument("the document is empty")
     return Example(str(id), summary, units, kind)
+
+
+def document_kind(doc) -> str:
+    """What a document given in Python is: "text" (a string), "sections" (a list of sections) or
+    "documents" (a list of strings: a cluster). Anything else raises ``MalformedDocument`` in
+    one line, never to be misread: a single (name, text) pair is a section, not a cluster of
+    two documents, and a list mixing strings and sections is neither."""
+    if isinstance(doc, str):
+        return "text"
+    if isinstance(doc, dict) or isinstance(doc, tuple) and len(doc) == 2 and all(isinstance(x, str) for x in doc):
+        raise errors.MalformedDocument("a single section is not a document: wrap a document's sections in a list, "
+                                       "[(name, text), ...], and a cluster's documents in a list of strings")
+    if not isinstance(doc, (list, tuple)):
+        raise errors.MalformedDocument(f"not a document ({type(doc).__name__}): give a string, a list of sections "
+                                       f"or a list of strings (a cluster)")
+    strings = [isinstance(item, str) for item in doc]
+    if all(strings):
+        return "documents"
+    if any(strings):
+        raise errors.MalformedDocument(f"item {strings.index(True)} is a string and item {strings.index(False)} is "
+                                       f"not: a list holds sections or a cluster's documents (strings), not both")
+    for j, item in enumerate(doc):
+        _section(item, j)
+    return "sections"
+
+
+def _section(item, j: int) -> tuple:
+    """Section ``j`` of a document as (name, text), refused in one line unless it is a (name,
+    text) pair or a {"name", "text"} dict, of strings."""
+    if isinstance(item, dict):
+        missing = [key for key in ("name", "text") if key not in item]
+        if missing:
+            raise errors.MalformedDocument(f"section {j} has no {missing[0]!r}; {SECTION}")
+        values = (item["name"], item["text"])
+    elif isinstance(item, (list, tuple)) and len(item) == 2:
+        values = tuple(item)
+    else:
+        size = f" of {len(item)} items" if isinstance(item, (list, tuple)) else ""
+        raise errors.MalformedDocument(f"section {j} is not a section ({type(item).__name__}{size}); {SECTION}")
+    for key, value in zip(("name", "text"), values):
+        if not isinstance(value, str):
+            raise errors.MalformedDocument(f"section {j}: its {key!r} is {type(value).__name__}, not a string")
+    return values
