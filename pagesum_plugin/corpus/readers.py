@@ -34,6 +34,9 @@ ASSUMED_EMPTY_CLUSTER = "empty_cluster_as_placeholder_page"
 MULTINEWS_JSON_SEPARATOR = "|||||"
 
 JSONL_DOCUMENT_FIELDS = ("sections", "documents", "text")  # an example gives exactly one
+COHAN_ID = "article_id"  # the field arXiv's and PubMed's ids are read from
+ACLSUM_ID = "paper_id"  # aclsum's, in JSON lines (a .json file's id is its name)
+ID_FIELDS = {"arxiv": COHAN_ID, "pubmed": COHAN_ID, "aclsum": ACLSUM_ID}  # by format; the others': "id"
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ class ExampleIds:
     by id, so an id given twice is an error (the later example is the one refused or skipped)."""
 
     def __init__(self, input_format: str):
-        self.field = {"arxiv": "article_id", "pubmed": "article_id", "aclsum": "paper_id"}.get(input_format, "id")
+        self.field = ID_FIELDS.get(input_format, "id")
         self.first: dict[str, tuple[str, int]] = {}
 
     def add(self, example_id: str, path: str, line: int) -> None:
@@ -330,7 +333,7 @@ _SENTENCE_TAGS = re.compile(r"</?S>")
 
 def _parse_cohan(obj: _Fields) -> Example:
     """arXiv / PubMed release of Cohan et al. (2018): pre-split sentences, sections."""
-    example_id = obj.get("article_id", str)
+    example_id = obj.get(COHAN_ID, str)
     abstract = obj.strings(obj.get("abstract_text", list), "abstract_text")
     summary = obj.summary(" ".join(_SENTENCE_TAGS.sub("", s).strip() for s in abstract).strip(), "abstract_text")
     article = obj.strings(obj.get("article_text", list), "article_text")
@@ -437,7 +440,7 @@ def _parse_aclsum(obj: _Fields) -> Example:
     # One paper per .json file: the file is named by the paper's id (the aclsum
     # release's "paper_id" fields hold only the year). JSON lines carry "paper_id".
     path = Path(obj.record.path)
-    example_id = path.stem if path.suffix == ".json" else obj.get("paper_id", str)
+    example_id = path.stem if path.suffix == ".json" else obj.get(ACLSUM_ID, str)
     abstract = obj.get("abstract", (str, list))
     if isinstance(abstract, list):  # S2ORC's pdf_parse style: [{"text": ...}, ...]
         abstract = "\n".join(obj.get("text", str, obj.check(p, dict, f"abstract[{i}]"), f"abstract[{i}].text")

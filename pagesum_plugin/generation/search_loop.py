@@ -263,9 +263,10 @@ class SearchLoop(SequenceGenerator):
         (the step's one read-back; ``ended``: ``ended_candidates``), and return the examples that
         are now done (``patience``: as it decides, reading back the step's best candidates too)."""
         beam = self.beam_size
-        live = [i for i, done in enumerate(finished) if not done]  # the batch's examples, in the sample
         ended = ended[:, :beam] & ~beams.ignored  # (examples, beam)
         example, rank = ended.nonzero(as_tuple=True)  # the host learns which hypotheses ended
+        # the batch's examples, in the sample, before this step finishes any (a patient search's)
+        live = [] if patience is None else [i for i, already in enumerate(finished) if not already]
         done: List[int] = []
         if example.numel():
             rows = candidates.beams[example, rank] + beams.offsets[example, 0]  # (ended,) the rows they extend
