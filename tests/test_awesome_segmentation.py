@@ -196,6 +196,15 @@ def test_the_sentences_are_embedded_once_per_split_and_segmenting_again_reuses_t
     assert np.array_equal(load_segmentation(text_dir, "train", "stand-in", units)[0], second)
 
 
+def test_device_and_batch_size_reach_the_sentence_embedding_model(text_dir, monkeypatch):
+    loaded = []
+    monkeypatch.setattr(segment_cli, "sentence_encoder_or_length_rule",
+                        lambda name, report, *settings: loaded.append((name, *settings)) or CountingEncoder())
+    assert segment_cli.main([text_dir, "--embedding-model", "stand-in", "--splits", "test", "--no-embedding-cache",
+                             "--device", "cpu", "--batch-size", "7"]) == 0
+    assert loaded == [("stand-in", "cpu", 7)]
+
+
 def test_cached_embeddings_of_another_model_are_not_read(text_dir, monkeypatch):
     monkeypatch.setattr(segment_cli, "sentence_encoder_or_length_rule", lambda name, *args: CountingEncoder())
     monkeypatch.setattr(CountingEncoder, "loads", 0)

@@ -7,6 +7,7 @@ either, such a model is refused, in one line that says what to pass."""
 
 import argparse
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -14,9 +15,10 @@ import torch
 
 from builders.awesome import build_awesome, build_extractor, paper_examples, save_checkpoint, write_text_corpus
 from pagesum_plugin import from_pretrained
+from pagesum_plugin.systems.awesome import extract as extract_cli
 from pagesum_plugin.systems.awesome import label as label_cli
 from pagesum_plugin.systems.awesome import segment as segment_cli
-from pagesum_plugin.systems.awesome.cache import load_salient
+from pagesum_plugin.systems.awesome.cache import load_salient, salient_path
 from pagesum_plugin.corpus.storage import CorpusSplit
 from pagesum_plugin.corpus.readers import example_from_raw
 from pagesum_plugin.systems.awesome.extraction_criterion import sentence_probabilities
@@ -144,3 +146,21 @@ def test_a_model_without_salient_sentences_takes_neither_labels_nor_an_extractor
         hub.summarize(texts[0], extractor="extractor.pt", **GEN)
     task.load_dataset("valid")
     assert hub.summarize(texts[0], **GEN) == [stored_summary(task, model, "valid", 0)]
+
+
+def test_extract_labels_the_splits_it_is_given_in_batches_of_the_size_given_on_the_device_given(
+        corpus, extractor, tmp_path, monkeypatch):
+    data_dir = str(tmp_path / "data")
+    shutil.copytree(corpus[0], data_dir)
+    asked, predict = [], extract_cli.predict_split
+
+    def recording(model, task, split, threshold, device, batch_size):
+        asked.append((split, device.type, batch_size))
+        return predict(model, task, split, threshold, device, batch_size)
+
+    monkeypatch.setattr(extract_cli, "predict_split", recording)
+    monkeypatch.setattr(extract_cli.torch.cuda, "is_available", lambda: True)  # --cpu must win over a GPU
+    assert extract_cli.main([data_dir, "--path", extractor[0], "--splits", "valid", "--batch-size", "3", "--cpu"]) == 0
+    assert asked == [("valid", "cpu", 3)]
+    assert os.path.exists(salient_path(data_dir, "valid", "extractor"))
+    assert not os.path.exists(salient_path(data_dir, "train", "extractor"))

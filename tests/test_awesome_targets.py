@@ -4,10 +4,12 @@ salient content by text concatenation (Sec. 3.2), and the dataset that puts them
 import collections
 import itertools
 import logging
+import os
 
 import numpy as np
 import pytest
 import torch
+from fairseq import utils
 from fairseq.criterions import build_criterion
 
 from builders.awesome import build_awesome, paper_examples, write_text_corpus
@@ -20,6 +22,7 @@ from pagesum_plugin.corpus.sentences import split_sentences
 from pagesum_plugin.data.paged_dataset import collate_pages
 from pagesum_plugin.systems.awesome.salient_content import SalientHeaders, augmented_input, outermost_first
 from pagesum_plugin.evaluation.extractive import oracle
+from pagesum_plugin.errors import SettingError
 from pagesum_plugin.evaluation.rouge import score_pair, tokenize
 
 SEGMENTS = [
@@ -298,3 +301,40 @@ def test_summarizing_with_the_task_generator_equals_generate_on_the_stored_docum
     summarized = generator.generate([model], {"net_input": {"src_tokens": collate_pages(pages, task.dictionary.pad())}})
     stored = task.inference_step(generator, [model], dataset.collater([dataset[0], dataset[1]]))
     assert [h[0]["tokens"].tolist() for h in summarized] == [h[0]["tokens"].tolist() for h in stored]
+
+
+@pytest.mark.parametrize("flags", [["--view", "spatial"], ["--num-pages", "3"], ["--max-page-tokens", "64"],
+                                   ["--max-source-tokens", "512", "--placeholder-pages"]])
+def test_a_page_view_setting_that_the_segments_would_ignore_is_refused_in_one_line(prepared, flags):
+    with pytest.raises(SettingError) as refused:
+        build_awesome(prepared[0], "--segmentation", "length", *flags)
+    message = str(refused.value)
+    assert message.startswith("segmented_summarization reads the segments that pagesum-awesome-segment cut")
+    assert all(flag in message for flag in flags if flag.startswith("--")) and "\n" not in message
+    assert build_awesome(prepared[0], "--segmentation", "length", "--view", "segments")[1].view.view == "segments"
+
+
+def test_a_segment_longer_than_the_models_positions_is_refused_naming_the_setting_that_cuts_it(prepared):
+    args, task, model = build_awesome(prepared[0], "--segmentation", "length", "--max-source-positions", "64")
+    task.load_dataset("train")
+    positions = utils.resolve_max_positions(task.max_positions(), model.max_positions())
+    with pytest.raises(SettingError) as refused:
+        task.get_batch_iterator(dataset=task.datasets["train"], max_sentences=2, max_positions=positions)
+    assert "cut them to fit with --max-input-tokens and --max-summary-tokens" in str(refused.value)
+
+
+def test_label_labels_the_splits_it_is_given_in_the_processes_it_is_given(tmp_path, monkeypatch):
+    data_dir = str(tmp_path)
+    write_text_corpus(data_dir, {"train": paper_examples(2, offset=30, sentences=8),
+                                 "valid": paper_examples(1, offset=32, sentences=8)})
+    asked, label_split = [], label_cli.label_split
+
+    def recording(data, split, workers):
+        asked.append((split, workers))
+        return label_split(data, split, workers)
+
+    monkeypatch.setattr(label_cli, "label_split", recording)
+    assert label_cli.main([data_dir, "--splits", "train", "--workers", "2"]) == 0
+    assert asked == [("train", 2)]
+    assert os.path.exists(salient_path(data_dir, "train", "oracle"))
+    assert not os.path.exists(salient_path(data_dir, "valid", "oracle"))

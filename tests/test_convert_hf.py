@@ -1,7 +1,6 @@
 """pagesum-convert: transformers BART and PageSum authors' state dicts <-> this plugin, exactly."""
 
 import json
-import os
 import shutil
 
 import pytest
@@ -129,6 +128,21 @@ def test_converted_checkpoint_loads_weights_only_with_explicit_dims(converted_ba
     # a plain BART gets a zero confidence layer: uniform page weights until fine-tuned
     for key in LIN_KEYS.values():
         assert not state["model"][key].any()
+
+
+def test_page_decoding_global_converts_to_a_model_that_decodes_all_pages_at_once(converted_bart, tmp_path):
+    _, hf_dir, page_out = converted_bart
+    main(["from-hf", str(hf_dir), str(tmp_path), "--page-decoding", "global"])
+    (page, _), (global_, _) = load_converted(page_out), load_converted(tmp_path)
+    assert (page.page_decoding, global_.page_decoding) == ("page", "global")
+    rng = torch.Generator().manual_seed(2)
+    src = dense_pages(page_tensors(rng, 3, 400)).unsqueeze(0)  # (1, 3 pages, L)
+    prev = torch.tensor([[2, 0, 7, 9]])
+    with torch.no_grad():  # the same weights, read two ways: one prediction per page, or one over every page
+        per_page, per_page_extra = page(src, None, prev)
+        at_once, _ = global_(src, None, prev)
+    assert per_page_extra["page_weights"].shape == (1, 3, 4)
+    assert not torch.allclose(at_once, per_page, atol=1e-4)
 
 
 def test_dictionary_index_is_the_transformers_token_id(converted_bart, bpe):

@@ -260,6 +260,8 @@ def test_a_compiled_chunk_launches_two_operators_from_the_host():
 def test_the_criterion_chunks_by_default_and_refuses_a_negative_chunk(copy_task_dir):
     args, task, _ = build_tiny(copy_task_dir)
     assert task.build_criterion(args).loss_chunk_tokens == LOSS_CHUNK_TOKENS > 0
+    args, task, _ = build_tiny(copy_task_dir, "--loss-chunk-tokens", "3")  # fairseq's flag reaches the criterion
+    assert task.build_criterion(args).loss_chunk_tokens == 3
     with pytest.raises(ValueError, match="--loss-chunk-tokens must be 0 \\(off\\) or more, got -1"):
         criterion(task, -1)
 

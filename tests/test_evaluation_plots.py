@@ -287,6 +287,26 @@ def test_coherence_of_reference_summaries_is_the_same_from_jsonl_and_paged_data(
     assert from_jsonl["scores"] == pytest.approx(from_paged["scores"], abs=1e-5)
 
 
+def test_device_reaches_the_model_of_locality_and_of_coherence(tiny_bert, jsonl, tmp_path, capsys, monkeypatch):
+    """The models are stood in for, so that a device this machine lacks can be named."""
+    asked, scorer = [], analysis.NextSentenceScorer
+
+    def encoder(device="cpu"):
+        asked.append(("locality", device))
+        return lambda sentences: np.random.RandomState(len(sentences)).randn(len(sentences), 8).astype(np.float32)
+
+    def next_sentence_scorer(model_dir, device="cpu"):
+        asked.append(("coherence", device))
+        return scorer(model_dir, "cpu")
+
+    monkeypatch.setattr(analysis, "minilm_encoder", encoder)
+    monkeypatch.setattr(analysis, "NextSentenceScorer", next_sentence_scorer)
+    out = str(tmp_path / "plot.png")
+    _plot(capsys, "locality", "--input", jsonl, "--max-docs", "1", "--out", out, "--device", "cuda:3")
+    _plot(capsys, "coherence", "--model", tiny_bert, "--input", jsonl, "--out", out, "--device", "cuda:3")
+    assert asked == [("locality", "cuda:3"), ("coherence", "cuda:3")]
+
+
 def test_coherence_without_a_model_directory_is_a_clear_error(tmp_path, jsonl, capsys):
     assert plots.main(["coherence", "--model", str(tmp_path / "none"), "--input", jsonl,
                        "--out", str(tmp_path / "c.png")]) == 2

@@ -55,6 +55,19 @@ def test_json_report_has_corpus_rouge_with_a_bootstrap_interval_around_it(system
         assert score["ci_low"] < score["f"] < score["ci_high"]
 
 
+def test_workers_is_the_number_of_processes_that_score_the_examples(systems, capsys, monkeypatch):
+    asked, score_examples = [], rouge.score_examples
+
+    def recording(hypotheses, references, workers=None, **kwargs):
+        asked.append(workers)
+        return score_examples(hypotheses, references, workers=workers, **kwargs)
+
+    monkeypatch.setattr(rouge, "score_examples", recording)
+    one = _score_json(capsys, "--hyp", systems["oracle"], "--ref", systems["ref"], "--workers", "1")
+    two = _score_json(capsys, "--hyp", systems["oracle"], "--ref", systems["ref"], "--workers", "2")
+    assert asked == [1, 2] and one["scores"] == two["scores"]
+
+
 def test_help_states_lowercasing_and_sentence_splitting(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])

@@ -8,7 +8,6 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from builders.models import (assert_gradients_close, build_tiny, decoder_input, make_source_sensitive, paged_batch,
                              random_pages, vocab)
-from pagesum_plugin.checkpoints.builder import checkpoint_state
 from pagesum_plugin.checkpoints.convert import pagesum_hf_model
 from pagesum_plugin.checkpoints.hf_weights import fairseq_state_to_pagesum_hf
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator

@@ -85,22 +85,29 @@ def test_one_update_equals_fairseqs_adam_with_decoupled_weight_decay_in_fp32(cop
     assert_same_weights(adamw, adam, atol=1e-6)
 
 
-def test_three_updates_on_the_same_gradients_equal_fairseqs_adam_as_its_epsilon_moves(copy_task_dir):
-    """The same gradients every update (from 1e-10 to 1, where epsilon matters and where it
-    does not), so that any difference is the optimizers' own."""
-    weights = {}
-    for name in ("adam", "adamw_torch"):
-        model, _, cfg = model_and_config(copy_task_dir, name)
-        params = list(model.parameters())
-        optimizer = optim.build_optimizer(cfg.optimizer, params)
-        generator = torch.Generator().manual_seed(0)
-        for _ in range(3):
-            for p in params:
-                p.grad = torch.randn(p.shape, generator=generator) * 10.0 ** -torch.randint(0, 11, p.shape,
-                                                                                            generator=generator)
-            optimizer.step()
-        weights[name] = updated_weights(model)
-    assert_same_weights(weights["adamw_torch"], weights["adam"], atol=1e-6)
+def three_updates(data_dir, optimizer_name, *flags) -> dict:
+    """The weights after three updates on the same gradients every update, from 1e-10 to 1:
+    where epsilon matters and where it does not."""
+    model, _, cfg = model_and_config(data_dir, optimizer_name, *flags)
+    params = list(model.parameters())
+    optimizer = optim.build_optimizer(cfg.optimizer, params)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=generator) * 10.0 ** -torch.randint(0, 11, p.shape,
+                                                                                        generator=generator)
+        optimizer.step()
+    return updated_weights(model)
+
+
+@pytest.mark.parametrize("eps", ["1e-8", "1e-4"])
+def test_three_updates_on_the_same_gradients_equal_fairseqs_adam_as_its_epsilon_moves(copy_task_dir, eps):
+    """Any difference is the optimizers' own; ``--adam-eps`` (the last flag given wins) reaches both."""
+    adamw = three_updates(copy_task_dir, "adamw_torch", "--adam-eps", eps)
+    assert_same_weights(adamw, three_updates(copy_task_dir, "adam", "--adam-eps", eps), atol=1e-6)
+    if eps != "1e-8":
+        default = three_updates(copy_task_dir, "adamw_torch")
+        assert any((adamw[n] - default[n]).abs().max() > 1e-4 for n in default), "--adam-eps changed no update"
 
 
 def test_a_resumed_optimizer_continues_the_epsilon_schedule_where_it_stopped(copy_task_dir):

@@ -24,6 +24,13 @@ def pages(row) -> int:
     return int(row[2].split()[0])
 
 
+def test_the_arch_sets_the_size_of_every_system(capsys):
+    large_line, large = plan(capsys)
+    base_line, base = plan(capsys, "--arch", "pagesum_bart_base")  # the last --arch given wins
+    assert "(12 + 12 layers, d=1024)" in large_line and "(6 + 6 layers, d=768)" in base_line
+    assert all(pages(base[key]) > pages(large[key]) for key in (("pagesum", 8), ("bart", 8)))
+
+
 def test_budget_amounts_parse_in_decimal_and_binary_units():
     assert parse_bytes("24GB") == 24e9 and parse_bytes("24 GiB") == 24 * 2**30 and parse_bytes("512MB") == 512e6
 

@@ -173,7 +173,14 @@ def test_the_spatial_split_is_the_corpus_default_views(tmp_path, bpe, papers):
     assert pages["authors"] != pages["even"]  # n // k sentences a page, the rest on the last, against spread evenly
 
 
-def test_outputs_are_byte_identical_across_runs_and_worker_counts(tmp_path, bpe, papers):
+def test_outputs_are_byte_identical_across_runs_and_worker_counts(tmp_path, bpe, papers, monkeypatch):
+    pools, ordered_map = [], binarize.ordered_map  # the worker count each split was encoded with
+
+    def recording(function, chunks, workers, *rest, **kwargs):
+        pools.append(workers)
+        return ordered_map(function, chunks, workers, *rest, **kwargs)
+
+    monkeypatch.setattr(binarize, "ordered_map", recording)
     source = write_cohan(tmp_path / "train.txt", papers)
     outputs = []
     for run, workers in enumerate((1, 2, 2)):
@@ -181,7 +188,21 @@ def test_outputs_are_byte_identical_across_runs_and_worker_counts(tmp_path, bpe,
         assert _run("--input-format", "pubmed", "--trainpref", source, "--testpref", source, "--workers", workers,
                     "--num-pages", 4, "--max-page-tokens", 200, "--destdir", data, *_gpt2_args(bpe)) == 0
         outputs.append({p.name: p.read_bytes() for p in sorted(data.iterdir())})
+    assert pools == [1, 1, 2, 2, 2, 2]  # train and test of each run, in the processes asked for
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+def test_no_progress_hides_the_progress_bar_and_nothing_else(tmp_path, bpe, papers, capfd):
+    source = write_jsonl(tmp_path / "train.jsonl", papers[:2])
+    with_bar = [arg for arg in _gpt2_args(bpe) if arg != "--no-progress"]
+    shown = {}
+    for flags in ((), ("--no-progress",)):
+        data = tmp_path / f"data{len(flags)}"
+        assert _run("--input-format", "jsonl", "--trainpref", source, "--destdir", data, *flags, *with_bar) == 0
+        shown[flags] = capfd.readouterr().err
+    assert " examples" in shown[()] and " examples" not in shown[("--no-progress",)]
+    written = [{p.name: p.read_bytes() for p in sorted((tmp_path / f"data{n}").iterdir())} for n in (0, 1)]
+    assert written[0] == written[1]
 
 
 def _files(directory) -> dict:

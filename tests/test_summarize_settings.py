@@ -13,6 +13,7 @@ from builders.cli import USER_DIR
 from builders.models import build_tiny
 from pagesum_plugin import from_pretrained, hub_interface
 from pagesum_plugin.checkpoints.builder import save_checkpoint
+from pagesum_plugin.data.paged_dataset import collate_pages
 from pagesum_plugin.errors import SettingError
 from pagesum_plugin.generation import page_sequence_generator
 from pagesum_plugin.generation.page_sequence_generator import PageSumSequenceGenerator
@@ -80,13 +81,19 @@ def test_eval_rouge_args_that_the_search_would_not_read_are_refused_in_one_line(
 
 
 class Recording(PageSumSequenceGenerator):
-    """The page generator, keeping the settings it was built with."""
+    """The page generator, keeping the settings it was built with and the pages of every batch it
+    decoded."""
 
     built = []
+    fed = []  # src_tokens of each batch: (batch, pages, page_len)
 
     def __init__(self, models, tgt_dict, **kwargs):
         Recording.built.append(kwargs)
         super().__init__(models, tgt_dict, **kwargs)
+
+    def generate(self, models, sample, **kwargs):
+        Recording.fed.append(sample["net_input"]["src_tokens"])
+        return super().generate(models, sample, **kwargs)
 
 
 @pytest.fixture()
@@ -95,6 +102,7 @@ def hub(paged, tmp_path, monkeypatch):
     save_checkpoint(tmp_path / "checkpoint_best.pt", args, model)
     monkeypatch.setattr(hub_interface, "PageSumSequenceGenerator", Recording)
     Recording.built.clear()
+    Recording.fed.clear()
     return from_pretrained(str(tmp_path), "checkpoint_best.pt", data_name_or_path=paged)
 
 
@@ -115,6 +123,25 @@ def test_summarize_decodes_with_the_tasks_defaults_where_no_setting_is_given(hub
     (built,) = Recording.built
     expected = replace(hub.task.generation_defaults).generator_kwargs()
     assert {key: built[key] for key in expected} == expected
+
+
+def test_locality_given_to_summarize_pages_each_document_in_that_view(hub, papers):
+    """The model was trained on discourse pages; ``locality="spatial"`` reads the same sections as
+    the spatial view's pages instead."""
+    document = [(s["name"], s["text"]) for s in papers[0]["sections"]]
+    spatial, discourse = hub.pages(document, locality="spatial"), hub.pages(document)
+    assert [page.tolist() for page in spatial] != [page.tolist() for page in discourse]
+    with torch.no_grad():
+        hub.summarize([document], locality="spatial", max_len_b=2)
+    (fed,) = Recording.fed
+    assert torch.equal(fed, collate_pages([spatial], hub.dictionary.pad()))
+
+
+def test_batch_size_given_to_summarize_is_how_many_documents_are_paged_and_decoded_at_once(hub, papers):
+    documents = [[(s["name"], s["text"]) for s in paper["sections"]] for paper in papers[:5]]
+    with torch.no_grad():
+        hub.summarize(documents, batch_size=2, max_len_b=2)
+    assert [fed.size(0) for fed in Recording.fed] == [2, 2, 1]
 
 
 def test_compile_and_decoding_given_to_summarize_reach_its_generator(hub, papers, monkeypatch):

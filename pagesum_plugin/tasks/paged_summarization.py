@@ -251,7 +251,7 @@ class PagedSummarizationTask(OneDictionaryTask):
         if len(ignored) and not ignore_invalid_inputs:
             page, summary = dataset.size(ignored[0])
             cut = {"flat": "--max-source-tokens", "documents": "--max-source-tokens",
-                   "segments": "--max-segment-tokens"}.get(self.view.view, "--max-page-tokens")
+                   "segments": "--max-input-tokens"}.get(self.view.view, "--max-page-tokens")
             raise SettingError(f"{len(ignored)} examples do not fit the model's (source, summary) positions "
                                f"{tuple(max_positions)}, the first (#{ignored[0]}) a page of {page} and a summary of "
                                f"{summary} tokens: cut them to fit with {cut} and --max-summary-tokens "

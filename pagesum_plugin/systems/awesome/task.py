@@ -32,6 +32,7 @@ from ...corpus.codec import unit_texts
 from ...corpus.format import EncodedDocument
 from ...corpus.storage import CorpusSplit
 from ...corpus.views import ViewConfig
+from ...errors import SettingError
 from .salient_content import SalientHeaders
 from .captured_segments import CapturedSegments, batch_logging_output
 from .dataset import SegmentedSummarizationDataset, segment_inputs
@@ -44,6 +45,9 @@ from .extraction_task import SalientExtractor
 logger = logging.getLogger(__name__)
 
 SALIENT_CHOICES = ChoiceEnum(["none", "oracle", "extractor"])
+# paged_summarization's page-view settings: the segments view reads none of them
+PAGE_VIEW_SETTINGS = ("num_pages", "max_pages", "spatial_split", "placeholder_pages", "max_page_tokens",
+                      "max_source_tokens")
 
 
 @dataclass
@@ -73,6 +77,12 @@ class SegmentedSummarizationTask(PagedSummarizationTask):
     segment_by_segment = True  # document_inputs() below; decoding settings apply to every segment
 
     def __init__(self, cfg: SegmentedSummarizationConfig, dictionary: Dictionary, meta):
+        given = ([f"--view {cfg.view}"] if cfg.view not in (None, "segments") else []) + [
+            f"--{name.replace('_', '-')}" for name in PAGE_VIEW_SETTINGS if getattr(cfg, name) not in (None, False)]
+        if given:
+            raise SettingError(f"segmented_summarization reads the segments that pagesum-awesome-segment cut "
+                               f"(--segmentation), not pages: {', '.join(given)} would be ignored (a segment's "
+                               f"input is cut by --max-input-tokens)")
         super().__init__(cfg, dictionary, meta)
         self.view = ViewConfig(view="segments", max_segment_tokens=algorithm_1.MAX_TOKENS + 2)
         self._encoder = None  # the sentence embedding model, loaded when a raw document needs it
