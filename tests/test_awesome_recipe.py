@@ -18,8 +18,8 @@ EXTRACTOR_COMMANDS = ("pagesum-awesome-extract", "govreport_awesome_extractor")
 
 
 def plan(**variables) -> list:
-    env = recipe_env(GOVREPORT_DIR="/govreport", BART_DIR="/bart", OUT_DIR="/out", NUM_GPUS="1", PLAN="1",
-                     **variables)
+    env = recipe_env(**{"GOVREPORT_DIR": "/govreport", "BART_DIR": "/bart", "OUT_DIR": "/out", "NUM_GPUS": "1",
+                        "PLAN": "1", **variables})
     result = subprocess.run(["bash", RECIPE], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return [shlex.split(line) for line in result.stdout.splitlines() if not line.startswith("#")]
@@ -55,6 +55,24 @@ def test_with_oracle_salient_sentences_the_extractor_is_skipped_but_the_labels_a
     lines = [" ".join(c) for c in plan(TRAIN_ARGS="task.salient_sentences=oracle")]
     assert any("pagesum-awesome-label" in line for line in lines)
     assert not any(name in line for line in lines for name in EXTRACTOR_COMMANDS)
+
+
+def test_the_machine_settings_reach_every_awesome_stage_they_name():
+    """NUM_GPUS=0: every stage on the CPU; FP16=1 on GPUs: mixed precision in both trainings and in
+    decoding; GEN_BATCH_SIZE, WORKERS and GEN_ARGS: the commands they name."""
+    def commands(**variables):
+        planned = plan(**variables)
+        return {c[0]: c for c in planned}, [c for c in planned if c[0] == "fairseq-hydra-train"]
+
+    cpu, _ = commands(NUM_GPUS="0", GEN_BATCH_SIZE="7", WORKERS="3", GEN_ARGS="--quiet")
+    assert flag(cpu["pagesum-awesome-segment"], "--device") == "cpu"
+    assert "--cpu" in cpu["pagesum-awesome-extract"] and "--cpu" in cpu["fairseq-generate"]
+    assert flag(cpu["fairseq-generate"], "--batch-size") == "7" and cpu["fairseq-generate"][-1] == "--quiet"
+    assert flag(cpu["pagesum-awesome-label"], "--workers") == "3"
+    gpu, trainings = commands(NUM_GPUS="1", FP16="1")
+    assert "--fp16" in gpu["fairseq-generate"] and len(trainings) == 2
+    assert all("common.fp16=true" in train for train in trainings)  # the extractor and the summarizer
+    assert "--cpu" not in gpu["fairseq-generate"] and "--device" not in gpu["pagesum-awesome-segment"]
 
 
 @pytest.fixture()

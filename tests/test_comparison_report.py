@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pagesum_recipes.comparison.report import ReportError, build_record, markdown, write_report
+from pagesum_recipes.comparison.report import ReportError, build_record, main, markdown, write_report
 
 METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 SETUP = {"device": "CPU", "budget_mb": 100.0, "unit": 1024, "batch_size": 1, "model_size": "tiny", "dry_run": False}
@@ -71,3 +71,22 @@ def test_a_missing_stage_output_is_an_error_naming_the_stage(stages):
     (out / "bart" / "scores.json").unlink()
     with pytest.raises(ReportError, match=r"bart/scores.json not found: run the score stage"):
         build_record(out, data, ["pagesum_spatial", "bart"], "pagesum_spatial", 0.05)
+
+
+def test_the_command_marks_at_the_significance_and_against_the_reference_it_is_given(stages):
+    out, data = stages
+    command = [str(out), "--data", str(data), "--systems", "pagesum_spatial", "hepos_lsh", "bart"]
+
+    def report(*flags) -> dict:
+        assert main([*command, *flags]) == 0
+        record = json.loads((out / "report.json").read_text())
+        return record["setup"], {row["system"]: row["rouge"]["rouge1"] for row in record["rows"]}
+
+    setup, rouge1 = report("--reference", "pagesum_spatial", "--significance", "0.5")
+    assert setup["significance"] == 0.5 and rouge1["bart"]["mark"] == "↓"  # p = 0.4: unmarked at 0.05
+    write_system(out / "against_hepos", "pagesum_spatial", "PageSum (spatial)", 3072, 80.0, scores=40.0,
+                 p_values=0.001, difference=5.0, speed=2.0)  # as the score stage writes it against HEPOS
+    (out / "pagesum_spatial" / "scores.json").write_text((out / "against_hepos" / "pagesum_spatial" / "scores.json").read_text())
+    setup, rouge1 = report("--reference", "hepos_lsh")
+    assert setup["reference_name"] == "HEPOS (LSH)" and rouge1["hepos_lsh"]["p_value"] is None
+    assert rouge1["pagesum_spatial"]["mark"] == "↑"

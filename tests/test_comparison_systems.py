@@ -2,6 +2,7 @@
 each view, what every system shares, and which systems a corpus can feed."""
 
 import os
+import shlex
 import subprocess
 
 import pytest
@@ -80,8 +81,8 @@ def compare_recipe(tmp_path, **variables) -> subprocess.CompletedProcess:
         (data / f"{split}.ids.txt").write_text("a\n")
     (tmp_path / "bart" / "bart.large").mkdir(parents=True, exist_ok=True)
     (tmp_path / "bart" / "bart.large" / "model.pt").write_bytes(b"")
-    env = dict(os.environ, PATH=BIN_DIR + os.pathsep + os.environ["PATH"], DATA_DIR=str(data), BUDGET_MB="100",
-               OUT_DIR=str(tmp_path / "out"), BART_DIR=str(tmp_path / "bart"), NUM_GPUS="0", **variables)
+    env = {**os.environ, "PATH": BIN_DIR + os.pathsep + os.environ["PATH"], "DATA_DIR": str(data), "BUDGET_MB": "100",
+           "OUT_DIR": str(tmp_path / "out"), "BART_DIR": str(tmp_path / "bart"), "NUM_GPUS": "0", **variables}
     return subprocess.run(["bash", os.path.join(REPO_ROOT, "recipes", "compare.sh")], env=env, capture_output=True,
                           text=True)
 
@@ -108,3 +109,45 @@ def test_every_other_system_is_tested_against_the_reference_system(tmp_path, giv
                        for system in ("pagesum_spatial", "hepos_lsh", "bart")}
     (report,) = [line.split() for line in result.stdout.splitlines() if line.startswith("pagesum-compare-report ")]
     assert report[report.index("--reference") + 1] == reference
+
+
+def planned(result: subprocess.CompletedProcess) -> dict[str, list[list[str]]]:
+    """{command name: every argv of it} that a PLAN=1 run of the recipe printed."""
+    assert result.returncode == 0, result.stderr
+    commands = {}
+    for line in result.stdout.splitlines():
+        if line and not line.startswith(("#", "export ")):
+            argv = shlex.split(line)
+            commands.setdefault(argv[0], []).append(argv)
+    return commands
+
+
+def systems_of(fit: list[str]) -> list[str]:
+    start = fit.index("--systems") + 1
+    return fit[start:next(i for i in range(start, len(fit)) if fit[i].startswith("--"))]
+
+
+def test_the_machine_settings_a_user_gives_reach_every_stage_they_name(tmp_path):
+    """INIT, STAGES, JOBS, NUM_GPUS, FP16, TRAIN_ARGS and GEN_ARGS, as in the experiments' recipes."""
+    (tmp_path / "bart" / "bart.large.cnn").mkdir(parents=True)
+    (tmp_path / "bart" / "bart.large.cnn" / "model.pt").write_bytes(b"")
+    systems = "pagesum_spatial hepos_lsh bart"
+    default = planned(compare_recipe(tmp_path, PLAN="1", SYSTEMS=systems))
+    given = planned(compare_recipe(tmp_path, PLAN="1", SYSTEMS=systems, INIT="bart.large.cnn", STAGES="fit train generate",
+                                   JOBS="2", NUM_GPUS="2", FP16="1", TRAIN_ARGS="optimization.clip_norm=0.5",
+                                   GEN_ARGS="--quiet"))
+    init = str(tmp_path / "bart" / "bart.large.cnn" / "model.pt")
+
+    assert [systems_of(fit) for fit in default["pagesum-compare-fit"]] == [systems.split()]
+    assert [systems_of(fit) for fit in given["pagesum-compare-fit"]] == [["pagesum_spatial", "bart"], ["hepos_lsh"]]
+    for fit in given["pagesum-compare-fit"]:
+        assert fit[fit.index("--init-checkpoint") + 1] == init and fit[-3:] == ["--device", "cuda", "--fp16"]
+    assert "--fp16" not in default["pagesum-compare-fit"][0]
+    for train in given["fairseq-hydra-train"]:
+        assert train[-1] == "optimization.clip_norm=0.5"
+        assert {"common.fp16=true", "distributed_training.distributed_world_size=2",
+                f"checkpoint.finetune_from_model={init}"} <= set(train)
+    for generate in given["fairseq-generate"]:
+        assert "--fp16" in generate and "--cpu" not in generate and generate[-1] == "--quiet"
+    assert all("--cpu" in generate for generate in default["fairseq-generate"])
+    assert "pagesum-score" in default and not {"pagesum-score", "pagesum-compare-report"} & set(given)

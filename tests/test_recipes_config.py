@@ -206,6 +206,57 @@ def test_settings_that_break_the_paper_setup_are_refused(env, message):
     assert message in result.stderr
 
 
+def test_a_node_started_by_hand_meets_the_others_through_its_job_id_on_the_interface_named():
+    for node in (0, 1):
+        train, sockets = rendezvous(NUM_GPUS="16", NUM_NODES="2", NODE_RANK=str(node), PAGESUM_IFACE="ib0",
+                                    PAGESUM_JOB_ID="run1")
+        assert train["distributed_training.distributed_init_method"] == "file:///out/arxiv/bart.large.cnn/rendezvous.run1"
+        assert train["distributed_training.distributed_rank"] == str(8 * node)
+        assert sockets == {"GLOO_SOCKET_IFNAME": "ib0", "NCCL_SOCKET_IFNAME": "ib0"}
+    _, sockets = rendezvous(NUM_GPUS="8", PAGESUM_IFACE="eth1")  # one node, on the interface named
+    assert sockets == {"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1"}
+
+
+SPLIT_FILES = [  # recipe, its dataset's variable prefix, the split files of the dataset's own layout
+    ("arxiv", "ARXIV", ("train.txt", "val.txt", "test.txt")),
+    ("pubmed", "PUBMED", ("train.txt", "val.txt", "test.txt")),
+    ("govreport", "GOVREPORT", ("train.jsonl", "valid.jsonl", "test.jsonl")),
+    ("multinews", "MULTINEWS", ("train.src", "val.src", "test.src")),
+    ("wcep_hed", "WCEP", ("train.jsonl", "valid.jsonl", "test.jsonl")),
+    ("multixscience_hed", "MULTIXSCIENCE", ("train.jsonl", "valid.jsonl", "test.jsonl")),
+]
+PREFIX_FLAGS = ("--trainpref", "--validpref", "--testpref")
+
+
+@pytest.mark.parametrize("recipe, prefix, names", SPLIT_FILES, ids=[row[0] for row in SPLIT_FILES])
+def test_each_split_file_is_the_datasets_own_unless_its_variable_names_another(recipe, prefix, names):
+    folder = f"/data/{prefix.lower()}"
+    def preprocess(**env_vars):
+        (commands,) = plan(recipe, STAGES="preprocess", **{f"{prefix}_DIR": folder}, **env_vars).values()
+        return [flag(commands["pagesum-preprocess"], name) for name in PREFIX_FLAGS]
+    assert preprocess() == [f"{folder}/{name}" for name in names]
+    named = {f"{prefix}_{split}": f"/elsewhere/{split.lower()}" for split in ("TRAIN", "VALID", "TEST")}
+    assert preprocess(**named) == list(named.values())
+
+
+def test_generation_batches_preprocessing_workers_and_a_cpu_run_reach_the_commands_they_name():
+    default, given = plan("arxiv")["arxiv"], plan("arxiv", GEN_BATCH_SIZE="7", WORKERS="3", NUM_GPUS="0")["arxiv"]
+    assert (flag(default["fairseq-generate"], "--batch-size"), flag(given["fairseq-generate"], "--batch-size")) == (
+        "4", "7")
+    assert flag(given["pagesum-preprocess"], "--workers") == "3"
+    assert "--cpu" in given["fairseq-generate"] and "--cpu" not in default["fairseq-generate"]
+    assert overrides(given["fairseq-hydra-train"])["common.cpu"] == "true"
+
+
+def test_page_sizes_decodings_and_datasets_choose_the_experiments_that_run():
+    assert set(plan("page_size", PAGE_SIZES="256x16 1024x4", STAGES=TRAIN_ONLY)) == {"page_size_256x16",
+                                                                                      "page_size_1024x4"}
+    assert set(plan("global_decoding", DECODINGS="page", STAGES=TRAIN_ONLY)) == {"global_decoding_arxiv_page",
+                                                                                 "global_decoding_multinews_page"}
+    only_multinews = plan("global_decoding", DATASETS="multinews", ARXIV_DIR="", STAGES=TRAIN_ONLY)  # no arXiv folder
+    assert set(only_multinews) == {"global_decoding_multinews_global", "global_decoding_multinews_page"}
+
+
 def test_bart_large_init_selects_the_checkpoint_without_cnn_pretraining():
     train = overrides(plan("arxiv", INIT="bart.large", STAGES=TRAIN_ONLY)["arxiv"]["fairseq-hydra-train"])
     assert train["checkpoint.finetune_from_model"] == "/bart/bart.large/model.pt"

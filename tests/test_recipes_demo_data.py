@@ -77,3 +77,11 @@ def test_the_command_refuses_a_summary_of_another_kind_in_one_line(tmp_path, cap
     with pytest.raises(SystemExit) as stop:
         demo_data.main([str(tmp_path / "papers"), str(tmp_path / "copy"), "--summary", "abstract"])
     assert stop.value.code == "pagesum-demo-data: --summary must be extract, title or a number of sentences, got 'abstract'"
+
+
+def test_max_pages_keeps_each_papers_first_sections(written, tmp_path):
+    assert demo_data.main([str(tmp_path / "papers"), str(tmp_path / "copy"), "--max-pages", "2"]) == 0
+    lines = (tmp_path / "papers" / "test.jsonl").read_text(encoding="utf-8").splitlines()
+    cut = [[s["text"] for s in json.loads(line)["sections"]] for line in lines]
+    whole = [[s["text"] for s in paper["sections"]] for paper in written[2]["papers", "test"]]
+    assert [pages[:2] for pages in whole] == cut and max(len(pages) for pages in whole) > 2

@@ -48,3 +48,14 @@ def test_the_first_failure_stops_the_run_and_shows_the_end_of_its_log(tmp_path):
     assert result.returncode == 1
     assert "failed (exit 5): sh -c 'echo the reason >&2; exit 5'" in result.stderr and "    the reason" in result.stderr
     assert not (tmp_path / "never.log").exists()
+
+
+def test_the_commands_of_a_group_run_parallel_at_once(tmp_path):
+    """Two commands that each wait for the other's file: they finish only if both run at once."""
+    meet = "touch {mine}; for i in $(seq 50); do [ -e {other} ] && exit 0; sleep 0.1; done; exit 1"
+    lines = [f"{tmp_path}/a.log\tsh -c '{meet.format(mine=tmp_path / 'a', other=tmp_path / 'b')}'",
+             f"{tmp_path}/b.log\tsh -c '{meet.format(mine=tmp_path / 'b', other=tmp_path / 'a')}'"]
+    assert run_jobs(tmp_path, lines, parallel=2).returncode == 0
+    for name in "ab":
+        (tmp_path / name).unlink()
+    assert run_jobs(tmp_path, lines, parallel=1).returncode == 1  # one at a time, the first waits in vain
