@@ -13,6 +13,7 @@ import pytest
 
 from builders.corpora import acl_papers, write_jsonl
 from pagesum_commands import COMMANDS
+from pagesum_recipes import demo_report
 
 # Runs one command as its console script does, then reports which heavy modules it loaded.
 PROBE = textwrap.dedent("""
@@ -99,6 +100,16 @@ def test_a_real_run_imports_neither_torch_nor_fairseq(inputs, command, argv):
     report, out, err = _probe(command, *argv(inputs))
     assert report == {"status": 0, "loaded": []}, err
     assert "tensorboardX" not in out + err
+
+
+def test_the_demo_report_says_the_time_updates_and_summary_it_is_given(inputs, capsys):
+    demo = inputs / "demo"
+    assert demo_report.main([str(demo / "data"), str(demo / "run"), str(demo / "logs"), "--seconds", "125",
+                             "--updates", "40", "--what", "the paper's title", "--abstracts",
+                             str(demo / "abstracts.txt")]) == 0
+    report = capsys.readouterr().out
+    assert "2 min 5 s end to end" in report and "summary = the paper's title" in report
+    assert "(fairseq-train, 25 of 40 updates;" in report  # the log ran 25 of the 40 asked for
 
 
 def test_fairseqs_user_dir_still_registers_everything():
