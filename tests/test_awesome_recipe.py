@@ -75,6 +75,14 @@ def test_the_machine_settings_reach_every_awesome_stage_they_name():
     assert "--cpu" not in gpu["fairseq-generate"] and "--device" not in gpu["pagesum-awesome-segment"]
 
 
+def test_extractor_arch_and_arch_name_the_extractors_and_the_summarizers_architectures():
+    trainings = [c for c in plan(EXTRACTOR_ARCH="awesome_extractor_tiny", ARCH="awesome_tiny")
+                 if c[0] == "fairseq-hydra-train"]
+    names = {flag(train, "--config-name"): [arg for arg in train if arg.startswith("model._name=")] for train in trainings}
+    assert names == {"govreport_awesome_extractor": ["model._name=awesome_extractor_tiny"],
+                     "govreport_awesome": ["model._name=awesome_tiny"]}
+
+
 @pytest.fixture()
 def train_only(tmp_path):
     """The train stage alone, as a user runs it after the segment stage, with a stand-in
