@@ -19,13 +19,18 @@ def write_system(out, key, name, tokens, peak_mb=None, scores=None, p_values=Non
                                                     "probes": probes}))
     if not tokens:
         return
+    (out / key / "scores.json").write_text(scores_report(scores, p_values, difference))
+    (out / key / "generate.log").write_text(f"INFO:fairseq_cli.generate:Translated 3 sentences (90 tokens) in 1.5s "
+                                            f"({speed} sentences/s, 60.00 tokens/s)\n")
+
+
+def scores_report(scores, p_values=None, difference=None) -> str:
+    """A system's scores.json, as the score stage writes it (with ``p_values``: tested against the reference)."""
     report = {"examples": 3, "empty_hypotheses": 0,
               "scores": {m: {"f": scores, "ci_low": scores - 1, "ci_high": scores + 1} for m in METRICS}}
     if p_values is not None:
         report["compare"] = {"p_values": {m: p_values for m in METRICS}, "difference": {m: difference for m in METRICS}}
-    (out / key / "scores.json").write_text(json.dumps(report))
-    (out / key / "generate.log").write_text(f"INFO:fairseq_cli.generate:Translated 3 sentences (90 tokens) in 1.5s "
-                                            f"({speed} sentences/s, 60.00 tokens/s)\n")
+    return json.dumps(report)
 
 
 @pytest.fixture
@@ -84,9 +89,8 @@ def test_the_command_marks_at_the_significance_and_against_the_reference_it_is_g
 
     setup, rouge1 = report("--reference", "pagesum_spatial", "--significance", "0.5")
     assert setup["significance"] == 0.5 and rouge1["bart"]["mark"] == "↓"  # p = 0.4: unmarked at 0.05
-    write_system(out / "against_hepos", "pagesum_spatial", "PageSum (spatial)", 3072, 80.0, scores=40.0,
-                 p_values=0.001, difference=5.0, speed=2.0)  # as the score stage writes it against HEPOS
-    (out / "pagesum_spatial" / "scores.json").write_text((out / "against_hepos" / "pagesum_spatial" / "scores.json").read_text())
+    # PageSum's scores as the score stage writes them against HEPOS
+    (out / "pagesum_spatial" / "scores.json").write_text(scores_report(40.0, p_values=0.001, difference=5.0))
     setup, rouge1 = report("--reference", "hepos_lsh")
     assert setup["reference_name"] == "HEPOS (LSH)" and rouge1["hepos_lsh"]["p_value"] is None
     assert rouge1["pagesum_spatial"]["mark"] == "↑"

@@ -231,6 +231,7 @@ PREFIX_FLAGS = ("--trainpref", "--validpref", "--testpref")
 @pytest.mark.parametrize("recipe, prefix, names", SPLIT_FILES, ids=[row[0] for row in SPLIT_FILES])
 def test_each_split_file_is_the_datasets_own_unless_its_variable_names_another(recipe, prefix, names):
     folder = f"/data/{prefix.lower()}"
+
     def preprocess(**env_vars):
         (commands,) = plan(recipe, STAGES="preprocess", **{f"{prefix}_DIR": folder}, **env_vars).values()
         return [flag(commands["pagesum-preprocess"], name) for name in PREFIX_FLAGS]

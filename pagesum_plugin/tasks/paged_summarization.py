@@ -63,13 +63,13 @@ def check_output_file(option: str, path: Optional[str]) -> None:
         raise SettingError(f"{option} {path}: no folder {folder} to write it in; create it first")
 
 
-def given_or_stored(given: Optional[int], stored: Optional[int], flag: str, least: int) -> Optional[int]:
+def given_or_stored(given: Optional[int], stored: Optional[int], option: str, least: int) -> Optional[int]:
     """A size setting: the one given on the command line, else the corpus's (meta.json); a
-    given one below ``least`` is refused, naming the flag."""
+    given one below ``least`` is refused, naming the flag (``option``)."""
     if given is None:
         return stored
     if given < least:
-        raise SettingError(f"{flag} {given}: must be at least {least} (leave it out for the corpus's own, "
+        raise SettingError(f"{option} {given}: must be at least {least} (leave it out for the corpus's own, "
                            f"{stored})")
     return given
 
